@@ -1,0 +1,3 @@
+"""Project-wide test configuration: pytester for the plugin's integration tests."""
+
+pytest_plugins = ("pytester",)

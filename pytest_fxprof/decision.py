@@ -1,0 +1,307 @@
+"""The gate's decision: compare a profile with its baseline and say, with reasons, what got slower.
+
+Owns the noise model and the verdict records. Pure: must not import torch, pytest or pandas, so that
+every rule can be tested with hand-built numbers.
+
+The rules, in order:
+
+1. Environments must match on ``Environment.MATCH_FIELDS``, and the reference workload (timed beside the
+   model, sharing none of its kernels) must run within ``MACHINE_FACTOR_LIMIT`` of its baseline speed.
+   Otherwise the verdict is a *mismatch*: no slowdown can be claimed on another machine.
+2. Nodes are paired by signature (op, module path, target) with a sequence alignment, so an inserted or
+   removed op shows up as a structural change instead of shifting every later node.
+3. Node times are divided by the run's *speed factor*: the time-weighted median of the paired nodes'
+   ratios. Drift that slows every node alike cancels; one slow node barely moves the median.
+4. Each node's band is the larger of the node tolerance and ``SPREAD_K`` between-process deviations,
+   the deviation estimated from the baseline's processes and shrunk toward nodes of similar size
+   (``PRIOR_WEIGHT``). A node is slower only if its normalised ratio exceeds ``1 + band`` *and* it lost
+   more than the absolute floor (``floor_ns``, or ``FLOOR_SHARE`` of the model's time if larger).
+5. The total is the plain forward divided by the reference workload, banded the same way with the
+   total tolerance. It catches slowdowns spread over every node, which step 3 cancels by design.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from difflib import SequenceMatcher
+from enum import StrEnum
+
+from pytest_fxprof.records import BaselineEntry, NodeInfo, Run
+
+SPREAD_K = 3.0
+"""Band width in between-process standard deviations (log scale): about 1 in 700 one-sided."""
+
+PRIOR_WEIGHT = 4.0
+"""Degrees of freedom given to the size-class spread when shrinking one node's own spread toward it."""
+
+DEFAULT_FLOOR_NS = 20_000
+"""Changes smaller than this (20 us) never fail a node: timer, dispatch and cache noise live there."""
+
+FLOOR_SHARE = 0.002
+"""Nor do changes smaller than this share (0.2 %) of the model's total time."""
+
+MACHINE_FACTOR_LIMIT = 2.0
+"""A reference workload this many times faster or slower than in the baseline means another machine."""
+
+
+class Verdict(StrEnum):
+    OK = "ok"
+    SLOWER = "slower"
+    FASTER = "faster"
+
+
+class Status(StrEnum):
+    PASS = "pass"
+    REGRESSION = "regression"
+    MISMATCH = "mismatch"
+
+
+class BandSource(StrEnum):
+    TOLERANCE = "tolerance"
+    SPREAD = "spread"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The knobs of the decision. Tolerances are relative (0.2 means +20 %)."""
+
+    node_tolerance: float = 0.20
+    total_tolerance: float = 0.10
+    floor_ns: float = DEFAULT_FLOOR_NS
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    """The decision for one node present in both baseline and run."""
+
+    node: NodeInfo
+    baseline_ns: float
+    current_ns: float
+    ratio: float
+    band: float
+    band_source: BandSource
+    floor_ns: float
+    verdict: Verdict
+    reason: str
+
+    @property
+    def delta_ns(self) -> float:
+        """Time lost (positive) or won after dividing out the speed factor."""
+        return self.baseline_ns * (self.ratio - 1.0)
+
+
+@dataclass(frozen=True)
+class TotalVerdict:
+    """The decision for the whole model's plain forward, divided by the reference workload."""
+
+    baseline_ns: float
+    current_ns: float
+    ratio: float
+    band: float
+    band_source: BandSource
+    machine_factor: float
+    verdict: Verdict
+    reason: str
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Everything the gate decided about one profile."""
+
+    status: Status
+    mismatches: tuple[str, ...]
+    speed_factor: float
+    baseline_processes: int
+    nodes: tuple[NodeVerdict, ...]
+    total: TotalVerdict | None
+    added: tuple[NodeInfo, ...]
+    removed: tuple[NodeInfo, ...]
+
+    @property
+    def slower(self) -> tuple[NodeVerdict, ...]:
+        """Slowed nodes, the most time lost first."""
+        hits = [v for v in self.nodes if v.verdict is Verdict.SLOWER]
+        return tuple(sorted(hits, key=lambda v: (-v.delta_ns, v.node.key)))
+
+    @property
+    def faster(self) -> tuple[NodeVerdict, ...]:
+        hits = [v for v in self.nodes if v.verdict is Verdict.FASTER]
+        return tuple(sorted(hits, key=lambda v: (v.delta_ns, v.node.key)))
+
+    @property
+    def graph_changed(self) -> bool:
+        return bool(self.added or self.removed)
+
+
+def weighted_median(values: Sequence[float], weights: Sequence[float]) -> float:
+    """The value at which half the total weight lies on either side (1.0 for no weight)."""
+    pairs = sorted((v, w) for v, w in zip(values, weights, strict=True) if w > 0)
+    total = sum(w for _, w in pairs)
+    if not pairs or total <= 0:
+        return 1.0
+    acc = 0.0
+    for value, weight in pairs:
+        acc += weight
+        if acc >= total / 2:
+            return value
+    return pairs[-1][0]  # pragma: no cover - float rounding only
+
+
+def align(baseline: Sequence[NodeInfo], current: Sequence[NodeInfo]) -> tuple[
+    list[tuple[int, int]], list[NodeInfo], list[NodeInfo]
+]:
+    """Pair nodes by signature in graph order; return (pairs of indices, added, removed)."""
+    a = [n.signature for n in baseline]
+    b = [n.signature for n in current]
+    pairs: list[tuple[int, int]] = []
+    added: list[NodeInfo] = []
+    removed: list[NodeInfo] = []
+    for tag, i1, i2, j1, j2 in SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            pairs.extend(zip(range(i1, i2), range(j1, j2), strict=True))
+        else:
+            removed.extend(baseline[i1:i2])
+            added.extend(current[j1:j2])
+    return pairs, added, removed
+
+
+@dataclass(frozen=True)
+class NodeNoise:
+    """A node's baseline centre and its between-process deviation on a log scale (None if unknown)."""
+
+    centre_ns: float
+    sigma: float | None
+
+
+def _process_factors(runs: Sequence[Run], centres: Sequence[float]) -> list[float]:
+    """Each baseline process's own speed factor against the pooled centres."""
+    return [
+        weighted_median([t / c if c else 1.0 for t, c in zip(run.node_ns, centres, strict=True)], centres)
+        for run in runs
+    ]
+
+
+def size_class(ns: float) -> int:
+    """Nodes within a factor of two of each other share a class (used to pool spread estimates)."""
+    return int(math.floor(math.log2(max(ns, 1.0))))
+
+
+def node_noise(runs: Sequence[Run]) -> list[NodeNoise]:
+    """Per node: the centre across baseline processes and the shrunk between-process deviation."""
+    count = len(runs[0].node_ns)
+    centres = [float(statistics.median(run.node_ns[i] for run in runs)) for i in range(count)]
+    if len(runs) < 2:
+        return [NodeNoise(c, None) for c in centres]
+    factors = _process_factors(runs, centres)
+    own: list[float] = []
+    for i in range(count):
+        logs = [math.log(max(run.node_ns[i], 1) / f) for run, f in zip(runs, factors, strict=True)]
+        own.append(statistics.stdev(logs))
+    by_class: dict[int, list[float]] = defaultdict(list)
+    for c, s in zip(centres, own, strict=True):
+        by_class[size_class(c)].append(s)
+    dof = len(runs) - 1
+    out = []
+    for c, s in zip(centres, own, strict=True):
+        cls = size_class(c)
+        neighbours = by_class[cls] + by_class.get(cls - 1, []) + by_class.get(cls + 1, [])
+        prior = statistics.median(neighbours)
+        shrunk = math.sqrt((dof * s * s + PRIOR_WEIGHT * prior * prior) / (dof + PRIOR_WEIGHT))
+        out.append(NodeNoise(c, shrunk))
+    return out
+
+
+def band_for(tolerance: float, sigma: float | None) -> tuple[float, BandSource]:
+    """The relative band: the tolerance, or ``SPREAD_K`` deviations where the spread is wider."""
+    if sigma is None:
+        return tolerance, BandSource.TOLERANCE
+    from_spread = math.exp(SPREAD_K * sigma) - 1.0
+    if from_spread > tolerance:
+        return from_spread, BandSource.SPREAD
+    return tolerance, BandSource.TOLERANCE
+
+
+def _judge_node(
+    info: NodeInfo, noise: NodeNoise, current_ns: float, speed: float, floor_ns: float, policy: Policy
+) -> NodeVerdict:
+    normalised = current_ns / speed
+    ratio = normalised / noise.centre_ns if noise.centre_ns else 1.0
+    band, source = band_for(policy.node_tolerance, noise.sigma)
+    delta = normalised - noise.centre_ns
+    limit = f"band +{band:.0%} ({source.value})"
+    if ratio > 1.0 + band and delta > floor_ns:
+        verdict, reason = Verdict.SLOWER, f"x{ratio:.2f} beyond {limit}, +{delta / 1e3:.1f} us > floor"
+    elif ratio < 1.0 / (1.0 + band) and -delta > floor_ns:
+        verdict, reason = Verdict.FASTER, f"x{ratio:.2f} below {limit}"
+    elif ratio > 1.0 + band:
+        verdict, reason = Verdict.OK, f"x{ratio:.2f} beyond {limit} but +{delta / 1e3:.1f} us is under the floor"
+    else:
+        verdict, reason = Verdict.OK, f"x{ratio:.2f} within {limit}"
+    return NodeVerdict(info, noise.centre_ns, current_ns, ratio, band, source, floor_ns, verdict, reason)
+
+
+def _judge_total(baseline: Sequence[Run], current: Run, policy: Policy) -> TotalVerdict:
+    def per_ref(run: Run) -> float:
+        return run.total_ns / run.reference_ns if run.reference_ns else float(run.total_ns)
+
+    base_norm = [per_ref(r) for r in baseline]
+    centre = float(statistics.median(base_norm))
+    sigma = statistics.stdev(math.log(max(v, 1e-12)) for v in base_norm) if len(base_norm) > 1 else None
+    band, source = band_for(policy.total_tolerance, sigma)
+    ratio = per_ref(current) / centre if centre else 1.0
+    ref_centre = statistics.median(r.reference_ns for r in baseline)
+    machine = current.reference_ns / ref_centre if ref_centre else 1.0
+    base_total = float(statistics.median(r.total_ns for r in baseline))
+    limit = f"band +{band:.0%} ({source.value})"
+    if ratio > 1.0 + band:
+        verdict, reason = Verdict.SLOWER, f"x{ratio:.2f} beyond {limit}"
+    elif ratio < 1.0 / (1.0 + band):
+        verdict, reason = Verdict.FASTER, f"x{ratio:.2f} below {limit}"
+    else:
+        verdict, reason = Verdict.OK, f"x{ratio:.2f} within {limit}"
+    return TotalVerdict(base_total, float(current.total_ns), ratio, band, source, machine, verdict, reason)
+
+
+def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> Comparison:
+    """Decide whether ``current`` (a one-run entry) is slower than ``baseline``."""
+    run = current.runs[0]
+    mismatches = baseline.environment.differences(current.environment)
+    if baseline.capture.method != current.capture.method:
+        mismatches.append(f"capture: baseline {baseline.capture.method!r}, this run {current.capture.method!r}")
+    ref_centre = statistics.median(r.reference_ns for r in baseline.runs)
+    if ref_centre and run.reference_ns:
+        machine = run.reference_ns / ref_centre
+        if not 1.0 / MACHINE_FACTOR_LIMIT <= machine <= MACHINE_FACTOR_LIMIT:
+            mismatches.append(
+                f"machine speed: the reference workload took x{machine:.2f} its baseline time "
+                f"(limit x{MACHINE_FACTOR_LIMIT:g}); another or a heavily loaded machine"
+            )
+    if mismatches:
+        return Comparison(Status.MISMATCH, tuple(mismatches), 1.0, len(baseline.runs), (), None, (), ())
+
+    pairs, added, removed = align(baseline.nodes, current.nodes)
+    noise = node_noise(baseline.runs)
+    centres = [noise[i].centre_ns for i, _ in pairs]
+    speed = weighted_median([run.node_ns[j] / c if c else 1.0 for (_, j), c in zip(pairs, centres, strict=True)], centres)
+    speed = speed if speed > 0 else 1.0
+    model_ns = float(statistics.median(r.total_ns for r in baseline.runs))
+    floor_ns = max(policy.floor_ns, FLOOR_SHARE * model_ns)
+    verdicts = tuple(
+        _judge_node(current.nodes[j], noise[i], float(run.node_ns[j]), speed, floor_ns, policy) for i, j in pairs
+    )
+    total = _judge_total(baseline.runs, run, policy)
+    failed = total.verdict is Verdict.SLOWER or any(v.verdict is Verdict.SLOWER for v in verdicts)
+    return Comparison(
+        status=Status.REGRESSION if failed else Status.PASS,
+        mismatches=(),
+        speed_factor=speed,
+        baseline_processes=len(baseline.runs),
+        nodes=verdicts,
+        total=total,
+        added=tuple(added),
+        removed=tuple(removed),
+    )

@@ -1,0 +1,373 @@
+"""The pytest plugin: options, the ``fxprof`` marker and fixture, and the hooks that hand over to ``session``.
+
+Owns everything that touches pytest. Must not import torch at import time: pytest loads every
+installed plugin on every run, and most runs never profile anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Generator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_fxprof.baseline import BaselineError, BaselineStore
+from pytest_fxprof.records import ProfileResult
+from pytest_fxprof.sampling import Relaunch, SampleRequest, SamplingError, plugin_args
+from pytest_fxprof.session import (
+    OnGraphChange,
+    OnMismatch,
+    OnMissing,
+    OnUnused,
+    Reactions,
+    RunState,
+    TestState,
+    UsageError,
+    WorkerPayload,
+)
+from pytest_fxprof.settings import SETTING_NAMES, Mode, Settings, SettingsError, apply, from_json
+
+RUN_KEY = pytest.StashKey[RunState]()
+SETTINGS_KEY = pytest.StashKey[Settings]()
+SAMPLE_KEY = pytest.StashKey[SampleRequest]()
+TEST_KEY = pytest.StashKey[TestState]()
+WORKER_KEY = "fxprof"
+MARKER = "fxprof"
+
+
+class FxprofWarning(UserWarning):
+    """A profile the gate could compare only in part (for example: its graph changed)."""
+
+
+_SETTING_HELP = {
+    "node_tolerance": "Smallest relative band a node gets, e.g. 0.2 allows +20 percent (default 0.2)",
+    "total_tolerance": "Smallest relative band the model's total gets (default 0.1)",
+    "warmup": "Discarded passes before measuring (default 5)",
+    "passes": "Measured passes per profile (default 20)",
+    "threads": "torch intra-op threads while profiling (default 1)",
+    "processes": "Processes a baseline is recorded from: this one plus fresh ones (default 5)",
+    "floor_us": "Node changes smaller than this many microseconds never fail (default 20)",
+}
+_CHOICES: dict[str, tuple[type, str]] = {
+    "on_missing": (OnMissing, "A test without a baseline under --fxprof: fail or skip (default fail)"),
+    "on_mismatch": (OnMismatch, "A baseline from another environment: skip or fail (default skip)"),
+    "on_graph_change": (OnGraphChange, "Nodes added or removed since the baseline: warn or fail (default warn)"),
+    "on_unused": (OnUnused, "Baselines whose test no longer exists: warn or fail (default warn)"),
+}
+
+
+def _flag(name: str) -> str:
+    return "--fxprof-" + name.replace("_", "-")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("fxprof", "per-node performance gate (pytest-fxprof)")
+    group.addoption("--fxprof", action="store_true", default=None, help="Profile, compare with the baselines, fail on regression")
+    parser.addini("fxprof", "Like --fxprof", type="bool", default=False)
+    group.addoption(
+        "--fxprof-update", action="store_true", default=None, help="Profile and write baselines (create or refresh); never fails for slowness"
+    )
+    parser.addini("fxprof_update", "Like --fxprof-update", type="bool", default=False)
+    group.addoption("--fxprof-baseline-dir", metavar="DIR", default=None, help="Where baselines live (default: baselines/ under the rootdir)")
+    parser.addini("fxprof_baseline_dir", "Where baselines live, relative to the ini file (default: baselines)", default=None)
+    group.addoption("--fxprof-report", metavar="PATH", default=None, help="Write a JSON report of every profiled test")
+    parser.addini("fxprof_report", "Like --fxprof-report, relative to the ini file", default=None)
+    for name in SETTING_NAMES:
+        group.addoption(_flag(name), dest=f"fxprof_{name}", metavar="N", default=None, help=_SETTING_HELP[name])
+        parser.addini(f"fxprof_{name}", _SETTING_HELP[name], default=None)
+    for name, (choices, text) in _CHOICES.items():
+        values = [c.value for c in choices]  # type: ignore[attr-defined]
+        group.addoption(_flag(name), dest=f"fxprof_{name}", choices=values, default=None, help=text)
+        parser.addini(f"fxprof_{name}", text, default=None)
+    group.addoption("--fxprof-sample", metavar="REQUEST", default=None, help=argparse.SUPPRESS)
+
+
+def _ini_or_option(config: pytest.Config, name: str) -> Any:
+    value = config.getoption(f"fxprof_{name}")
+    return value if value is not None else config.getini(f"fxprof_{name}")
+
+
+def _mode(config: pytest.Config) -> Mode:
+    if config.getoption("fxprof_sample"):
+        return Mode.SAMPLE
+    check = bool(config.getoption("fxprof") or config.getini("fxprof"))
+    update = bool(config.getoption("fxprof_update") or config.getini("fxprof_update"))
+    if check and update:
+        raise pytest.UsageError("--fxprof and --fxprof-update exclude each other: check against baselines or record them")
+    return Mode.CHECK if check else Mode.UPDATE if update else Mode.OFF
+
+
+def _path_setting(config: pytest.Config, name: str, default: str | None) -> Path | None:
+    """A path option: relative to the invocation directory on the command line, to the ini file in it."""
+    cli = config.getoption(f"fxprof_{name}")
+    if cli:
+        return config.invocation_params.dir / cli
+    ini = config.getini(f"fxprof_{name}") or default
+    if not ini:
+        return None
+    base = config.inipath.parent if config.inipath and config.getini(f"fxprof_{name}") else config.rootpath
+    return base / str(ini)
+
+
+def _settings(config: pytest.Config) -> Settings:
+    settings = Settings()
+    ini = {n: config.getini(f"fxprof_{n}") for n in SETTING_NAMES}
+    settings = apply(settings, {k: v for k, v in ini.items() if v not in (None, "")}, "ini file")
+    cli = {n: config.getoption(f"fxprof_{n}") for n in SETTING_NAMES}
+    return apply(settings, cli, "command line")
+
+
+def _reactions(config: pytest.Config) -> Reactions:
+    values = {}
+    for name, (choices, _) in _CHOICES.items():
+        raw = _ini_or_option(config, name)
+        if raw in (None, ""):
+            continue
+        try:
+            values[name.removeprefix("on_")] = choices(raw)
+        except ValueError:
+            allowed = ", ".join(c.value for c in choices)  # type: ignore[attr-defined]
+            raise pytest.UsageError(f"fxprof_{name} = {raw!r} in the ini file; use one of: {allowed}") from None
+    return Reactions(**values)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}({', '.join(f'{n}=...' for n in SETTING_NAMES)}): per-test settings of the fxprof performance gate",
+    )
+    try:
+        config.stash[SETTINGS_KEY] = _settings(config)
+    except SettingsError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    mode = _mode(config)
+    directory = _path_setting(config, "baseline_dir", "baselines")
+    assert directory is not None
+    config.stash[RUN_KEY] = RunState(mode, BaselineStore(directory), _reactions(config))
+    if mode is Mode.SAMPLE:
+        request = Path(config.getoption("fxprof_sample"))
+        try:
+            config.stash[SAMPLE_KEY] = json.loads(request.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise pytest.UsageError(f"--fxprof-sample {request}: cannot read the request ({exc})") from None
+    if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(XdistController(config), "fxprof-xdist-controller")
+
+
+def _marker_settings(item: pytest.Item, base: Settings) -> Settings:
+    settings = base
+    for mark in reversed(list(item.iter_markers(MARKER))):  # closest marker applied last
+        if mark.args:
+            raise SettingsError(f"{item.nodeid}: @pytest.mark.fxprof takes keywords only, got {mark.args!r}")
+        settings = apply(settings, mark.kwargs, f"{item.nodeid}: @pytest.mark.fxprof")
+    return settings
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    base = config.stash[SETTINGS_KEY]
+    errors = []
+    for item in items:
+        try:
+            _marker_settings(item, base)
+        except SettingsError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise pytest.UsageError("\n".join(errors))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    run = session.config.stash[RUN_KEY]
+    run.collected.update(item.nodeid for item in session.items)
+    if session.testsfailed:  # collection errors: a file that did not collect would make its baselines look unused
+        run.partial = True
+
+
+def pytest_deselected(items: Sequence[pytest.Item]) -> None:
+    if items:
+        items[0].config.stash[RUN_KEY].partial = True
+
+
+class Fxprof:
+    """The ``fxprof`` fixture's value: call it with a module and its inputs.
+
+    ``fxprof(module, *args, name=None, leaf_modules=(), tracer=None, **kwargs)`` captures ``module``,
+    profiles ``module(*args, **kwargs)`` and returns a ``ProfileResult``. ``name`` keys the call's
+    baseline (calls without one are numbered ``call0``, ``call1``, ...), ``leaf_modules`` lists
+    submodule paths or classes to time whole, ``tracer`` replaces the default ``torch.fx.Tracer``.
+    """
+
+    def __init__(self, state: TestState) -> None:
+        self._state = state
+
+    @property
+    def mode(self) -> str:
+        """``off``, ``check`` or ``update`` (``sample`` in a fresh process recording a baseline)."""
+        return self._state.mode.value
+
+    def __call__(
+        self,
+        module: Any,
+        *args: Any,
+        name: str | None = None,
+        leaf_modules: Sequence[Any] = (),
+        tracer: Any = None,
+        **kwargs: Any,
+    ) -> ProfileResult:
+        from pytest_fxprof.profiler import CaptureError, ProfileError
+
+        try:
+            return self._state.profile(module, args, kwargs, name=name, leaf_modules=leaf_modules, tracer=tracer)
+        except (CaptureError, ProfileError, BaselineError, UsageError) as exc:
+            pytest.fail(f"fxprof: {exc}", pytrace=False)
+
+
+@pytest.fixture
+def fxprof(request: pytest.FixtureRequest) -> Fxprof:
+    """Profile a torch.nn.Module node by node and gate it against its baseline (see ``Fxprof``)."""
+    config = request.config
+    run = config.stash[RUN_KEY]
+    item = request.node
+    try:
+        settings = _marker_settings(item, config.stash[SETTINGS_KEY])
+    except SettingsError as exc:  # pragma: no cover - rejected at collection already
+        raise pytest.UsageError(str(exc)) from None
+    sample_out = None
+    if run.mode is Mode.SAMPLE:
+        req = config.stash[SAMPLE_KEY]
+        settings = from_json(req["settings"])
+        sample_out = Path(req["out"]) if req["test_id"] == item.nodeid else None
+    relaunch = Relaunch(
+        invocation_dir=config.invocation_params.dir,
+        rootdir=config.rootpath,
+        inifile=config.inipath,
+        extra_args=plugin_args(config.invocation_params.args),
+    )
+    state = TestState(item.nodeid, run.mode, settings, run.store, run.reactions, relaunch, sample_out)
+    item.stash[TEST_KEY] = state
+    return Fxprof(state)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    try:
+        result = yield
+    except BaseException:
+        state = item.stash.get(TEST_KEY, None)
+        if state is not None:
+            state.finish(item.config.stash[RUN_KEY], passed=False)
+        raise
+    state = item.stash.get(TEST_KEY, None)
+    if state is None:
+        return result
+    try:
+        outcome = state.finish(item.config.stash[RUN_KEY], passed=True)
+    except (SamplingError, BaselineError) as exc:
+        pytest.fail(f"fxprof: could not record the baseline: {exc}", pytrace=False)
+    for text in outcome.warnings:
+        item.warn(FxprofWarning(text))
+    if outcome.failures:
+        pytest.fail("\n\n".join(outcome.failures), pytrace=False)
+    if outcome.skips:
+        pytest.skip("\n".join(outcome.skips))
+    return result
+
+
+def _selected_paths(session: pytest.Session) -> list[Path] | None:
+    """The files and directories this run selected whole, or None if it selected anything finer."""
+    config = session.config
+    if config.getoption("keyword") or config.getoption("markexpr"):
+        return None
+    paths = []
+    for arg in config.args:
+        if "::" in arg:
+            return None
+        paths.append(config.invocation_params.dir / arg)
+    return paths
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    run = config.stash[RUN_KEY]
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller writes
+        if session.config.getoption("keyword") or session.config.getoption("markexpr"):
+            run.partial = True
+        config.workeroutput[WORKER_KEY] = run.payload()  # type: ignore[attr-defined]
+        return
+    if run.mode not in (Mode.CHECK, Mode.UPDATE):
+        return
+    errors: list[str] = []
+    written: list[Path] = []
+    if run.mode is Mode.UPDATE:
+        written, errors = run.write_baselines()
+    unused = run.unused(_selected_paths(session), config.rootpath)
+    report = _path_setting(config, "report", None)
+    if report is not None:
+        from pytest_fxprof.report import write_report
+
+        try:
+            write_report(report, run.mode.value, run.records, unused)
+        except OSError as exc:
+            errors.append(f"could not write the report {report}: {exc}")
+    config.stash[_FINAL_KEY] = _Final(written, unused, errors, report)
+    if errors or (unused and run.reactions.unused is OnUnused.FAIL and run.mode is Mode.CHECK):
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+class _Final:
+    def __init__(self, written: list[Path], unused: list[str], errors: list[str], report: Path | None) -> None:
+        self.written, self.unused, self.errors, self.report = written, unused, errors, report
+
+
+_FINAL_KEY = pytest.StashKey[_Final]()
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    run = config.stash[RUN_KEY]
+    final = config.stash.get(_FINAL_KEY, None)
+    if run.mode not in (Mode.CHECK, Mode.UPDATE) or hasattr(config, "workerinput"):
+        return
+    tr = terminalreporter
+    tr.section("fxprof")
+    records = sorted(run.records, key=lambda r: (r["test_id"], r["key"]))
+    if not records:
+        tr.write_line("no test called the fxprof fixture")
+    for record in records:
+        markup = {"regression": {"red": True}, "pass": {"green": True}}.get(record["status"], {"yellow": True})
+        tr.write_line(record["summary"], **markup)
+    for note in run.notes:
+        tr.write_line(note, yellow=True)
+    for test_id, keys in sorted(run.dropped.items()):
+        tr.write_line(f"{test_id}: dropped baseline entries no longer called: {', '.join(keys)}", yellow=True)
+    if final is None:
+        return
+    if final.written:
+        directory = run.store.directory
+        tr.write_line(f"wrote {len(final.written)} baseline file(s) to {directory}", green=True)
+    if final.unused:
+        verb = "failing" if run.reactions.unused is OnUnused.FAIL and run.mode is Mode.CHECK else "warning"
+        tr.write_line(f"{len(final.unused)} baseline(s) whose test no longer exists ({verb}; delete them):", yellow=True)
+        for name in final.unused:
+            tr.write_line(f"  {name}")
+    for error in final.errors:
+        tr.write_line(error, red=True)
+    if final.report is not None and not final.errors:
+        tr.write_line(f"report: {final.report}")
+
+
+class XdistController:
+    """Registered only in an xdist controller: gathers what each worker profiled."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_testnodedown(self, node: Any, error: object) -> None:
+        payload: WorkerPayload | None = getattr(node, "workeroutput", {}).get(WORKER_KEY)
+        if payload is not None:
+            self.config.stash[RUN_KEY].merge(payload)
+

@@ -1,0 +1,413 @@
+"""Capture a module with torch.fx and time it node by node.
+
+Owns every use of torch (callers import this module lazily, so importing the plugin stays cheap).
+Must not import pytest. The caller's module and inputs leave a profile exactly as they came in: mode,
+buffers, parameters, torch's random state and its thread count are restored, inputs are cloned
+before every pass, and everything runs under ``torch.no_grad``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import platform
+import sys
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx
+from torch.utils._pytree import tree_flatten, tree_map
+
+from pytest_fxprof.records import (
+    Capture,
+    Environment,
+    NodeInfo,
+    NodeStats,
+    ProfileResult,
+    Protocol,
+    iqr_int,
+    median_int,
+    node_key,
+)
+
+LeafSpec = str | type
+_TORCH_DIR = str(Path(torch.__file__).parent)
+_OWN_DIR = str(Path(__file__).parent)
+
+
+class CaptureError(Exception):
+    """The module could not be captured as a graph. The message says what broke and what to do."""
+
+
+class ProfileError(Exception):
+    """Profiling would have changed the module, or the inputs do not fit it."""
+
+
+# Capture ---------------------------------------------------------------------------------------------
+
+
+class _LeafTracer(torch.fx.Tracer):
+    """symbolic_trace's tracer, plus user-named leaf modules and a note of the submodule that broke."""
+
+    def __init__(self, leaf_modules: Sequence[LeafSpec]) -> None:
+        super().__init__()
+        self.leaf_types = tuple(spec for spec in leaf_modules if isinstance(spec, type))
+        self.leaf_paths = {spec for spec in leaf_modules if isinstance(spec, str)}
+        self.failed_in: tuple[str, str] | None = None
+
+    def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
+        if module_qualified_name in self.leaf_paths or isinstance(m, self.leaf_types):
+            return True
+        return super().is_leaf_module(m, module_qualified_name)
+
+    def call_module(
+        self, m: torch.nn.Module, forward: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        try:
+            return super().call_module(m, forward, args, kwargs)
+        except Exception:
+            if self.failed_in is None:  # the innermost module records itself first
+                self.failed_in = (self.path_of_module(m), type(m).__name__)
+            raise
+
+
+def _user_frame(exc: BaseException) -> str | None:
+    """The innermost traceback line in the user's code (outside torch and this plugin)."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if not frame.filename.startswith((_TORCH_DIR, _OWN_DIR)):
+            return f"{frame.filename}:{frame.lineno}: {(frame.line or '').strip()}"
+    return None
+
+
+def capture(
+    module: torch.nn.Module, leaf_modules: Sequence[LeafSpec] = (), tracer: torch.fx.Tracer | None = None
+) -> tuple[torch.fx.GraphModule, Capture]:
+    """Trace ``module`` into a GraphModule that shares its parameters, buffers and submodules."""
+    active = tracer if tracer is not None else _LeafTracer(leaf_modules)
+    try:
+        graph = active.trace(module)
+    except Exception as exc:
+        raise CaptureError(_capture_advice(module, exc, active)) from exc
+    gm = torch.fx.GraphModule(active.root, graph, type(module).__name__)
+    names = tuple(sorted(s if isinstance(s, str) else f"{s.__module__}.{s.__qualname__}" for s in leaf_modules))
+    method = "symbolic_trace" if tracer is None else f"tracer:{type(tracer).__name__}"
+    return gm, Capture(method=method, leaf_modules=names)
+
+
+def _capture_advice(module: torch.nn.Module, exc: Exception, tracer: torch.fx.Tracer) -> str:
+    cause = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
+    lines = [f"torch.fx.symbolic_trace could not capture {type(module).__name__}: {cause}"]
+    failed = tracer.failed_in if isinstance(tracer, _LeafTracer) else None
+    if failed and failed[0]:
+        lines.append(f"  while tracing submodule {failed[0]!r} ({failed[1]})")
+    where = _user_frame(exc)
+    if where:
+        lines.append(f"  at {where}")
+    lines.append(
+        "  Data-dependent control flow (if/for on tensor values), len()/int() of a traced value and "
+        "submodules kept in plain lists cannot be traced symbolically."
+    )
+    if failed and failed[0]:
+        lines.append(
+            f"  Fix: keep that submodule whole as one timed node: fxprof(model, ..., leaf_modules=[{failed[0]!r}]) "
+            f"or leaf_modules=[{failed[1]}]; or pass tracer= a torch.fx.Tracer that handles it."
+        )
+    else:
+        lines.append(
+            "  Fix: pass tracer= a torch.fx.Tracer that handles the construct, or make the failing code "
+            "traceable (torch.fx.wrap a function to keep it as one node)."
+        )
+    return "\n".join(lines)
+
+
+def _target_name(gm: torch.fx.GraphModule, node: torch.fx.Node) -> str:
+    if node.op == "call_module":
+        return type(gm.get_submodule(str(node.target))).__name__
+    if node.op == "call_function":
+        try:
+            return str(torch.fx.node._get_qualified_name(node.target))  # type: ignore[arg-type]
+        except Exception:  # pragma: no cover - exotic callables
+            return getattr(node.target, "__name__", repr(node.target))
+    return str(node.target)
+
+
+def _module_path(node: torch.fx.Node) -> str:
+    if node.op == "call_module":
+        return str(node.target)
+    stack = node.meta.get("nn_module_stack")
+    if stack:
+        path = list(stack.values())[-1][0]
+        return str(path)
+    if node.op == "get_attr":
+        return str(node.target).rpartition(".")[0]
+    return ""
+
+
+def describe_nodes(gm: torch.fx.GraphModule) -> list[tuple[torch.fx.Node, NodeInfo]]:
+    """Every node that does work, with its stable identity, in execution order."""
+    seen: Counter[tuple[str, str, str]] = Counter()
+    out = []
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "output"):
+            continue
+        op, module, target = node.op, _module_path(node), _target_name(gm, node)
+        occurrence = seen[(op, module, target)]
+        seen[(op, module, target)] += 1
+        out.append((node, NodeInfo(node_key(op, module, target, occurrence), node.name, op, target, module)))
+    return out
+
+
+# Environment -------------------------------------------------------------------------------------------
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def device_of(module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any]) -> torch.device:
+    for leaf in tree_flatten((list(args), kwargs))[0]:
+        if isinstance(leaf, torch.Tensor):
+            return leaf.device
+    for tensor in module.parameters():
+        return tensor.device
+    return torch.device("cpu")
+
+
+def environment(threads: int, device: torch.device) -> Environment:
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        dev = f"cuda:{torch.cuda.get_device_name(index)} (CUDA {torch.version.cuda})"
+    else:
+        dev = device.type
+    return Environment(
+        torch=torch.__version__,
+        python=".".join(map(str, sys.version_info[:3])),
+        platform=f"{platform.system()}-{platform.machine()}",
+        cpu=_cpu_model(),
+        threads=threads,
+        device=dev,
+    )
+
+
+# Keeping the module and inputs as they were ------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def preserved(module: torch.nn.Module, threads: int) -> Iterator[None]:
+    """Run the body with ``threads`` intra-op threads and no grad, then put everything back."""
+    modes = [(m, m.training) for m in module.modules()]
+    buffers = [
+        (owner, name, buf, buf.detach().clone())
+        for owner in module.modules()
+        for name, buf in owner._buffers.items()
+        if buf is not None
+    ]
+    versions = {name: p._version for name, p in module.named_parameters()}
+    rng = torch.random.get_rng_state()
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        torch.set_num_threads(previous_threads)
+        torch.random.set_rng_state(rng)
+        with torch.no_grad():
+            for owner, name, original, saved in buffers:
+                owner._buffers[name] = original
+                original.copy_(saved)
+        for m, training in modes:
+            m.training = training
+    changed = [name for name, p in module.named_parameters() if versions.get(name) != p._version]
+    if changed:
+        raise ProfileError(
+            f"the module changed its parameters in place during forward ({', '.join(changed[:5])}); "
+            "profiling it repeatedly would alter the model. Profile a copy (copy.deepcopy(model))."
+        )
+
+
+def _clone(value: Any) -> Any:
+    return value.clone() if isinstance(value, torch.Tensor) else value
+
+
+def placeholder_args(
+    gm: torch.fx.GraphModule, module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any]
+) -> list[Any]:
+    """The graph's positional inputs, bound from the call's args and kwargs like ``module(...)`` would."""
+    try:
+        bound = inspect.signature(module.forward).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise ProfileError(f"the inputs do not fit {type(module).__name__}.forward: {exc}") from None
+    bound.apply_defaults()
+    out: list[Any] = []
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        target = str(node.target)
+        name = target.lstrip("*")
+        if target.startswith("**"):
+            raise ProfileError(f"{type(module).__name__}.forward takes **{name}; pass those inputs by name")
+        value = bound.arguments.get(name, node.args[0] if node.args else None)
+        if target.startswith("*"):
+            out.extend(value)
+        else:
+            out.append(value)
+    return out
+
+
+# Timing ----------------------------------------------------------------------------------------------
+
+
+class _TimingInterpreter(torch.fx.Interpreter):
+    """Runs the graph and notes each timed node's host time (``perf_counter_ns``) per pass."""
+
+    def __init__(self, gm: torch.fx.GraphModule, nodes: Sequence[torch.fx.Node]) -> None:
+        super().__init__(gm)
+        self.index = {node: i for i, node in enumerate(nodes)}
+        self.times = [0] * len(nodes)
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        i = self.index.get(n)
+        if i is None:
+            return super().run_node(n)
+        start = time.perf_counter_ns()
+        out = super().run_node(n)
+        self.times[i] = time.perf_counter_ns() - start
+        return out
+
+
+class _CudaTimingInterpreter(_TimingInterpreter):
+    """Device time per node from CUDA events; one synchronisation per pass (``collect``)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, nodes: Sequence[torch.fx.Node]) -> None:
+        super().__init__(gm, nodes)
+        self.events = [
+            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in nodes
+        ]
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        i = self.index.get(n)
+        if i is None:
+            return super(_TimingInterpreter, self).run_node(n)
+        begin, end = self.events[i]
+        begin.record()
+        out = super(_TimingInterpreter, self).run_node(n)
+        end.record()
+        return out
+
+    def collect(self) -> None:
+        torch.cuda.synchronize()
+        self.times = [round(b.elapsed_time(e) * 1e6) for b, e in self.events]
+
+
+class ReferenceWorkload:
+    """A fixed CPU workload that shares no kernels with torch (NumPy element-wise work and a sort).
+
+    Timed beside every pass, it measures how fast the machine is right now, so that the model's total
+    can be divided by it; a regression in torch itself does not cancel out.
+    """
+
+    def __init__(self) -> None:
+        import numpy as np
+
+        self._np = np
+        self._data = np.random.default_rng(0).standard_normal(1 << 14)
+
+    def __call__(self) -> int:
+        np = self._np
+        start = time.perf_counter_ns()
+        acc = self._data
+        for _ in range(4):
+            acc = np.tanh(acc * 0.5) + np.sqrt(np.abs(acc))
+        np.sort(acc)
+        return time.perf_counter_ns() - start
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def profile_module(
+    module: torch.nn.Module,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    *,
+    name: str,
+    protocol: Protocol,
+    measured: bool = True,
+    leaf_modules: Sequence[LeafSpec] = (),
+    tracer: torch.fx.Tracer | None = None,
+) -> ProfileResult:
+    """Capture ``module``, run ``protocol.warmup`` discarded and ``protocol.passes`` kept passes.
+
+    Each pass times the plain forward, the reference workload and the instrumented forward, in that
+    order, so that all three see the same machine state. With ``measured=False`` the module runs once,
+    instrumented and cold, and nothing else is timed.
+    """
+    if not isinstance(module, torch.nn.Module):
+        raise ProfileError(f"fxprof profiles a torch.nn.Module, got {type(module).__name__}")
+    gm, cap = capture(module, leaf_modules, tracer)
+    described = describe_nodes(gm)
+    nodes = [node for node, _ in described]
+    device = device_of(module, args, kwargs)
+    cuda = device.type == "cuda"
+    interp = (_CudaTimingInterpreter if cuda else _TimingInterpreter)(gm, nodes)
+    reference = ReferenceWorkload() if measured else None
+    warmup, passes = (protocol.warmup, protocol.passes) if measured else (0, 1)
+    node_samples: list[list[int]] = [[] for _ in nodes]
+    totals: list[int] = []
+    instrumented: list[int] = []
+    references: list[int] = []
+    with preserved(module, protocol.threads):
+        for i in range(warmup + passes):
+            keep = i >= warmup
+            if measured:
+                call_args, call_kwargs = tree_map(_clone, (list(args), kwargs))
+                _sync(device)
+                start = time.perf_counter_ns()
+                module(*call_args, **call_kwargs)
+                _sync(device)
+                plain = time.perf_counter_ns() - start
+                ref = reference() if reference is not None else 0
+                if keep:
+                    totals.append(plain)
+                    references.append(ref)
+            graph_args = tree_map(_clone, placeholder_args(gm, module, args, kwargs))
+            _sync(device)
+            start = time.perf_counter_ns()
+            interp.run(*graph_args)
+            if isinstance(interp, _CudaTimingInterpreter):
+                interp.collect()
+            whole = time.perf_counter_ns() - start
+            if keep:
+                instrumented.append(whole)
+                for k, t in enumerate(interp.times):
+                    node_samples[k].append(t)
+    medians = [median_int(s) for s in node_samples]
+    busy = sum(medians) or 1
+    stats = tuple(
+        NodeStats(info=info, median_ns=m, spread_ns=iqr_int(s), share=m / busy, samples_ns=tuple(s))
+        for (_, info), m, s in zip(described, medians, node_samples, strict=True)
+    )
+    return ProfileResult(
+        name=name,
+        nodes=stats,
+        total_samples_ns=tuple(totals),
+        instrumented_samples_ns=tuple(instrumented),
+        reference_samples_ns=tuple(references),
+        environment=environment(protocol.threads, device),
+        protocol=protocol,
+        capture=cap,
+        measured=measured,
+    )
+

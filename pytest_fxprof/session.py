@@ -1,0 +1,332 @@
+"""The gate's workflow for one pytest run: per test, profile and judge; per session, collect and write.
+
+``TestState`` profiles each ``fxprof`` call of one test and, when the test ends, turns the comparisons
+into an ``Outcome`` (failures, skips, warnings) and plain-data records. ``RunState`` gathers those
+records (from this process or from xdist workers), queues baseline writes, writes them once at the end,
+and finds baselines whose test no longer exists. Must not import pytest (the plugin turns outcomes
+into pytest calls); torch is reached only through ``profiler``, imported when a profile is taken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, TypedDict
+
+from pytest_fxprof.baseline import (
+    BaselineError,
+    BaselineFile,
+    BaselineStore,
+    EntryJSON,
+    as_file,
+    entry_from_json,
+    entry_to_json,
+    run_to_json,
+)
+from pytest_fxprof.decision import Comparison, Status, compare
+from pytest_fxprof.records import BaselineEntry, ProfileResult
+from pytest_fxprof.render import regression_message, structural_lines, summary_line
+from pytest_fxprof.report import ProfileRecord, profile_report
+from pytest_fxprof.sampling import Relaunch, SampleJSON, sample, write_samples
+from pytest_fxprof.settings import Mode, Settings
+
+
+class OnMissing(StrEnum):
+    FAIL = "fail"
+    SKIP = "skip"
+
+
+class OnMismatch(StrEnum):
+    SKIP = "skip"
+    FAIL = "fail"
+
+
+class OnGraphChange(StrEnum):
+    WARN = "warn"
+    FAIL = "fail"
+
+
+class OnUnused(StrEnum):
+    WARN = "warn"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True)
+class Reactions:
+    """What the gate does with a missing baseline, another environment, a changed graph, a stale file."""
+
+    missing: OnMissing = OnMissing.FAIL
+    mismatch: OnMismatch = OnMismatch.SKIP
+    graph_change: OnGraphChange = OnGraphChange.WARN
+    unused: OnUnused = OnUnused.WARN
+
+
+@dataclass
+class Outcome:
+    """How a test ends because of fxprof, beyond what its own code did."""
+
+    failures: list[str] = field(default_factory=list)
+    skips: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+class UsageError(Exception):
+    """The fixture was called in a way it cannot serve; the message says how to call it."""
+
+
+class WorkerPayload(TypedDict):
+    """What an xdist worker sends to the controller, as plain data."""
+
+    records: list[ProfileRecord]
+    writes: dict[str, dict[str, EntryJSON]]
+    dropped: dict[str, list[str]]
+    notes: list[str]
+    collected: list[str]
+    partial: bool
+
+
+def rerecord_hint(test_id: str) -> str:
+    return f"record it with: pytest --fxprof-update '{test_id}'"
+
+
+class TestState:
+    """The ``fxprof`` calls of one test."""
+
+    __test__ = False  # not a test class, whatever pytest's python_classes says
+
+    def __init__(
+        self,
+        test_id: str,
+        mode: Mode,
+        settings: Settings,
+        store: BaselineStore,
+        reactions: Reactions,
+        relaunch: Relaunch | None = None,
+        sample_out: Path | None = None,
+    ) -> None:
+        self.test_id = test_id
+        self.mode = mode
+        self.settings = settings
+        self.store = store
+        self.reactions = reactions
+        self.relaunch = relaunch
+        self.sample_out = sample_out
+        self.results: dict[str, ProfileResult] = {}
+        self._unnamed = 0
+        self._baseline: BaselineFile | None = None
+        self._loaded = False
+
+    def _key(self, name: str | None) -> str:
+        if name is None:
+            key = f"call{self._unnamed}"
+            self._unnamed += 1
+        elif not isinstance(name, str) or not name.strip():
+            raise UsageError(f"fxprof(name=...) must be a non-empty string, not {name!r}")
+        else:
+            key = name
+        if key in self.results:
+            raise UsageError(
+                f"fxprof was called twice with the key {key!r} in one test; give each call its own name= "
+                "so that each has its own baseline"
+            )
+        return key
+
+    def baseline(self) -> BaselineFile | None:
+        """The test's baseline file, loaded once; ``BaselineError`` if it is unusable."""
+        if not self._loaded:
+            self._baseline = self.store.load(self.test_id)
+            self._loaded = True
+        return self._baseline
+
+    def profile(
+        self,
+        module: Any,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        *,
+        name: str | None,
+        leaf_modules: Sequence[Any],
+        tracer: Any,
+    ) -> ProfileResult:
+        from pytest_fxprof.profiler import profile_module
+
+        key = self._key(name)
+        baseline = self.baseline() if self.mode is Mode.CHECK else None
+        result = profile_module(
+            module,
+            args,
+            kwargs,
+            name=key,
+            protocol=self.settings.protocol(),
+            measured=self.mode is not Mode.OFF,
+            leaf_modules=leaf_modules,
+            tracer=tracer,
+        )
+        if baseline is not None and key in baseline.entries:
+            current = result.entry(self.settings.tolerances())
+            result = replace(result, comparison=compare(baseline.entries[key], current, self.settings.policy()))
+        self.results[key] = result
+        return result
+
+    def label(self, key: str) -> str:
+        return f"{self.test_id} [{key}]"
+
+    # The end of the test --------------------------------------------------------------------------
+
+    def finish(self, run: RunState, passed: bool) -> Outcome:
+        """Decide how the test ends and hand its records (and, when recording, its baseline) to ``run``."""
+        if self.mode is Mode.SAMPLE:
+            return self._write_samples(passed)
+        if self.mode is Mode.UPDATE:
+            return self._record(run, passed)
+        outcome = Outcome()
+        for key, result in self.results.items():
+            status = self._judge(key, result.comparison, outcome) if self.mode is Mode.CHECK else "unmeasured"
+            run.add_record(self._record_of(key, status, result))
+        return outcome
+
+    def _record_of(self, key: str, status: str, result: ProfileResult) -> ProfileRecord:
+        c = result.comparison
+        text = summary_line(self.label(key), c) if status in ("pass", "regression", "mismatch") else f"{self.label(key)}: {status}"
+        return {
+            "test_id": self.test_id,
+            "key": key,
+            "status": status,
+            "summary": text,
+            "report": profile_report(self.test_id, key, status, result, c),
+        }
+
+    def _judge(self, key: str, c: Comparison | None, outcome: Outcome) -> str:
+        label = self.label(key)
+        if c is None:
+            msg = f"fxprof: no baseline for {label} in {self.store.directory}; {rerecord_hint(self.test_id)}"
+            (outcome.failures if self.reactions.missing is OnMissing.FAIL else outcome.skips).append(msg)
+            return "missing"
+        if c.status is Status.MISMATCH:
+            msg = (
+                f"fxprof: the baseline of {label} was recorded in another environment, so it was not compared: "
+                f"{'; '.join(c.mismatches)}. Record and check on the same runner class ({rerecord_hint(self.test_id)})"
+            )
+            (outcome.failures if self.reactions.mismatch is OnMismatch.FAIL else outcome.skips).append(msg)
+            return "mismatch"
+        if c.graph_changed:
+            msg = "\n".join([f"fxprof: {label}: " + structural_lines(c)[0], *structural_lines(c)[1:]])
+            msg += f"\nmatched nodes and the total were still compared; {rerecord_hint(self.test_id)}"
+            (outcome.failures if self.reactions.graph_change is OnGraphChange.FAIL else outcome.warnings).append(msg)
+        if c.status is Status.REGRESSION:
+            outcome.failures.append(regression_message(label, c))
+        return c.status.value
+
+    def _record(self, run: RunState, passed: bool) -> Outcome:
+        outcome = Outcome()
+        if not self.results:
+            return outcome
+        if not passed:
+            run.notes.append(f"{self.test_id}: not recorded, the test did not pass")
+            for key, result in self.results.items():
+                run.add_record(self._record_of(key, "not recorded", result))
+            return outcome
+        extra: dict[str, list[Any]] = {key: [] for key in self.results}
+        count = self.settings.processes - 1
+        if count > 0 and self.relaunch is not None:
+            expected = {key: [n.info.key for n in r.nodes] for key, r in self.results.items()}
+            extra = sample(self.relaunch, self.test_id, self.settings.to_json(), count, expected)
+        entries = {
+            key: r.entry(self.settings.tolerances(), tuple(extra[key])) for key, r in self.results.items()
+        }
+        try:
+            previous = self.store.load(self.test_id)
+        except BaselineError as exc:
+            run.notes.append(f"{self.test_id}: replacing an unreadable baseline ({exc.problem})")
+            previous = None
+        if previous is not None:
+            dropped = sorted(set(previous.entries) - set(entries))
+            if dropped:
+                run.dropped[self.test_id] = dropped
+        run.queue_write(self.test_id, entries)
+        for key, result in self.results.items():
+            run.add_record(self._record_of(key, "recorded", result))
+        return outcome
+
+    def _write_samples(self, passed: bool) -> Outcome:
+        if self.sample_out is None or not passed:
+            return Outcome()
+        samples: dict[str, SampleJSON] = {
+            key: {"nodes": [n.info.key for n in r.nodes], "run": run_to_json(r.run())}
+            for key, r in self.results.items()
+        }
+        write_samples(self.sample_out, samples)
+        return Outcome()
+
+
+class RunState:
+    """Everything fxprof gathered in this pytest run (in the controller, also from xdist workers)."""
+
+    def __init__(self, mode: Mode, store: BaselineStore, reactions: Reactions) -> None:
+        self.mode = mode
+        self.store = store
+        self.reactions = reactions
+        self.records: list[ProfileRecord] = []
+        self.writes: dict[str, dict[str, EntryJSON]] = {}
+        self.dropped: dict[str, list[str]] = {}
+        self.notes: list[str] = []
+        self.collected: set[str] = set()
+        self.partial = False
+
+    def add_record(self, record: ProfileRecord) -> None:
+        self.records.append(record)
+
+    def queue_write(self, test_id: str, entries: dict[str, BaselineEntry]) -> None:
+        self.writes[test_id] = {key: entry_to_json(e) for key, e in entries.items()}
+
+    def payload(self) -> WorkerPayload:
+        return {
+            "records": self.records,
+            "writes": self.writes,
+            "dropped": self.dropped,
+            "notes": self.notes,
+            "collected": sorted(self.collected),
+            "partial": self.partial,
+        }
+
+    def merge(self, payload: WorkerPayload) -> None:
+        self.records.extend(payload["records"])
+        self.writes.update(payload["writes"])
+        self.dropped.update(payload["dropped"])
+        self.notes.extend(payload["notes"])
+        self.collected.update(payload["collected"])
+        self.partial = self.partial or payload["partial"]
+
+    def write_baselines(self) -> tuple[list[Path], list[str]]:
+        """Write every queued baseline (each file atomically); return the files and any errors."""
+        written, errors = [], []
+        for test_id, raw_entries in sorted(self.writes.items()):
+            try:
+                entries = {k: entry_from_json(v, f"{test_id} [{k}]") for k, v in raw_entries.items()}
+                written.append(self.store.write(as_file(test_id, entries)))
+            except (OSError, ValueError) as exc:
+                errors.append(f"could not write the baseline of {test_id}: {exc}")
+        return written, errors
+
+    def unused(self, selected_paths: Iterable[Path] | None, rootdir: Path) -> list[str]:
+        """Baseline files whose test was not collected though its file was selected in full.
+
+        ``selected_paths`` is None when the run selected tests by anything finer than whole files or
+        directories (``-k``, ``-m``, node ids, deselection): then nothing can be called unused.
+        """
+        if selected_paths is None or self.partial:
+            return []
+        roots = [p.resolve() for p in selected_paths]
+        out = []
+        for path, test_id in self.store.recorded_tests():
+            if test_id is None:
+                out.append(f"{path.name} (unreadable)")
+                continue
+            if test_id in self.collected:
+                continue
+            test_file = (rootdir / test_id.partition("::")[0]).resolve()
+            if any(test_file == r or r in test_file.parents for r in roots):
+                out.append(f"{path.name} ({test_id})")
+        return out
