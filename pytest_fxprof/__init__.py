@@ -9,6 +9,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from pytest_fxprof.api import profile
 from pytest_fxprof.decision import Comparison, NodeVerdict, Policy, TotalVerdict, Verdict
+from pytest_fxprof.plugin import Fxprof
 from pytest_fxprof.records import NodeInfo, NodeStats, ProfileResult
 
 try:
@@ -18,6 +19,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree th
 
 __all__ = [
     "Comparison",
+    "Fxprof",
     "NodeInfo",
     "NodeStats",
     "NodeVerdict",

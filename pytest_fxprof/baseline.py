@@ -129,28 +129,28 @@ def dumps(data: object) -> str:
 # Validation ----------------------------------------------------------------------------------------
 
 
-class _Shape(Exception):
+class _ShapeError(Exception):
     """A field with the wrong type or missing; the message is the field's path and what was expected."""
 
 
 def _get(obj: object, key: str, kind: type | tuple[type, ...], where: str) -> Any:
     if not isinstance(obj, dict):
-        raise _Shape(f"{where or 'the top level'} should be an object")
+        raise _ShapeError(f"{where or 'the top level'} should be an object")
     if key not in obj:
-        raise _Shape(f"{where}.{key} is missing" if where else f"'{key}' is missing")
+        raise _ShapeError(f"{where}.{key} is missing" if where else f"'{key}' is missing")
     value = obj[key]
     kinds = kind if isinstance(kind, tuple) else (kind,)
     # bool is an int in Python; a true/false where a number belongs is still the wrong shape
-    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
         names = " or ".join(k.__name__ for k in kinds)
-        raise _Shape(f"{where + '.' if where else ''}{key} should be {names}, found {type(value).__name__}")
+        raise _ShapeError(f"{where + '.' if where else ''}{key} should be {names}, found {type(value).__name__}")
     return value
 
 
 def _int_list(obj: object, key: str, where: str, length: int) -> tuple[int, ...]:
     values = _get(obj, key, list, where)
     if len(values) != length or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
-        raise _Shape(f"{where}.{key} should be {length} non-negative integers (one per node)")
+        raise _ShapeError(f"{where}.{key} should be {length} non-negative integers (one per node)")
     return tuple(values)
 
 
@@ -176,7 +176,7 @@ def _entry_from_json(raw: object, where: str) -> BaselineEntry:
         nodes.append(NodeInfo(*(_get(n, k, str, w) for k in ("key", "name", "op", "target", "module"))))
     runs_raw = _get(raw, "runs", list, where)
     if not runs_raw:
-        raise _Shape(f"{where}.runs is empty")
+        raise _ShapeError(f"{where}.runs is empty")
     runs = [_run_from_json(r, f"{where}.runs[{i}]", len(nodes)) for i, r in enumerate(runs_raw)]
     w_env = f"{where}.environment"
     return BaselineEntry(
@@ -192,7 +192,9 @@ def _entry_from_json(raw: object, where: str) -> BaselineEntry:
             threads=_get(env, "threads", int, w_env),
             device=_get(env, "device", str, w_env),
         ),
-        protocol=Protocol(*(_get(proto, k, int, f"{where}.protocol") for k in ("warmup", "passes", "threads", "processes"))),
+        protocol=Protocol(
+            *(_get(proto, k, int, f"{where}.protocol") for k in ("warmup", "passes", "threads", "processes"))
+        ),
         tolerances=Tolerances(
             node=float(_get(tol, "node", (int, float), f"{where}.tolerances")),
             total=float(_get(tol, "total", (int, float), f"{where}.tolerances")),
@@ -216,7 +218,9 @@ def parse(text: str, path: Path) -> BaselineFile:
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise BaselineError(path, f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}; truncated?)", rerecord) from None
+        raise BaselineError(
+            path, f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}; truncated?)", rerecord
+        ) from None
     try:
         version = _get(raw, "schema_version", int, "")
         if version > SCHEMA_VERSION:
@@ -226,11 +230,11 @@ def parse(text: str, path: Path) -> BaselineFile:
                 "Upgrade pytest-fxprof to the version that wrote it",
             )
         if version < 1:
-            raise _Shape(f"schema_version {version} is not a version pytest-fxprof ever wrote")
+            raise _ShapeError(f"schema_version {version} is not a version pytest-fxprof ever wrote")
         test_id = _get(raw, "test_id", str, "")
         entries_raw = _get(raw, "entries", dict, "")
         entries = {str(k): _entry_from_json(v, f"entries[{k!r}]") for k, v in sorted(entries_raw.items())}
-    except _Shape as exc:
+    except _ShapeError as exc:
         raise BaselineError(path, f"the file is not a pytest-fxprof baseline: {exc}", rerecord) from None
     return BaselineFile(test_id=test_id, entries=entries)
 
@@ -325,7 +329,7 @@ def entry_from_json(raw: object, where: str = "entry") -> BaselineEntry:
     """Validate and build an entry sent from another process; ``ValueError`` names the bad field."""
     try:
         return _entry_from_json(raw, where)
-    except _Shape as exc:
+    except _ShapeError as exc:
         raise ValueError(str(exc)) from None
 
 
@@ -333,5 +337,5 @@ def run_from_json(raw: object, where: str, count: int) -> Run:
     """Validate and build one process's run of a ``count``-node graph; ``ValueError`` names the bad field."""
     try:
         return _run_from_json(raw, where, count)
-    except _Shape as exc:
+    except _ShapeError as exc:
         raise ValueError(str(exc)) from None

@@ -10,8 +10,12 @@ The rules, in order:
    Otherwise the verdict is a *mismatch*: no slowdown can be claimed on another machine.
 2. Nodes are paired by signature (op, module path, target) with a sequence alignment, so an inserted or
    removed op shows up as a structural change instead of shifting every later node.
-3. Node times are divided by the run's *speed factor*: the time-weighted median of the paired nodes'
-   ratios. Drift that slows every node alike cancels; one slow node barely moves the median.
+3. Node times are divided by a *speed factor* taken from the node's peers: the time-weighted median
+   ratio of the nodes of similar size (within ``PEER_SPAN`` of its baseline time, at least
+   ``MIN_PEERS`` of them, the node itself excluded). Drift cancels, including contention that slows
+   small ops more than large ones; one slow node barely moves its peers' median. Only a slower run is
+   divided out (``max(factor, 1)``): on a faster run a node is compared raw, so it is never called
+   slower merely because the rest of the model sped up more than it did.
 4. Each node's band is the larger of the node tolerance and ``SPREAD_K`` between-process deviations,
    the deviation estimated from the baseline's processes and shrunk toward nodes of similar size
    (``PRIOR_WEIGHT``). A node is slower only if its normalised ratio exceeds ``1 + band`` *and* it lost
@@ -44,6 +48,12 @@ DEFAULT_FLOOR_NS = 20_000
 FLOOR_SHARE = 0.002
 """Nor do changes smaller than this share (0.2 %) of the model's total time."""
 
+PEER_SPAN = 4.0
+"""Nodes within this factor of a node's baseline time are its peers for the speed factor."""
+
+MIN_PEERS = 8
+"""Fewer peers than this within ``PEER_SPAN``: the nearest in size are taken up to this count."""
+
 MACHINE_FACTOR_LIMIT = 2.0
 """A reference workload this many times faster or slower than in the baseline means another machine."""
 
@@ -55,7 +65,7 @@ class Verdict(StrEnum):
 
 
 class Status(StrEnum):
-    PASS = "pass"
+    PASS = "pass"  # noqa: S105 - a verdict, not a password
     REGRESSION = "regression"
     MISMATCH = "mismatch"
 
@@ -81,6 +91,7 @@ class NodeVerdict:
     node: NodeInfo
     baseline_ns: float
     current_ns: float
+    speed_factor: float
     ratio: float
     band: float
     band_source: BandSource
@@ -90,7 +101,7 @@ class NodeVerdict:
 
     @property
     def delta_ns(self) -> float:
-        """Time lost (positive) or won after dividing out the speed factor."""
+        """Time lost (positive) or won after dividing out the (slower-only) speed factor."""
         return self.baseline_ns * (self.ratio - 1.0)
 
 
@@ -151,9 +162,9 @@ def weighted_median(values: Sequence[float], weights: Sequence[float]) -> float:
     return pairs[-1][0]  # pragma: no cover - float rounding only
 
 
-def align(baseline: Sequence[NodeInfo], current: Sequence[NodeInfo]) -> tuple[
-    list[tuple[int, int]], list[NodeInfo], list[NodeInfo]
-]:
+def align(
+    baseline: Sequence[NodeInfo], current: Sequence[NodeInfo]
+) -> tuple[list[tuple[int, int]], list[NodeInfo], list[NodeInfo]]:
     """Pair nodes by signature in graph order; return (pairs of indices, added, removed)."""
     a = [n.signature for n in baseline]
     b = [n.signature for n in current]
@@ -187,7 +198,7 @@ def _process_factors(runs: Sequence[Run], centres: Sequence[float]) -> list[floa
 
 def size_class(ns: float) -> int:
     """Nodes within a factor of two of each other share a class (used to pool spread estimates)."""
-    return int(math.floor(math.log2(max(ns, 1.0))))
+    return math.floor(math.log2(max(ns, 1.0)))
 
 
 def node_noise(runs: Sequence[Run]) -> list[NodeNoise]:
@@ -225,10 +236,29 @@ def band_for(tolerance: float, sigma: float | None) -> tuple[float, BandSource]:
     return tolerance, BandSource.TOLERANCE
 
 
+def peer_factors(centres: Sequence[float], current: Sequence[float]) -> list[float]:
+    """Each node's speed factor: the time-weighted median ratio of its peers (see module docstring)."""
+    ratios = [cur / c if c else 1.0 for cur, c in zip(current, centres, strict=True)]
+    logs = [math.log(max(c, 1.0)) for c in centres]
+    span = math.log(PEER_SPAN)
+    out = []
+    for i, li in enumerate(logs):
+        others = sorted((abs(lj - li), j) for j, lj in enumerate(logs) if j != i)
+        if not others:
+            out.append(1.0)
+            continue
+        peers = [j for d, j in others if d <= span]
+        if len(peers) < MIN_PEERS:
+            peers = [j for _, j in others[:MIN_PEERS]]
+        out.append(weighted_median([ratios[j] for j in peers], [centres[j] for j in peers]))
+    return out
+
+
 def _judge_node(
-    info: NodeInfo, noise: NodeNoise, current_ns: float, speed: float, floor_ns: float, policy: Policy
+    info: NodeInfo, noise: NodeNoise, current_ns: float, *, speed: float, floor_ns: float, policy: Policy
 ) -> NodeVerdict:
-    normalised = current_ns / speed
+    divisor = max(speed, 1.0)
+    normalised = current_ns / divisor
     ratio = normalised / noise.centre_ns if noise.centre_ns else 1.0
     band, source = band_for(policy.node_tolerance, noise.sigma)
     delta = normalised - noise.centre_ns
@@ -241,7 +271,7 @@ def _judge_node(
         verdict, reason = Verdict.OK, f"x{ratio:.2f} beyond {limit} but +{delta / 1e3:.1f} us is under the floor"
     else:
         verdict, reason = Verdict.OK, f"x{ratio:.2f} within {limit}"
-    return NodeVerdict(info, noise.centre_ns, current_ns, ratio, band, source, floor_ns, verdict, reason)
+    return NodeVerdict(info, noise.centre_ns, current_ns, speed, ratio, band, source, floor_ns, verdict, reason)
 
 
 def _judge_total(baseline: Sequence[Run], current: Run, policy: Policy) -> TotalVerdict:
@@ -286,12 +316,14 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
     pairs, added, removed = align(baseline.nodes, current.nodes)
     noise = node_noise(baseline.runs)
     centres = [noise[i].centre_ns for i, _ in pairs]
-    speed = weighted_median([run.node_ns[j] / c if c else 1.0 for (_, j), c in zip(pairs, centres, strict=True)], centres)
-    speed = speed if speed > 0 else 1.0
+    now = [float(run.node_ns[j]) for _, j in pairs]
+    speed = weighted_median([n / c if c else 1.0 for n, c in zip(now, centres, strict=True)], centres)
+    factors = peer_factors(centres, now)
     model_ns = float(statistics.median(r.total_ns for r in baseline.runs))
     floor_ns = max(policy.floor_ns, FLOOR_SHARE * model_ns)
     verdicts = tuple(
-        _judge_node(current.nodes[j], noise[i], float(run.node_ns[j]), speed, floor_ns, policy) for i, j in pairs
+        _judge_node(current.nodes[j], noise[i], n, speed=f, floor_ns=floor_ns, policy=policy)
+        for (i, j), n, f in zip(pairs, now, factors, strict=True)
     )
     total = _judge_total(baseline.runs, run, policy)
     failed = total.verdict is Verdict.SLOWER or any(v.verdict is Verdict.SLOWER for v in verdicts)

@@ -65,14 +65,26 @@ def _flag(name: str) -> str:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fxprof", "per-node performance gate (pytest-fxprof)")
-    group.addoption("--fxprof", action="store_true", default=None, help="Profile, compare with the baselines, fail on regression")
+    group.addoption(
+        "--fxprof", action="store_true", default=None, help="Profile, compare with the baselines, fail on regression"
+    )
     parser.addini("fxprof", "Like --fxprof", type="bool", default=False)
     group.addoption(
-        "--fxprof-update", action="store_true", default=None, help="Profile and write baselines (create or refresh); never fails for slowness"
+        "--fxprof-update",
+        action="store_true",
+        default=None,
+        help="Profile and write baselines (create or refresh); never fails for slowness",
     )
     parser.addini("fxprof_update", "Like --fxprof-update", type="bool", default=False)
-    group.addoption("--fxprof-baseline-dir", metavar="DIR", default=None, help="Where baselines live (default: baselines/ under the rootdir)")
-    parser.addini("fxprof_baseline_dir", "Where baselines live, relative to the ini file (default: baselines)", default=None)
+    group.addoption(
+        "--fxprof-baseline-dir",
+        metavar="DIR",
+        default=None,
+        help="Where baselines live (default: baselines/ under the rootdir)",
+    )
+    parser.addini(
+        "fxprof_baseline_dir", "Where baselines live, relative to the ini file (default: baselines)", default=None
+    )
     group.addoption("--fxprof-report", metavar="PATH", default=None, help="Write a JSON report of every profiled test")
     parser.addini("fxprof_report", "Like --fxprof-report, relative to the ini file", default=None)
     for name in SETTING_NAMES:
@@ -96,7 +108,9 @@ def _mode(config: pytest.Config) -> Mode:
     check = bool(config.getoption("fxprof") or config.getini("fxprof"))
     update = bool(config.getoption("fxprof_update") or config.getini("fxprof_update"))
     if check and update:
-        raise pytest.UsageError("--fxprof and --fxprof-update exclude each other: check against baselines or record them")
+        raise pytest.UsageError(
+            "--fxprof and --fxprof-update exclude each other: check against baselines or record them"
+        )
     return Mode.CHECK if check else Mode.UPDATE if update else Mode.OFF
 
 
@@ -104,7 +118,7 @@ def _path_setting(config: pytest.Config, name: str, default: str | None) -> Path
     """A path option: relative to the invocation directory on the command line, to the ini file in it."""
     cli = config.getoption(f"fxprof_{name}")
     if cli:
-        return config.invocation_params.dir / cli
+        return config.invocation_params.dir / str(cli)
     ini = config.getini(f"fxprof_{name}") or default
     if not ini:
         return None
@@ -246,7 +260,15 @@ def fxprof(request: pytest.FixtureRequest) -> Fxprof:
         inifile=config.inipath,
         extra_args=plugin_args(config.invocation_params.args),
     )
-    state = TestState(item.nodeid, run.mode, settings, run.store, run.reactions, relaunch, sample_out)
+    state = TestState(
+        item.nodeid,
+        run.mode,
+        settings,
+        store=run.store,
+        reactions=run.reactions,
+        relaunch=relaunch,
+        sample_out=sample_out,
+    )
     item.stash[TEST_KEY] = state
     return Fxprof(state)
 
@@ -314,9 +336,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         except OSError as exc:
             errors.append(f"could not write the report {report}: {exc}")
     config.stash[_FINAL_KEY] = _Final(written, unused, errors, report)
-    if errors or (unused and run.reactions.unused is OnUnused.FAIL and run.mode is Mode.CHECK):
-        if session.exitstatus == pytest.ExitCode.OK:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    failing_unused = unused and run.reactions.unused is OnUnused.FAIL and run.mode is Mode.CHECK
+    if (errors or failing_unused) and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 class _Final:
@@ -351,7 +373,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         tr.write_line(f"wrote {len(final.written)} baseline file(s) to {directory}", green=True)
     if final.unused:
         verb = "failing" if run.reactions.unused is OnUnused.FAIL and run.mode is Mode.CHECK else "warning"
-        tr.write_line(f"{len(final.unused)} baseline(s) whose test no longer exists ({verb}; delete them):", yellow=True)
+        tr.write_line(
+            f"{len(final.unused)} baseline(s) whose test no longer exists ({verb}; delete them):", yellow=True
+        )
         for name in final.unused:
             tr.write_line(f"  {name}")
     for error in final.errors:
@@ -370,4 +394,3 @@ class XdistController:
         payload: WorkerPayload | None = getattr(node, "workeroutput", {}).get(WORKER_KEY)
         if payload is not None:
             self.config.stash[RUN_KEY].merge(payload)
-

@@ -131,7 +131,7 @@ def _target_name(gm: torch.fx.GraphModule, node: torch.fx.Node) -> str:
     if node.op == "call_function":
         try:
             return str(torch.fx.node._get_qualified_name(node.target))  # type: ignore[arg-type]
-        except Exception:  # pragma: no cover - exotic callables
+        except Exception:  # noqa: BLE001  # pragma: no cover - exotic callables
             return getattr(node.target, "__name__", repr(node.target))
     return str(node.target)
 
@@ -258,7 +258,7 @@ def placeholder_args(
             raise ProfileError(f"{type(module).__name__}.forward takes **{name}; pass those inputs by name")
         value = bound.arguments.get(name, node.args[0] if node.args else None)
         if target.startswith("*"):
-            out.extend(value)
+            out.extend(value or ())
         else:
             out.append(value)
     return out
@@ -291,7 +291,11 @@ class _CudaTimingInterpreter(_TimingInterpreter):
     def __init__(self, gm: torch.fx.GraphModule, nodes: Sequence[torch.fx.Node]) -> None:
         super().__init__(gm, nodes)
         self.events = [
-            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in nodes
+            (
+                torch.cuda.Event(enable_timing=True),  # type: ignore[no-untyped-call]
+                torch.cuda.Event(enable_timing=True),  # type: ignore[no-untyped-call]
+            )
+            for _ in nodes
         ]
 
     def run_node(self, n: torch.fx.Node) -> Any:
@@ -410,4 +414,3 @@ def profile_module(
         capture=cap,
         measured=measured,
     )
-

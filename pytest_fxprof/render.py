@@ -28,7 +28,9 @@ def _grid(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int])
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+        return "  ".join(
+            c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
 
     return [line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)]
 
@@ -42,8 +44,7 @@ def profile_table(result: ProfileResult, sort: str = "time", limit: int | None =
         nodes.sort(key=lambda n: (-n.median_ns, n.info.key))
     shown = nodes[:limit] if limit is not None else nodes
     rows = [
-        [n.name, n.op, n.target, n.info.where, fmt_ns(n.median_ns), f"{n.spread:.0%}", f"{n.share:.1%}"]
-        for n in shown
+        [n.name, n.op, n.target, n.info.where, fmt_ns(n.median_ns), f"{n.spread:.0%}", f"{n.share:.1%}"] for n in shown
     ]
     header = ["node", "op", "target", "module", "median", "spread", "share"]
     lines = _grid(header, rows, right={4, 5, 6})
@@ -69,8 +70,8 @@ def node_line(v: NodeVerdict) -> str:
     n = v.node
     return (
         f"{n.name} ({n.op} {n.target} in {n.where}): {fmt_ns(v.baseline_ns)} -> {fmt_ns(v.current_ns)}"
-        f" = x{v.ratio:.2f} after speed factor, band +{v.band:.0%} ({v.band_source.value}), "
-        f"+{fmt_ns(max(v.delta_ns, 0))}"
+        f" = x{v.ratio:.2f} after speed factor x{max(v.speed_factor, 1.0):.2f}, "
+        f"band +{v.band:.0%} ({v.band_source.value}), +{fmt_ns(max(v.delta_ns, 0))}"
     )
 
 
@@ -93,15 +94,14 @@ def structural_lines(c: Comparison) -> list[str]:
 def regression_message(label: str, c: Comparison) -> str:
     """The failure text of one profile: each slowed node worst first, then the total."""
     lines = [f"fxprof: {label} got slower than its baseline ({c.baseline_processes} process(es))"]
-    for v in c.slower:
-        lines.append(f"  slower: {node_line(v)}")
+    lines.extend(f"  slower: {node_line(v)}" for v in c.slower)
     if c.total is not None:
         t = c.total
         lines.append(
             f"  total: {fmt_ns(t.baseline_ns)} -> {fmt_ns(t.current_ns)}, x{t.ratio:.2f} against the reference "
             f"workload, band +{t.band:.0%} ({t.band_source.value}): {t.verdict.value}"
         )
-    lines.append(f"  speed factor of this run: x{c.speed_factor:.2f} (divided out of node times)")
+    lines.append(f"  speed factor of the whole run: x{c.speed_factor:.2f} (each node's own comes from its peers)")
     lines.extend("  " + s for s in structural_lines(c))
     return "\n".join(lines)
 

@@ -39,11 +39,17 @@ def profile_report(
     verdicts = {v.node.key: v for v in comparison.nodes} if comparison else {}
     nodes = []
     for n in result.nodes:
-        row: dict[str, Any] = {**_node_ref(n.info), "current_ns": n.median_ns, "spread": round(n.spread, 4), "share": round(n.share, 5)}
+        row: dict[str, Any] = {
+            **_node_ref(n.info),
+            "current_ns": n.median_ns,
+            "spread": round(n.spread, 4),
+            "share": round(n.share, 5),
+        }
         v = verdicts.get(n.info.key)
         if v is not None:
             row.update(
                 baseline_ns=round(v.baseline_ns),
+                speed_factor=round(v.speed_factor, 4),
                 ratio=round(v.ratio, 4),
                 band=round(v.band, 4),
                 band_source=v.band_source.value,

@@ -117,7 +117,9 @@ def sample(
             if got is None:
                 raise SamplingError(f"{where} made no fxprof call {key!r}; calls must not depend on the process")
             if list(got["nodes"]) != list(node_keys):
-                raise SamplingError(f"{where} captured a different graph for {key!r}; the capture must be deterministic")
+                raise SamplingError(
+                    f"{where} captured a different graph for {key!r}; the capture must be deterministic"
+                )
             try:
                 runs[key].append(run_from_json(got["run"], f"{key}.run", len(node_keys)))
             except ValueError as exc:

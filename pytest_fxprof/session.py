@@ -101,6 +101,7 @@ class TestState:
         test_id: str,
         mode: Mode,
         settings: Settings,
+        *,
         store: BaselineStore,
         reactions: Reactions,
         relaunch: Relaunch | None = None,
@@ -189,7 +190,11 @@ class TestState:
 
     def _record_of(self, key: str, status: str, result: ProfileResult) -> ProfileRecord:
         c = result.comparison
-        text = summary_line(self.label(key), c) if status in ("pass", "regression", "mismatch") else f"{self.label(key)}: {status}"
+        text = (
+            summary_line(self.label(key), c)
+            if status in ("pass", "regression", "mismatch")
+            else f"{self.label(key)}: {status}"
+        )
         return {
             "test_id": self.test_id,
             "key": key,
@@ -233,9 +238,7 @@ class TestState:
         if count > 0 and self.relaunch is not None:
             expected = {key: [n.info.key for n in r.nodes] for key, r in self.results.items()}
             extra = sample(self.relaunch, self.test_id, self.settings.to_json(), count, expected)
-        entries = {
-            key: r.entry(self.settings.tolerances(), tuple(extra[key])) for key, r in self.results.items()
-        }
+        entries = {key: r.entry(self.settings.tolerances(), tuple(extra[key])) for key, r in self.results.items()}
         try:
             previous = self.store.load(self.test_id)
         except BaselineError as exc:

@@ -72,9 +72,11 @@ def _coerce(name: str, value: object, source: str) -> float | int:
     if isinstance(value, bool):
         raise SettingsError(f"{source}: {name} must be a number, not {value!r}")
     try:
-        number = kind(value)  # type: ignore[arg-type]
+        number = kind(value)  # type: ignore[call-overload, arg-type]
     except (TypeError, ValueError):
-        raise SettingsError(f"{source}: {name} must be {'an integer' if kind is int else 'a number'}, not {value!r}") from None
+        raise SettingsError(
+            f"{source}: {name} must be {'an integer' if kind is int else 'a number'}, not {value!r}"
+        ) from None
     if kind is int and isinstance(value, float) and not value.is_integer():
         raise SettingsError(f"{source}: {name} must be an integer, not {value!r}")
     if number < _MINIMUM[name]:
@@ -86,9 +88,7 @@ def apply(base: Settings, values: Mapping[str, object], source: str) -> Settings
     """``base`` with ``values`` (from ``source``, named in errors) laid over it; None means unset."""
     unknown = sorted(set(values) - set(SETTING_NAMES))
     if unknown:
-        raise SettingsError(
-            f"{source}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(SETTING_NAMES)}"
-        )
+        raise SettingsError(f"{source}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(SETTING_NAMES)}")
     changes = {k: _coerce(k, v, source) for k, v in values.items() if v is not None}
     return replace(base, **changes)  # type: ignore[arg-type]
 

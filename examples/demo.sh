@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# make demo: record baselines of three torchvision models, check them, then catch an injected slowdown.
+# Baselines go to a temporary directory, so the committed ones in baselines/ stay as they are.
+set -uo pipefail
+BIN=${BIN:-.venv/bin}
+WORK=$(mktemp -d)
+DIR="$WORK/baselines"
+PYTEST=("$BIN/pytest" examples -p no:cacheprovider -q --fxprof-baseline-dir "$DIR")
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+step "1/3 Record baselines: each test profiled in this process and 4 fresh ones (pytest --fxprof-update)"
+"${PYTEST[@]}" --fxprof-update || exit 1
+ls "$DIR"
+
+step "2/3 Check the unchanged models against them (pytest --fxprof): expect a pass"
+"${PYTEST[@]}" --fxprof
+checked=$?
+[ $checked -eq 0 ] || echo "note: the unchanged check did not pass (exit $checked): see the fxprof summary above"
+
+step "3/3 Make ResNet18's layer3.0.conv1 50% slower (FXPROF_DEMO_SLOWDOWN): expect a failure naming that node"
+FXPROF_DEMO_SLOWDOWN=layer3.0.conv1=0.5 "${PYTEST[@]}" --fxprof --fxprof-report "$WORK/report.json"
+caught=$?
+if [ $caught -ne 1 ] || ! grep -q '"name": "layer3_0_conv1"' "$WORK/report.json"; then
+    echo "demo: the injected slowdown was not reported as expected (exit $caught)" >&2
+    exit 1
+fi
+python3 - "$WORK/report.json" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+for profile in report["profiles"]:
+    slow = [n for n in profile["nodes"] if n.get("verdict") == "slower"]
+    print(f"{profile['test_id']}: {profile['status']}" + "".join(
+        f"\n    {n['name']} in {n['module']}: x{n['ratio']:.2f} ({n['reason']})" for n in slow))
+PY
+printf '\nThe gate caught it. JSON report: %s\n' "$WORK/report.json"
+[ $checked -eq 0 ]

@@ -1,0 +1,833 @@
+"""Integration tests of the pytest plugin, run through pytester on tiny generated test files.
+
+Every inner run is in-process (``pytester.runpytest``), so torch is imported here once: pytester restores
+``sys.modules`` after each inner run, and torch cannot be imported twice in one interpreter.
+
+Timing is never asserted on. The profiled model is a few ``nn.Linear``/``nn.ReLU`` nodes on a 4x8 tensor
+(tens of microseconds), so the gate runs with wide tolerances (``LOOSE``); a slowdown is injected as a
+30 ms busy wait in one named leaf module, about a thousand times the model, far beyond any band.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import pytest_fxprof.profiler  # noqa: F401  (kept imported across in-process runs, like torch)
+
+FAST = ("--fxprof-processes=1", "--fxprof-warmup=1", "--fxprof-passes=3")
+LOOSE = ("--fxprof-node-tolerance=3", "--fxprof-total-tolerance=3")
+XDIST = pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["inprocess", "xdist"])
+SLOW_ENV = "FXPROF_TEST_SLOW"
+
+MODEL = f'''
+import os
+import time
+
+import pytest
+import torch
+from torch import nn
+
+
+class Slow(nn.Module):
+    """Busy-waits 30 ms per call when {SLOW_ENV} names its tag (read once, when built)."""
+
+    def __init__(self, tag):
+        super().__init__()
+        self.spin = os.environ.get("{SLOW_ENV}") == tag
+
+    def forward(self, x):
+        if self.spin:
+            until = time.perf_counter() + 0.030
+            while time.perf_counter() < until:
+                pass
+        return x
+
+
+class Net(nn.Module):
+    def __init__(self, tag="none"):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.act = nn.ReLU()
+        self.slow = Slow(tag)
+        self.fc2 = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(self.slow(self.act(self.fc1(x))))
+
+
+def profile(fxprof, tag="none", **kw):
+    return fxprof(Net(tag), torch.randn(4, 8), leaf_modules=[Slow], **kw)
+'''
+
+TWO_TESTS = """
+def test_a(fxprof):
+    profile(fxprof, "a")
+
+
+def test_b(fxprof):
+    profile(fxprof, "b")
+"""
+
+
+# Helpers ---------------------------------------------------------------------------------------------
+
+
+def write_tests(pytester: pytest.Pytester, body: str, name: str = "test_perf") -> Path:
+    return pytester.makepyfile(**{name: MODEL + textwrap.dedent(body)})
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest(*FAST, *LOOSE, *args)
+
+
+def baseline_files(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*.json"))
+
+
+def load(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def only_file(directory: Path) -> Path:
+    files = baseline_files(directory)
+    assert len(files) == 1, files
+    return files[0]
+
+
+def file_of(directory: Path, test_id: str) -> Path:
+    matches = [p for p in baseline_files(directory) if load(p)["test_id"] == test_id]
+    assert len(matches) == 1, (test_id, baseline_files(directory))
+    return matches[0]
+
+
+def fxprof_section(result: pytest.RunResult) -> list[str]:
+    """The lines of the terminal summary's ``fxprof`` section."""
+    lines = result.outlines
+    starts = [i for i, line in enumerate(lines) if re.fullmatch(r"=+ fxprof =+", line)]
+    assert len(starts) == 1, "\n".join(lines)
+    out = []
+    for line in lines[starts[0] + 1 :]:
+        if line.startswith("=="):
+            break
+        out.append(line)
+    return out
+
+
+def snapshot(directory: Path) -> dict[str, tuple[bytes, int]]:
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in baseline_files(directory)}
+
+
+# Modes -----------------------------------------------------------------------------------------------
+
+
+def test_plain_run_profiles_once_and_writes_nothing(pytester: pytest.Pytester) -> None:
+    write_tests(
+        pytester,
+        """
+        class Count(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.calls = 0
+
+            def forward(self, x):
+                self.calls += 1
+                return x
+
+
+        class Counted(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(8, 8)
+                self.count = Count()
+
+            def forward(self, x):
+                return self.count(self.fc(x))
+
+
+        def test_once(fxprof):
+            assert fxprof.mode == "off"
+            model = Counted()
+            result = fxprof(model, torch.randn(4, 8), leaf_modules=[Count])
+            assert model.count.calls == 1
+            assert result.measured is False
+            assert [n.name for n in result.nodes] == ["fc", "count"]
+        """,
+    )
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(passed=1)
+    assert not (pytester.path / "baselines").exists()
+    result.stdout.no_fnmatch_line("*= fxprof =*")
+
+
+@XDIST
+def test_update_writes_one_file_per_test_then_check_passes(pytester: pytest.Pytester, xdist: list[str]) -> None:
+    write_tests(pytester, TWO_TESTS)
+    result = run(pytester, "--fxprof-update", *xdist)
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(passed=2)
+    directory = pytester.path / "baselines"
+    files = baseline_files(directory)
+    assert len(files) == 2
+    ids = {load(p)["test_id"] for p in files}
+    assert ids == {"test_perf.py::test_a", "test_perf.py::test_b"}
+    for path in files:
+        data = load(path)
+        assert data["schema_version"] == 1
+        assert list(data["entries"]) == ["call0"]
+        entry = data["entries"]["call0"]
+        assert [n["name"] for n in entry["nodes"]] == ["fc1", "act", "slow", "fc2"]
+        assert entry["protocol"] == {"warmup": 1, "passes": 3, "threads": 1, "processes": 1}
+        assert len(entry["runs"]) == 1
+        assert entry["environment"]["torch"] == torch.__version__
+    section = fxprof_section(result)
+    assert "test_perf.py::test_a [call0]: recorded" in section
+    assert "test_perf.py::test_b [call0]: recorded" in section
+    result.stdout.fnmatch_lines([f"wrote 2 baseline file(s) to {directory}"])
+
+    before = snapshot(directory)
+    result = run(pytester, "--fxprof", *xdist)
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(passed=2)
+    section = fxprof_section(result)
+    assert any(line.startswith("test_perf.py::test_a [call0]: pass") for line in section), section
+    assert any(line.startswith("test_perf.py::test_b [call0]: pass") for line in section), section
+    assert snapshot(directory) == before  # a check never writes
+
+
+@XDIST
+def test_slowdown_fails_only_the_slowed_test(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, xdist: list[str]
+) -> None:
+    write_tests(pytester, TWO_TESTS)
+    assert run(pytester, "--fxprof-update", *xdist).ret == pytest.ExitCode.OK
+
+    monkeypatch.setenv(SLOW_ENV, "b")
+    result = run(pytester, "--fxprof", *xdist)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=1, failed=1)
+    failed = [r for r in result.reprec.getreports("pytest_runtest_logreport") if r.failed]  # type: ignore[attr-defined]
+    if not xdist:
+        assert [r.nodeid for r in failed] == ["test_perf.py::test_b"]
+    result.stdout.fnmatch_lines(["FAILED test_perf.py::test_b - *"])
+    result.stdout.no_fnmatch_line("FAILED test_perf.py::test_a*")
+    text = result.stdout.str()
+    assert "fxprof: test_perf.py::test_b [call0] got slower than its baseline (1 process(es))" in text
+    # node name, its op and target, its module path, baseline -> current and the ratio
+    assert re.search(
+        r"slower: slow \(call_module Slow in slow\): [\d.]+ [mun]?s -> [\d.]+ ms = x[\d.]+ after speed factor", text
+    ), text
+    section = fxprof_section(result)
+    assert len(section) == 2, section
+    assert section[0].startswith("test_perf.py::test_a [call0]: pass, total x")
+    assert section[1].startswith("test_perf.py::test_b [call0]: regression, total x")
+    assert "slow x" in section[1]
+
+
+# Reactions -------------------------------------------------------------------------------------------
+
+
+def test_missing_baseline_fails_with_update_hint(pytester: pytest.Pytester) -> None:
+    write_tests(pytester, TWO_TESTS)
+    result = run(pytester, "--fxprof")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(
+        ["fxprof: no baseline for test_perf.py::test_a [call0] in *baselines; record it with: "
+         "pytest --fxprof-update 'test_perf.py::test_a'"]
+    )
+    assert "missing" in "\n".join(fxprof_section(result))
+    assert not (pytester.path / "baselines").exists()
+
+
+def test_missing_baseline_skips_with_ini(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nfxprof_on_missing = skip\n")
+    write_tests(pytester, TWO_TESTS)
+    result = run(pytester, "--fxprof", "-rs")
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines(["SKIPPED * fxprof: no baseline for test_perf.py::test_a [[]call0[]]*--fxprof-update*"])
+
+
+@pytest.mark.parametrize(
+    ("flags", "outcome", "ret"),
+    [([], "skipped", pytest.ExitCode.OK), (["--fxprof-on-mismatch=fail"], "failed", pytest.ExitCode.TESTS_FAILED)],
+    ids=["default-skip", "fail"],
+)
+def test_environment_mismatch(
+    pytester: pytest.Pytester, flags: list[str], outcome: str, ret: pytest.ExitCode
+) -> None:
+    write_tests(pytester, "def test_a(fxprof):\n    profile(fxprof)\n")
+    assert run(pytester, "--fxprof-update").ret == pytest.ExitCode.OK
+    path = only_file(pytester.path / "baselines")
+    data = load(path)
+    data["entries"]["call0"]["environment"]["torch"] = "0.0.1-elsewhere"
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+    result = run(pytester, "--fxprof", "-rs", *flags)
+    assert result.ret == ret
+    result.assert_outcomes(**{outcome: 1})
+    text = result.stdout.str()
+    assert "recorded in another environment" in text
+    assert f"torch: baseline '0.0.1-elsewhere', this run '{torch.__version__}'" in text
+    assert any("mismatch" in line for line in fxprof_section(result))
+
+
+GRAPH_V1 = """
+class Net2(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+def test_a(fxprof):
+    fxprof(Net2(), torch.randn(4, 8))
+"""
+
+GRAPH_V2 = """
+class Net2(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.act = nn.ReLU()
+        self.extra = nn.Tanh()
+        self.fc2 = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(self.extra(self.act(self.fc1(x))))
+
+
+def test_a(fxprof):
+    fxprof(Net2(), torch.randn(4, 8))
+"""
+
+
+@pytest.mark.parametrize(
+    ("flags", "ret"),
+    [([], pytest.ExitCode.OK), (["--fxprof-on-graph-change=fail"], pytest.ExitCode.TESTS_FAILED)],
+    ids=["default-warn", "fail"],
+)
+def test_graph_change(pytester: pytest.Pytester, flags: list[str], ret: pytest.ExitCode) -> None:
+    write_tests(pytester, GRAPH_V1)
+    assert run(pytester, "--fxprof-update").ret == pytest.ExitCode.OK
+    write_tests(pytester, GRAPH_V2)  # one node added after recording
+
+    result = run(pytester, "--fxprof", *flags)
+    assert result.ret == ret
+    text = result.stdout.str()
+    assert "graph changed since the baseline: 1 node(s) added, 0 removed" in text
+    assert "added: extra (Tanh in extra)" in text
+    if ret == pytest.ExitCode.OK:
+        result.assert_outcomes(passed=1, warnings=1)
+        result.stdout.fnmatch_lines(["*= warnings summary =*", "*FxprofWarning: fxprof: test_perf.py::test_a [[]call0[]]: graph changed*"])
+    else:
+        result.assert_outcomes(failed=1)
+        result.stdout.no_fnmatch_line("*FxprofWarning*")
+    assert any("graph changed (+1/-0)" in line for line in fxprof_section(result))
+
+
+# Usage errors ----------------------------------------------------------------------------------------
+
+
+def test_check_and_update_together_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    write_tests(pytester, TWO_TESTS)
+    result = pytester.runpytest("--fxprof", "--fxprof-update")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--fxprof and --fxprof-update exclude each other*"])
+    assert not (pytester.path / "baselines").exists()
+
+
+def test_unknown_marker_keyword_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    write_tests(
+        pytester,
+        """
+        @pytest.mark.fxprof(bogus=1)
+        def test_a(fxprof):
+            profile(fxprof)
+        """,
+    )
+    result = run(pytester, "--fxprof-update")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*test_perf.py::test_a: @pytest.mark.fxprof: unknown setting(s) bogus; known: *"])
+    assert not (pytester.path / "baselines").exists()
+
+
+# Settings --------------------------------------------------------------------------------------------
+
+
+def test_marker_overrides_command_line(pytester: pytest.Pytester) -> None:
+    write_tests(
+        pytester,
+        """
+        @pytest.mark.fxprof(passes=2, warmup=0)
+        def test_marked(fxprof):
+            result = profile(fxprof)
+            assert result.protocol.passes == 2
+            assert len(result.nodes[0].samples_ns) == 2
+
+
+        def test_plain(fxprof):
+            result = profile(fxprof)
+            assert result.protocol.passes == 3
+        """,
+    )
+    result = run(pytester, "--fxprof-update")
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(passed=2)
+    directory = pytester.path / "baselines"
+    marked = load(file_of(directory, "test_perf.py::test_marked"))["entries"]["call0"]["protocol"]
+    plain = load(file_of(directory, "test_perf.py::test_plain"))["entries"]["call0"]["protocol"]
+    assert marked == {"warmup": 0, "passes": 2, "threads": 1, "processes": 1}
+    assert plain == {"warmup": 1, "passes": 3, "threads": 1, "processes": 1}
+
+
+def test_ini_keys_and_command_line_wins(pytester: pytest.Pytester) -> None:
+    pytester.makeini(
+        """
+        [pytest]
+        fxprof_update = true
+        fxprof_processes = 1
+        fxprof_warmup = 2
+        fxprof_passes = 4
+        fxprof_node_tolerance = 3
+        fxprof_total_tolerance = 3
+        fxprof_baseline_dir = perf/base
+        """
+    )
+    write_tests(pytester, "def test_a(fxprof):\n    profile(fxprof)\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.OK
+    directory = pytester.path / "perf" / "base"
+    entry = load(only_file(directory))["entries"]["call0"]
+    assert entry["protocol"] == {"warmup": 2, "passes": 4, "threads": 1, "processes": 1}
+    assert entry["tolerances"] == {"node": 3.0, "total": 3.0}
+    assert not (pytester.path / "baselines").exists()
+
+    result = pytester.runpytest("--fxprof-passes=3", "--fxprof-node-tolerance=2.5")
+    assert result.ret == pytest.ExitCode.OK
+    entry = load(only_file(directory))["entries"]["call0"]
+    assert entry["protocol"] == {"warmup": 2, "passes": 3, "threads": 1, "processes": 1}
+    assert entry["tolerances"] == {"node": 2.5, "total": 3.0}
+
+
+def test_bad_ini_value_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nfxprof_passes = many\n")
+    write_tests(pytester, TWO_TESTS)
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*ini file: passes must be an integer, not 'many'*"])
+
+
+def test_baseline_dir_option_is_relative_to_invocation_dir(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makeini("[pytest]\n")
+    sub = pytester.mkdir("sub")
+    test_file = write_tests(pytester, "def test_a(fxprof):\n    profile(fxprof)\n")
+    test_file.rename(sub / test_file.name)
+    monkeypatch.chdir(sub)
+    result = run(pytester, "--fxprof-update", "--fxprof-baseline-dir=here")
+    assert result.ret == pytest.ExitCode.OK
+    data = load(only_file(sub / "here"))
+    assert data["test_id"] == "sub/test_perf.py::test_a"  # ids stay relative to the rootdir
+    assert not (pytester.path / "here").exists()
+    assert not (pytester.path / "baselines").exists()
+
+    result = run(pytester, "--fxprof", "--fxprof-baseline-dir=here")
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(passed=1)
+
+
+# Report ----------------------------------------------------------------------------------------------
+
+
+@XDIST
+def test_report_json(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, xdist: list[str]) -> None:
+    write_tests(pytester, TWO_TESTS)
+    assert run(pytester, "--fxprof-update", *xdist).ret == pytest.ExitCode.OK
+    monkeypatch.setenv(SLOW_ENV, "b")
+    result = run(pytester, "--fxprof", "--fxprof-report=out/report.json", *xdist)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=1, failed=1)
+    path = pytester.path / "out" / "report.json"
+    result.stdout.fnmatch_lines([f"report: {path}"])
+    report = load(path)
+    assert report["report_version"] == 1
+    assert report["mode"] == "check"
+    assert report["unused_baselines"] == []
+    profiles = {p["test_id"]: p for p in report["profiles"]}
+    assert list(profiles) == ["test_perf.py::test_a", "test_perf.py::test_b"]
+    a, b = profiles["test_perf.py::test_a"], profiles["test_perf.py::test_b"]
+    assert (a["key"], a["status"]) == ("call0", "pass")
+    assert (b["key"], b["status"]) == ("call0", "regression")
+    for profile in (a, b):
+        assert profile["environment"]["torch"] == torch.__version__
+        assert profile["environment"]["threads"] == 1
+        assert profile["environment"]["device"] == "cpu"
+        assert profile["protocol"] == {"warmup": 1, "passes": 3, "threads": 1, "processes": 1}
+        assert [n["name"] for n in profile["nodes"]] == ["fc1", "act", "slow", "fc2"]
+        for node in profile["nodes"]:
+            for field in ("key", "op", "target", "module", "baseline_ns", "current_ns", "ratio", "band", "verdict", "reason"):
+                assert field in node, (field, node)
+        assert profile["total"]["verdict"] in ("ok", "slower", "faster")
+    assert all(n["verdict"] != "slower" for n in a["nodes"])
+    slow = next(n for n in b["nodes"] if n["name"] == "slow")
+    assert (slow["op"], slow["target"], slow["module"]) == ("call_module", "Slow", "slow")
+    assert slow["verdict"] == "slower"
+    assert slow["ratio"] > 1 + slow["band"]
+    assert slow["current_ns"] > 25_000_000  # the injected 30 ms busy wait
+    assert "beyond band" in slow["reason"]
+    assert b["total"]["verdict"] == "slower"
+
+
+# Several calls in one test ---------------------------------------------------------------------------
+
+
+def test_named_calls_get_separate_entries(pytester: pytest.Pytester) -> None:
+    write_tests(
+        pytester,
+        """
+        def test_two(fxprof):
+            profile(fxprof, name="encoder")
+            fxprof(nn.Sequential(nn.Linear(8, 2), nn.Sigmoid()), torch.randn(4, 8), name="head")
+        """,
+    )
+    result = run(pytester, "--fxprof-update")
+    assert result.ret == pytest.ExitCode.OK
+    entries = load(only_file(pytester.path / "baselines"))["entries"]
+    assert sorted(entries) == ["encoder", "head"]
+    assert [n["name"] for n in entries["encoder"]["nodes"]] == ["fc1", "act", "slow", "fc2"]
+    assert [n["target"] for n in entries["head"]["nodes"]] == ["Linear", "Sigmoid"]
+    section = fxprof_section(result)
+    assert "test_perf.py::test_two [encoder]: recorded" in section
+    assert "test_perf.py::test_two [head]: recorded" in section
+
+    result = run(pytester, "--fxprof")
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(passed=1)
+
+
+def test_unnamed_calls_are_numbered(pytester: pytest.Pytester) -> None:
+    write_tests(
+        pytester,
+        """
+        def test_two(fxprof):
+            assert profile(fxprof).name == "call0"
+            assert profile(fxprof).name == "call1"
+            assert profile(fxprof, name="named").name == "named"
+        """,
+    )
+    result = run(pytester, "--fxprof-update")
+    assert result.ret == pytest.ExitCode.OK
+    entries = load(only_file(pytester.path / "baselines"))["entries"]
+    assert sorted(entries) == ["call0", "call1", "named"]
+
+
+def test_same_name_twice_fails(pytester: pytest.Pytester) -> None:
+    write_tests(
+        pytester,
+        """
+        def test_twice(fxprof):
+            profile(fxprof, name="enc")
+            profile(fxprof, name="enc")
+
+
+        def test_fine(fxprof):
+            profile(fxprof, name="enc")
+        """,
+    )
+    result = run(pytester, "--fxprof-update")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*fxprof: fxprof was called twice with the key 'enc' in one test; give each call its own name=*"]
+    )
+    files = baseline_files(pytester.path / "baselines")
+    assert [load(p)["test_id"] for p in files] == ["test_perf.py::test_fine"]
+
+
+# Baseline files --------------------------------------------------------------------------------------
+
+
+def _corrupt(kind: str, good: str) -> str:
+    if kind == "empty":
+        return ""
+    if kind == "truncated":
+        return good[: len(good) // 2]
+    return f"<<<<<<< HEAD\n{good}=======\n{good}>>>>>>> other-branch\n"
+
+
+@pytest.mark.parametrize(
+    ("kind", "problem"),
+    [
+        ("empty", "the file is empty"),
+        ("truncated", "not valid JSON"),
+        ("conflict", "the file contains git merge-conflict markers"),
+    ],
+)
+def test_corrupt_baseline_fails_and_is_left_unchanged(pytester: pytest.Pytester, kind: str, problem: str) -> None:
+    write_tests(pytester, TWO_TESTS)
+    assert run(pytester, "--fxprof-update").ret == pytest.ExitCode.OK
+    directory = pytester.path / "baselines"
+    path = file_of(directory, "test_perf.py::test_a")
+    path.write_text(_corrupt(kind, path.read_text(encoding="utf-8")), encoding="utf-8")
+    before = snapshot(directory)
+
+    result = run(pytester, "--fxprof")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["FAILED test_perf.py::test_a - *"])
+    text = result.stdout.str()
+    assert f"fxprof: {path}: {problem}" in text
+    assert snapshot(directory) == before
+
+
+def test_partial_update_touches_only_selected_tests(pytester: pytest.Pytester) -> None:
+    write_tests(pytester, TWO_TESTS + "\n\ndef test_c(fxprof):\n    profile(fxprof)\n")
+    assert run(pytester, "--fxprof-update").ret == pytest.ExitCode.OK
+    write_tests(pytester, TWO_TESTS)  # test_c deleted: its baseline is stale, but -k cannot tell
+    directory = pytester.path / "baselines"
+    a = file_of(directory, "test_perf.py::test_a")
+    before = snapshot(directory)
+    assert len(before) == 3
+
+    result = run(pytester, "--fxprof-update", "-k", "test_a")
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(passed=1, deselected=1)
+    after = snapshot(directory)
+    assert set(after) == set(before)
+    assert after[a.name][0] != before[a.name][0]  # re-measured, so other numbers
+    assert {k: v for k, v in after.items() if k != a.name} == {k: v for k, v in before.items() if k != a.name}
+    result.stdout.fnmatch_lines(["wrote 1 baseline file(s) to *"])
+    result.stdout.no_fnmatch_line("*no longer exists*")
+
+
+@XDIST
+def test_unused_baseline_is_reported(pytester: pytest.Pytester, xdist: list[str]) -> None:
+    write_tests(pytester, TWO_TESTS)
+    assert run(pytester, "--fxprof-update", *xdist).ret == pytest.ExitCode.OK
+    stale = file_of(pytester.path / "baselines", "test_perf.py::test_b")
+    write_tests(pytester, "def test_a(fxprof):\n    profile(fxprof, 'a')\n")
+
+    result = run(pytester, "--fxprof", "--fxprof-report=report.json", *xdist)
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(passed=1)
+    section = fxprof_section(result)
+    assert "1 baseline(s) whose test no longer exists (warning; delete them):" in section
+    assert f"  {stale.name} (test_perf.py::test_b)" in section
+    assert load(pytester.path / "report.json")["unused_baselines"] == [f"{stale.name} (test_perf.py::test_b)"]
+    assert stale.exists()
+
+    result = run(pytester, "--fxprof", "--fxprof-on-unused=fail", *xdist)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=1)
+    assert "1 baseline(s) whose test no longer exists (failing; delete them):" in fxprof_section(result)
+
+
+def test_failing_test_is_not_recorded(pytester: pytest.Pytester) -> None:
+    write_tests(
+        pytester,
+        """
+        def test_good(fxprof):
+            profile(fxprof)
+
+
+        def test_bad(fxprof):
+            profile(fxprof)
+            assert False, "the model's output is wrong"
+        """,
+    )
+    result = run(pytester, "--fxprof-update")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=1, failed=1)
+    files = baseline_files(pytester.path / "baselines")
+    assert [load(p)["test_id"] for p in files] == ["test_perf.py::test_good"]
+    section = fxprof_section(result)
+    assert "test_perf.py::test_bad: not recorded, the test did not pass" in section
+    result.stdout.fnmatch_lines(["wrote 1 baseline file(s) to *"])
+
+
+def test_untraceable_model_fails_with_leaf_modules_hint(pytester: pytest.Pytester) -> None:
+    write_tests(
+        pytester,
+        """
+        class Gate(nn.Module):
+            def forward(self, x):
+                if x.sum() > 0:
+                    return x
+                return -x
+
+
+        class Branchy(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(8, 8)
+                self.gate = Gate()
+
+            def forward(self, x):
+                return self.gate(self.fc(x))
+
+
+        def test_branchy(fxprof):
+            fxprof(Branchy(), torch.randn(4, 8))
+
+
+        def test_branchy_as_leaf(fxprof):
+            fxprof(Branchy(), torch.randn(4, 8), leaf_modules=["gate"])
+
+
+        def test_fine(fxprof):
+            profile(fxprof)
+        """,
+    )
+    result = run(pytester, "--fxprof-update")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["FAILED test_perf.py::test_branchy - *"])
+    text = result.stdout.str()
+    assert "fxprof: torch.fx.symbolic_trace could not capture Branchy" in text
+    assert "while tracing submodule 'gate' (Gate)" in text
+    assert "leaf_modules=['gate']" in text
+    ids = sorted(load(p)["test_id"] for p in baseline_files(pytester.path / "baselines"))
+    assert ids == ["test_perf.py::test_branchy_as_leaf", "test_perf.py::test_fine"]
+
+
+def test_update_with_two_processes_stores_two_runs(pytester: pytest.Pytester) -> None:
+    write_tests(pytester, "def test_a(fxprof):\n    profile(fxprof)\n")
+    result = pytester.runpytest("--fxprof-update", "--fxprof-processes=2", "--fxprof-warmup=1", "--fxprof-passes=3")
+    assert result.ret == pytest.ExitCode.OK
+    entry = load(only_file(pytester.path / "baselines"))["entries"]["call0"]
+    assert entry["protocol"]["processes"] == 2
+    assert len(entry["runs"]) == 2
+    for recorded in entry["runs"]:
+        assert len(recorded["node_ns"]) == 4
+
+    result = run(pytester, "--fxprof")
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(passed=1)
+    assert any("test_perf.py::test_a [call0]: pass" in line for line in fxprof_section(result))
+
+
+def test_parametrized_ids_get_safe_file_names(pytester: pytest.Pytester) -> None:
+    write_tests(
+        pytester,
+        """
+        @pytest.mark.parametrize("p", [1, 2, 3], ids=["../../escape", "a/b/..", ".."])
+        def test_p(fxprof, p):
+            profile(fxprof)
+        """,
+    )
+    result = run(pytester, "--fxprof-update")
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(passed=3)
+    directory = pytester.path / "baselines"
+    files = baseline_files(directory)
+    assert sorted(p.name for p in directory.iterdir()) == [p.name for p in files]  # nothing but the files
+    assert len(files) == 3
+    for path in files:
+        assert path.parent == directory
+        assert re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]*\.json", path.name), path.name
+    assert {load(p)["test_id"] for p in files} == {
+        "test_perf.py::test_p[../../escape]",
+        "test_perf.py::test_p[a/b/..]",
+        "test_perf.py::test_p[..]",
+    }
+    assert sorted(p.name for p in pytester.path.iterdir() if not p.name.startswith(".")) == [
+        "baselines",
+        "test_perf.py",
+    ]
+    assert not (pytester.path.parent / "escape").exists()
+
+    result = run(pytester, "--fxprof")
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(passed=3)
+
+
+# The module and inputs -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["", "--fxprof-update"], ids=["off", "update"])
+def test_module_and_inputs_are_unchanged(pytester: pytest.Pytester, mode: str) -> None:
+    write_tests(
+        pytester,
+        """
+        def test_state(fxprof):
+            model = nn.Sequential(nn.Linear(8, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2))
+            model.train()
+            model[3].eval()
+            bn = model[1]
+            bn.running_mean += 0.5
+            stats = {k: v.clone() for k, v in bn.state_dict().items()}
+            params = {k: v.detach().clone() for k, v in model.named_parameters()}
+            x = torch.randn(4, 8)
+            x_before = x.clone()
+
+            fxprof(model, x)
+
+            assert [m.training for m in model.modules()] == [True, True, True, True, False]
+            for k, v in bn.state_dict().items():
+                assert torch.equal(v, stats[k]), k
+            assert int(bn.num_batches_tracked) == 0
+            for k, v in model.named_parameters():
+                assert torch.equal(v, params[k]), k
+            assert torch.equal(x, x_before)
+            assert torch.is_grad_enabled()
+        """,
+    )
+    args = [mode] if mode else []
+    result = run(pytester, *args)
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(passed=1)
+
+
+def test_profiles_under_no_grad(pytester: pytest.Pytester) -> None:
+    write_tests(
+        pytester,
+        """
+        class Probe(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.seen = []
+
+            def forward(self, x):
+                self.seen.append((torch.is_grad_enabled(), x.requires_grad))
+                return x
+
+
+        class Probed(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(8, 8)
+                self.probe = Probe()
+
+            def forward(self, x):
+                return self.probe(self.fc(x))
+
+
+        def test_grad(fxprof):
+            model = Probed()
+            x = torch.randn(4, 8, requires_grad=True)
+            fxprof(model, x, leaf_modules=[Probe])
+            assert len(model.probe.seen) == 8  # (1 warm-up + 3 passes) x (plain + instrumented)
+            assert set(model.probe.seen) == {(False, False)}
+            assert torch.is_grad_enabled()
+            assert x.grad is None
+        """,
+    )
+    result = run(pytester, "--fxprof-update")
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(passed=1)
+
