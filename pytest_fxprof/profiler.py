@@ -365,6 +365,7 @@ def profile_module(
     nodes = [node for node, _ in described]
     device = device_of(module, args, kwargs)
     cuda = device.type == "cuda"
+    graph_inputs = placeholder_args(gm, module, args, kwargs)
     interp = (_CudaTimingInterpreter if cuda else _TimingInterpreter)(gm, nodes)
     reference = ReferenceWorkload() if measured else None
     warmup, passes = (protocol.warmup, protocol.passes) if measured else (0, 1)
@@ -386,7 +387,7 @@ def profile_module(
                 if keep:
                     totals.append(plain)
                     references.append(ref)
-            graph_args = tree_map(_clone, placeholder_args(gm, module, args, kwargs))
+            graph_args = tree_map(_clone, graph_inputs)
             _sync(device)
             start = time.perf_counter_ns()
             interp.run(*graph_args)

@@ -1,0 +1,228 @@
+"""The profiling engine on real torch modules: what it captures, what it leaves untouched, how it fails."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from pytest_fxprof import ProfileResult, profile
+from pytest_fxprof.profiler import CaptureError, ProfileError, capture, describe_nodes
+
+
+class Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.bn(self.conv(x))) + x
+
+
+class Net(nn.Module):
+    def __init__(self, extra_op: bool = False) -> None:
+        super().__init__()
+        self.extra_op = extra_op
+        self.stem = nn.Conv2d(3, 4, 3, padding=1)
+        self.blocks = nn.Sequential(Block(), Block())
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        x = self.stem(x)
+        if self.extra_op:  # a Python flag, fixed at trace time
+            x = x * 2
+        x = self.blocks(x)
+        out: torch.Tensor = self.head(x.mean(dim=(2, 3))) * scale
+        return out
+
+
+class InPlace(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.add_(1)
+
+
+class DataDependent(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = Branchy()
+        self.lin = nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.inner(self.lin(x))
+        return out
+
+
+class Branchy(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.sum() > 0:
+            return x
+        return -x
+
+
+class ParamMutator(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.w.add_(1)
+        return x * self.w
+
+
+def quick(module: nn.Module, *args: Any, **kwargs: Any) -> ProfileResult:
+    return profile(module, *args, warmup=1, passes=3, **kwargs)
+
+
+def test_profile_reports_every_node_with_module_paths() -> None:
+    result = profile(Net(), torch.randn(2, 3, 8, 8), warmup=1, passes=4)
+    modules = {n.module for n in result.nodes}
+    assert {"stem", "blocks.0.conv", "blocks.0.bn", "blocks.1.conv", "head"} <= modules
+    relu = [n for n in result.nodes if n.target == "torch.relu"]
+    assert [n.module for n in relu] == ["blocks.0", "blocks.1"]  # function nodes carry their enclosing module
+    assert all(len(n.samples_ns) == 4 and n.median_ns > 0 for n in result.nodes)
+    assert sum(n.share for n in result.nodes) == pytest.approx(1.0)
+    assert result.total_ns > 0
+    assert result.overhead is not None
+    assert result.overhead > 0
+    assert result.measured
+
+
+def test_table_and_dataframe_views() -> None:
+    result = profile(Net(), torch.randn(2, 3, 8, 8), warmup=0, passes=2)
+    table = result.table(limit=3)
+    assert table.splitlines()[0].split()[:4] == ["node", "op", "target", "module"]
+    assert f"... {len(result.nodes) - 3} more nodes" in table
+    frame = result.to_dataframe()
+    assert len(frame) == len(result.nodes)
+    assert list(frame["node"]) == [n.name for n in result.nodes]
+
+
+def test_module_and_inputs_are_left_exactly_as_they_were() -> None:
+    net = Net().train()
+    net.blocks[1].eval()
+    x = torch.randn(2, 3, 8, 8)
+    x_before = x.clone()
+    state_before = {k: v.clone() for k, v in net.state_dict().items()}
+    rng_before = torch.random.get_rng_state()
+    threads_before = torch.get_num_threads()
+    quick(net, x)
+    assert net.training
+    assert not net.blocks[1].training
+    assert net.blocks[0].training
+    for key, value in net.state_dict().items():
+        assert torch.equal(value, state_before[key]), key  # BatchNorm running stats included
+    assert torch.equal(x, x_before)
+    assert torch.equal(torch.random.get_rng_state(), rng_before)
+    assert torch.get_num_threads() == threads_before
+
+
+def test_in_place_ops_do_not_touch_the_callers_input() -> None:
+    x = torch.zeros(3)
+    result = quick(InPlace(), x)
+    assert torch.equal(x, torch.zeros(3))
+    assert result is not None
+
+
+def test_runs_under_no_grad() -> None:
+    seen: list[bool] = []
+
+    class Probe(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(torch.is_grad_enabled())
+            return x
+
+    quick(nn.Sequential(Probe()), torch.ones(2, requires_grad=True), leaf_modules=[Probe])
+    assert seen
+    assert not any(seen)
+    assert torch.is_grad_enabled()
+
+
+def test_parameter_mutated_in_forward_is_refused() -> None:
+    with pytest.raises(ProfileError, match=r"changed its parameters in place.*deepcopy"):
+        quick(ParamMutator(), torch.ones(3))
+
+
+def test_keyword_inputs_are_bound_like_a_call() -> None:
+    x = torch.randn(1, 3, 8, 8)
+    result = quick(Net(), x, scale=3.0)
+    assert result is not None
+    with pytest.raises(ProfileError, match=r"do not fit Net\.forward"):
+        quick(Net(), x, bogus=1)
+
+
+def test_node_keys_survive_an_op_inserted_early() -> None:
+    plain = [info for _, info in describe_nodes(capture(Net())[0])]
+    extra = [info for _, info in describe_nodes(capture(Net(extra_op=True))[0])]
+    assert len(extra) == len(plain) + 1
+    assert {n.key for n in plain} <= {n.key for n in extra}
+    # the generated names shift, the keys do not
+    assert [n.name for n in plain] != [n.name for n in extra if n.key in {p.key for p in plain}]
+
+
+def test_untraceable_model_names_the_submodule_and_the_fix() -> None:
+    with pytest.raises(CaptureError) as info:
+        quick(DataDependent(), torch.randn(2, 3))
+    text = str(info.value)
+    assert "'inner' (Branchy)" in text
+    assert "leaf_modules=['inner']" in text
+    assert "if x.sum() > 0:" in text  # the user's line that broke tracing
+    assert info.value.__cause__ is not None
+
+
+@pytest.mark.parametrize("leaf", ["inner", Branchy])
+def test_leaf_modules_by_path_or_class(leaf: object) -> None:
+    result = profile(DataDependent(), torch.randn(2, 3), warmup=0, passes=1, leaf_modules=[leaf])
+    assert [n.target for n in result.nodes] == ["Linear", "Branchy"]
+    assert result.capture.leaf_modules
+
+
+def test_custom_tracer() -> None:
+    class Tracer(torch.fx.Tracer):
+        def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+            return isinstance(m, Branchy) or super().is_leaf_module(m, module_qualified_name)
+
+    result = profile(DataDependent(), torch.randn(2, 3), warmup=0, passes=1, tracer=Tracer())
+    assert result.capture.method == "tracer:Tracer"
+    assert [n.module for n in result.nodes] == ["lin", "inner"]
+
+
+def test_not_a_module_is_refused() -> None:
+    with pytest.raises(ProfileError, match=r"torch\.nn\.Module"):
+        profile(lambda x: x, torch.ones(1))
+
+
+def test_threads_are_pinned_while_profiling() -> None:
+    seen: list[int] = []
+    threads_before = torch.get_num_threads()
+
+    class Probe(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(torch.get_num_threads())
+            return x
+
+    torch.set_num_threads(2)
+    try:
+        profile(nn.Sequential(Probe()), torch.ones(1), warmup=0, passes=1, threads=1, leaf_modules=[Probe])
+        assert torch.get_num_threads() == 2  # put back afterwards
+    finally:
+        torch.set_num_threads(threads_before)
+    assert set(seen) == {1}
+
+
+def test_importing_the_plugin_does_not_import_torch() -> None:
+    code = "import sys, pytest_fxprof.plugin, pytest_fxprof; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_profile_uses_device_time() -> None:  # pragma: no cover - runs only with a GPU
+    net = Net().cuda()
+    result = profile(net, torch.randn(2, 3, 8, 8, device="cuda"), warmup=1, passes=3)
+    assert result.environment.device.startswith("cuda:")
+    assert all(n.median_ns > 0 for n in result.nodes)
