@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import tempfile
@@ -147,6 +148,27 @@ def _get(obj: object, key: str, kind: type | tuple[type, ...], where: str) -> An
     return value
 
 
+def _count(obj: object, key: str, where: str, minimum: int = 0) -> int:
+    value: int = _get(obj, key, int, where)
+    if value < minimum:
+        raise _ShapeError(f"{where}.{key} should be at least {minimum}, found {value}")
+    return value
+
+
+def _number(obj: object, key: str, where: str) -> float:
+    value = float(_get(obj, key, (int, float), where))
+    if not math.isfinite(value) or value < 0:
+        raise _ShapeError(f"{where}.{key} should be a finite non-negative number, found {value}")
+    return value
+
+
+def _strings(obj: object, key: str, where: str) -> tuple[str, ...]:
+    values = _get(obj, key, list, where)
+    if not all(isinstance(v, str) for v in values):
+        raise _ShapeError(f"{where}.{key} should be a list of strings")
+    return tuple(values)
+
+
 def _int_list(obj: object, key: str, where: str, length: int) -> tuple[int, ...]:
     values = _get(obj, key, list, where)
     if len(values) != length or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
@@ -156,9 +178,9 @@ def _int_list(obj: object, key: str, where: str, length: int) -> tuple[int, ...]
 
 def _run_from_json(raw: object, where: str, count: int) -> Run:
     return Run(
-        total_ns=_get(raw, "total_ns", int, where),
-        instrumented_ns=_get(raw, "instrumented_ns", int, where),
-        reference_ns=_get(raw, "reference_ns", int, where),
+        total_ns=_count(raw, "total_ns", where),
+        instrumented_ns=_count(raw, "instrumented_ns", where),
+        reference_ns=_count(raw, "reference_ns", where),
         node_ns=_int_list(raw, "node_ns", where, count),
         node_spread_ns=_int_list(raw, "node_spread_ns", where, count),
     )
@@ -182,26 +204,33 @@ def _entry_from_json(raw: object, where: str) -> BaselineEntry:
     return BaselineEntry(
         capture=Capture(
             method=_get(cap, "method", str, f"{where}.capture"),
-            leaf_modules=tuple(_get(cap, "leaf_modules", list, f"{where}.capture")),
+            leaf_modules=_strings(cap, "leaf_modules", f"{where}.capture"),
         ),
         environment=Environment(
             torch=_get(env, "torch", str, w_env),
             python=_get(env, "python", str, w_env),
             platform=_get(env, "platform", str, w_env),
             cpu=_get(env, "cpu", str, w_env),
-            threads=_get(env, "threads", int, w_env),
+            threads=_count(env, "threads", w_env, minimum=1),
             device=_get(env, "device", str, w_env),
         ),
         protocol=Protocol(
-            *(_get(proto, k, int, f"{where}.protocol") for k in ("warmup", "passes", "threads", "processes"))
+            warmup=_count(proto, "warmup", f"{where}.protocol"),
+            passes=_count(proto, "passes", f"{where}.protocol", minimum=1),
+            threads=_count(proto, "threads", f"{where}.protocol", minimum=1),
+            processes=_count(proto, "processes", f"{where}.protocol", minimum=1),
         ),
         tolerances=Tolerances(
-            node=float(_get(tol, "node", (int, float), f"{where}.tolerances")),
-            total=float(_get(tol, "total", (int, float), f"{where}.tolerances")),
+            node=_number(tol, "node", f"{where}.tolerances"),
+            total=_number(tol, "total", f"{where}.tolerances"),
         ),
         nodes=tuple(nodes),
         runs=tuple(runs),
     )
+
+
+def _reject_constant(name: str) -> float:
+    raise json.JSONDecodeError(f"{name} is not a number this format allows", name, 0)
 
 
 def parse(text: str, path: Path) -> BaselineFile:
@@ -216,7 +245,7 @@ def parse(text: str, path: Path) -> BaselineFile:
             "Resolve the conflict by keeping one side (or re-record it with `pytest --fxprof-update`)",
         )
     try:
-        raw = json.loads(text)
+        raw = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
         raise BaselineError(
             path, f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}; truncated?)", rerecord

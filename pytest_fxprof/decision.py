@@ -259,7 +259,7 @@ def _judge_node(
 ) -> NodeVerdict:
     divisor = max(speed, 1.0)
     normalised = current_ns / divisor
-    ratio = normalised / noise.centre_ns if noise.centre_ns else 1.0
+    ratio = normalised / max(noise.centre_ns, 1.0)  # a node that took 0 ns in the baseline is still judged
     band, source = band_for(policy.node_tolerance, noise.sigma)
     delta = normalised - noise.centre_ns
     limit = f"band +{band:.0%} ({source.value})"
@@ -269,30 +269,36 @@ def _judge_node(
         verdict, reason = Verdict.FASTER, f"x{ratio:.2f} below {limit}"
     elif ratio > 1.0 + band:
         verdict, reason = Verdict.OK, f"x{ratio:.2f} beyond {limit} but +{delta / 1e3:.1f} us is under the floor"
+    elif ratio < 1.0 / (1.0 + band):
+        verdict, reason = Verdict.OK, f"x{ratio:.2f} below {limit} but {delta / 1e3:.1f} us is under the floor"
     else:
         verdict, reason = Verdict.OK, f"x{ratio:.2f} within {limit}"
     return NodeVerdict(info, noise.centre_ns, current_ns, speed, ratio, band, source, floor_ns, verdict, reason)
 
 
 def _judge_total(baseline: Sequence[Run], current: Run, policy: Policy) -> TotalVerdict:
-    def per_ref(run: Run) -> float:
-        return run.total_ns / run.reference_ns if run.reference_ns else float(run.total_ns)
+    # Divide by the reference workload only when every run has one; otherwise compare raw totals.
+    use_ref = current.reference_ns > 0 and all(r.reference_ns > 0 for r in baseline)
 
-    base_norm = [per_ref(r) for r in baseline]
+    def per_ref(run: Run) -> float:
+        return run.total_ns / run.reference_ns if use_ref else float(run.total_ns)
+
+    base_norm = [max(per_ref(r), 1e-12) for r in baseline]
     centre = float(statistics.median(base_norm))
-    sigma = statistics.stdev(math.log(max(v, 1e-12)) for v in base_norm) if len(base_norm) > 1 else None
+    sigma = statistics.stdev(math.log(v) for v in base_norm) if len(base_norm) > 1 else None
     band, source = band_for(policy.total_tolerance, sigma)
-    ratio = per_ref(current) / centre if centre else 1.0
+    ratio = per_ref(current) / centre
     ref_centre = statistics.median(r.reference_ns for r in baseline)
-    machine = current.reference_ns / ref_centre if ref_centre else 1.0
+    machine = current.reference_ns / ref_centre if use_ref else 1.0
     base_total = float(statistics.median(r.total_ns for r in baseline))
     limit = f"band +{band:.0%} ({source.value})"
+    against = "" if use_ref else " (raw: no reference workload timed)"
     if ratio > 1.0 + band:
-        verdict, reason = Verdict.SLOWER, f"x{ratio:.2f} beyond {limit}"
+        verdict, reason = Verdict.SLOWER, f"x{ratio:.2f} beyond {limit}{against}"
     elif ratio < 1.0 / (1.0 + band):
-        verdict, reason = Verdict.FASTER, f"x{ratio:.2f} below {limit}"
+        verdict, reason = Verdict.FASTER, f"x{ratio:.2f} below {limit}{against}"
     else:
-        verdict, reason = Verdict.OK, f"x{ratio:.2f} within {limit}"
+        verdict, reason = Verdict.OK, f"x{ratio:.2f} within {limit}{against}"
     return TotalVerdict(base_total, float(current.total_ns), ratio, band, source, machine, verdict, reason)
 
 

@@ -181,6 +181,8 @@ def _marker_settings(item: pytest.Item, base: Settings) -> Settings:
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker: the fixture fails the test instead
+        return
     base = config.stash[SETTINGS_KEY]
     errors = []
     for item in items:
@@ -247,8 +249,8 @@ def fxprof(request: pytest.FixtureRequest) -> Fxprof:
     item = request.node
     try:
         settings = _marker_settings(item, config.stash[SETTINGS_KEY])
-    except SettingsError as exc:  # pragma: no cover - rejected at collection already
-        raise pytest.UsageError(str(exc)) from None
+    except SettingsError as exc:  # rejected at collection already, except in xdist workers
+        pytest.fail(f"fxprof: {exc}", pytrace=False)
     sample_out = None
     if run.mode is Mode.SAMPLE:
         req = config.stash[SAMPLE_KEY]

@@ -15,13 +15,11 @@ WORST_SHOWN = 3
 
 def fmt_ns(ns: float) -> str:
     """A time with a unit that keeps three significant digits readable."""
-    if ns >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if ns >= 1e6:
-        return f"{ns / 1e6:.2f} ms"
-    if ns >= 1e3:
-        return f"{ns / 1e3:.1f} us"
-    return f"{ns:.0f} ns"
+    size = abs(ns)
+    for scale, unit, digits in ((1.0, "ns", 0), (1e3, "us", 1), (1e6, "ms", 2)):
+        if round(size / scale, digits) < 1000:  # the next unit up once this one would show 1000
+            return f"{ns / scale:.{digits}f} {unit}"
+    return f"{ns / 1e9:.2f} s"
 
 
 def _grid(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
@@ -114,6 +112,6 @@ def summary_line(label: str, c: Comparison | None) -> str:
         return f"{label}: mismatch ({'; '.join(c.mismatches)})"
     total = f"total x{c.total.ratio:.2f}" if c.total else ""
     worst = sorted(c.nodes, key=lambda v: -v.ratio)[:WORST_SHOWN]
-    worst_text = ", ".join(f"{v.node.name} x{v.ratio:.2f}" for v in worst)
+    worst_text = ", ".join(f"{v.node.name} x{v.ratio:.2f}" for v in worst) or "no node in common"
     changed = f"; graph changed (+{len(c.added)}/-{len(c.removed)})" if c.graph_changed else ""
     return f"{label}: {c.status.value}, {total}; worst: {worst_text}{changed}"

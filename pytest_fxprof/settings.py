@@ -7,6 +7,7 @@ the ini file, the defaults below.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from enum import StrEnum
@@ -73,12 +74,14 @@ def _coerce(name: str, value: object, source: str) -> float | int:
         raise SettingsError(f"{source}: {name} must be a number, not {value!r}")
     try:
         number = kind(value)  # type: ignore[call-overload, arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise SettingsError(
             f"{source}: {name} must be {'an integer' if kind is int else 'a number'}, not {value!r}"
         ) from None
     if kind is int and isinstance(value, float) and not value.is_integer():
         raise SettingsError(f"{source}: {name} must be an integer, not {value!r}")
+    if not math.isfinite(number):
+        raise SettingsError(f"{source}: {name} must be a finite number, not {value!r}")
     if number < _MINIMUM[name]:
         raise SettingsError(f"{source}: {name} must be at least {_MINIMUM[name]:g}, not {value!r}")
     return number

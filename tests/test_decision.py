@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pytest
 
@@ -225,8 +227,8 @@ def assert_mismatch(c: Comparison, *fragments: str) -> None:
 )
 def test_environment_mismatch_claims_no_slowdown(field_name: str, value: object) -> None:
     # The current run is much slower too: still no slowdown may be claimed on another environment.
-    current = current_entry(overall=3.0)
-    current = replace(current, environment=replace(ENV, **{field_name: value}))
+    changes: dict[str, Any] = {field_name: value}
+    current = replace(current_entry(overall=3.0), environment=replace(ENV, **changes))
     c = compare(BASELINE_1, current, Policy())
     assert_mismatch(c, f"{field_name}: baseline {getattr(ENV, field_name)!r}, this run {value!r}")
     assert len(c.mismatches) == 1
@@ -235,7 +237,8 @@ def test_environment_mismatch_claims_no_slowdown(field_name: str, value: object)
 
 @pytest.mark.parametrize(("field_name", "value"), [("python", "3.12.4"), ("platform", "Linux-6.9-x86_64")])
 def test_fields_outside_match_fields_do_not_mismatch(field_name: str, value: str) -> None:
-    current = replace(current_entry(), environment=replace(ENV, **{field_name: value}))
+    changes: dict[str, Any] = {field_name: value}
+    current = replace(current_entry(), environment=replace(ENV, **changes))
     c = compare(BASELINE_1, current, Policy())
     assert c.status is Status.PASS
     assert c.mismatches == ()
@@ -293,7 +296,7 @@ class Case:
     factors: dict[str, float] = field(default_factory=dict)
     overall: float = 1.0
     ref_factor: float = 1.0
-    policy: Policy = Policy()
+    policy: Policy = field(default_factory=Policy)
     status: Status = Status.PASS
     slower: tuple[str, ...] = ()
     faster: tuple[str, ...] = ()
@@ -305,12 +308,12 @@ CASES = [
     Case("unchanged"),
     Case("within-band", factors={"conv2": 1.15}),
     Case("one-node-x2", factors={"pool": 2.0}, status=Status.REGRESSION, slower=("pool",)),
-    # relu1 loses 150 us, pool 80 us: worst first by time lost, not by ratio (relu1 x4, pool x2)
+    # pool loses 160 us, relu1 150 us: worst first by time lost, not by ratio (relu1 x4, pool x3) nor graph order
     Case(
         "two-nodes-worst-first",
-        factors={"pool": 2.0, "relu1": 4.0},
+        factors={"pool": 3.0, "relu1": 4.0},
         status=Status.REGRESSION,
-        slower=("relu1", "pool"),
+        slower=("pool", "relu1"),
         total=Verdict.SLOWER,
     ),
     # add: 20 us -> 35 us is x1.75 but only 15 us, under the 20 us floor
@@ -451,12 +454,13 @@ def test_floor_grows_with_the_models_total_time() -> None:
     assert relu.verdict is Verdict.OK
     assert "under the floor" in relu.reason
     assert c.status is Status.PASS
-    # the same change with a floor above the share does fail: the floor is the larger of the two
+    # a policy floor below the share does not lower it: the floor is the larger of the two
     c = compare(baseline, current, Policy(floor_ns=50_000))
     assert c.status is Status.PASS
+    assert c.nodes[1].floor_ns == pytest.approx(200_000)
     # and on a 1 ms model the same +100 us is well above the floor
-    small = make_entry([make_run([950_000, 50_000, 0])], nodes)
-    c = compare(small, make_entry([make_run([950_000, 150_000, 0])], nodes), Policy())
+    small = make_entry([make_run([900_000, 50_000, 50_000])], nodes)
+    c = compare(small, make_entry([make_run([900_000, 150_000, 50_000])], nodes), Policy())
     assert names(c.slower) == ("relu",)
 
 
@@ -478,7 +482,32 @@ def test_small_speedup_under_floor_is_ok() -> None:
     # add 20 -> 5 us: x0.25 but only 15 us won
     c = compare(BASELINE_1, current_entry({"add": 0.25}), Policy())
     assert verdict_of(c, "add").verdict is Verdict.OK
+    assert "below band" in verdict_of(c, "add").reason
+    assert "under the floor" in verdict_of(c, "add").reason
     assert c.faster == ()
+
+
+def test_node_that_took_no_time_in_the_baseline_is_still_judged() -> None:
+    times = model_times()
+    times[0] = 0
+    baseline = make_entry([make_run(times)])
+    times[0] = 5_000_000
+    c = compare(baseline, make_entry([make_run(times)]), Policy())
+    assert names(c.slower) == (MODEL[0].name,)
+
+
+@pytest.mark.parametrize(("base_ref", "current_ref"), [(REF_NS, 0), (0, REF_NS), (0, 0)])
+def test_missing_reference_workload_compares_raw_totals(base_ref: int, current_ref: int) -> None:
+    baseline = make_entry([make_run(model_times(), reference_ns=base_ref)])
+    unchanged = compare(baseline, make_entry([make_run(model_times(), reference_ns=current_ref)]), Policy())
+    assert unchanged.status is Status.PASS
+    assert unchanged.total is not None
+    assert unchanged.total.ratio == pytest.approx(1.0)
+    assert "no reference workload" in unchanged.total.reason
+    slower = make_entry([make_run(model_times(overall=1.5), reference_ns=current_ref)])
+    total = compare(baseline, slower, Policy()).total
+    assert total is not None
+    assert total.verdict is Verdict.SLOWER
 
 
 def test_uniform_drift_cancels_in_nodes_and_total() -> None:
@@ -635,15 +664,11 @@ def test_quiet_node_among_noisy_peers_is_shrunk_toward_them() -> None:
     assert quiet is not None
     assert noisy is not None
     assert 0 < quiet < noisy
-    # the prior (the peers' median own spread) enters with PRIOR_WEIGHT against the node's 2 dof
-    own_peer = math.log(1.3 / 0.7) / math.sqrt(2) / math.sqrt(2)  # placeholder, replaced below
-    del own_peer
-    prior = max(
-        abs(math.log(1.3)),
-        abs(math.log(0.7)),
-    )
-    assert quiet == pytest.approx(math.sqrt(PRIOR_WEIGHT / (2 + PRIOR_WEIGHT)) * _stdev_log((1.3, 1.0, 0.7)))
-    assert prior > 0
+    # every process's factor is 1, so the peers' own spread is the stdev of log(1.3), 0, log(0.7); it is the
+    # prior, and enters with PRIOR_WEIGHT against the quiet node's own zero with 2 degrees of freedom
+    peer = _stdev_log((1.3, 1.0, 0.7))
+    assert noisy == pytest.approx(peer)
+    assert quiet == pytest.approx(math.sqrt(PRIOR_WEIGHT / (2 + PRIOR_WEIGHT)) * peer)
     band, source = band_for(0.2, quiet)
     assert source is BandSource.SPREAD
     assert band > 0.2
@@ -658,8 +683,6 @@ def test_quiet_node_among_noisy_peers_is_shrunk_toward_them() -> None:
 
 
 def _stdev_log(multipliers: Sequence[float]) -> float:
-    import statistics
-
     return statistics.stdev(math.log(m) for m in multipliers)
 
 
@@ -798,3 +821,15 @@ def test_graph_change_alone_is_not_a_regression() -> None:
     assert c.speed_factor == 1.0
     assert c.total is not None
     assert c.total.verdict is Verdict.OK
+
+
+def test_a_faster_run_is_not_divided_out() -> None:
+    """Only a slower run's speed factor is divided out: a node that kept its time while the rest of the
+    model (and the machine) got twice as fast is not called slower."""
+    c = compare(BASELINE_1, current_entry({"pool": 2.0}, overall=0.5, ref_factor=0.5), Policy())
+    assert c.speed_factor == pytest.approx(0.5)
+    pool = verdict_of(c, "pool")
+    assert pool.verdict is Verdict.OK
+    assert pool.ratio == pytest.approx(1.0)
+    assert c.slower == ()
+    assert c.status is Status.PASS

@@ -1,0 +1,717 @@
+"""Unit tests of ``pytest_fxprof.baseline``: the file format, its validation, file names and atomic writes."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_fxprof.baseline import (
+    SCHEMA_VERSION,
+    BaselineError,
+    BaselineFile,
+    BaselineStore,
+    as_file,
+    dumps,
+    entry_from_json,
+    file_name,
+    parse,
+    render,
+    run_from_json,
+)
+from pytest_fxprof.records import (
+    BaselineEntry,
+    Capture,
+    Environment,
+    NodeInfo,
+    Protocol,
+    Run,
+    Tolerances,
+    node_key,
+)
+
+DATA = Path(__file__).parent / "data"
+GOLDEN = DATA / "baseline_v1.json"
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.json$")
+PATH = Path("baselines/some-test.json")
+
+ENV = Environment(
+    torch="2.4.1+cpu",
+    python="3.11.9",
+    platform="Linux-6.8.0-x86_64-with-glibc2.39",
+    cpu="Intel(R) Xeon(R) Platinum 8480+",
+    threads=4,
+    device="cpu",
+)
+
+
+def make_entry(node_count: int = 3, run_count: int = 2, leaf_modules: tuple[str, ...] = ()) -> BaselineEntry:
+    nodes = tuple(
+        NodeInfo(
+            key=node_key("call_module", f"layers.{i}", f"layers.{i}", 0),
+            name=f"layers_{i}",
+            op="call_module",
+            target=f"layers.{i}",
+            module=f"layers.{i}",
+        )
+        for i in range(node_count)
+    )
+    runs = tuple(
+        Run(
+            total_ns=1_000_000 + r,
+            instrumented_ns=1_400_000 + r,
+            reference_ns=500_000 - r,
+            node_ns=tuple(100_000 * (i + 1) + r for i in range(node_count)),
+            node_spread_ns=tuple(1_000 * (i + 1) for i in range(node_count)),
+        )
+        for r in range(run_count)
+    )
+    return BaselineEntry(
+        capture=Capture(method="symbolic_trace", leaf_modules=leaf_modules),
+        environment=ENV,
+        protocol=Protocol(warmup=5, passes=20, threads=4, processes=run_count),
+        tolerances=Tolerances(node=0.2, total=0.1),
+        nodes=nodes,
+        runs=runs,
+    )
+
+
+def golden_raw() -> dict[str, Any]:
+    raw: dict[str, Any] = json.loads(GOLDEN.read_text(encoding="utf-8"))
+    return raw
+
+
+# Round trip and canonical bytes -------------------------------------------------------------------
+
+ROUND_TRIP = [
+    pytest.param(as_file("tests/test_models.py::test_mlp", {"0": make_entry()}), id="one-entry"),
+    pytest.param(
+        as_file("tests/test_m.py::test_x[cpu-float32]", {"encoder": make_entry(5, 1), "decoder": make_entry(1, 5)}),
+        id="named-entries",
+    ),
+    pytest.param(as_file("tests/test_ü.py::test_日本[😀]", {"0": make_entry(leaf_modules=("a.b", "c"))}), id="unicode"),
+    pytest.param(as_file("t::empty_graph", {"0": make_entry(node_count=0)}), id="no-nodes"),
+    pytest.param(as_file("t::no_entries", {}), id="no-entries"),
+    pytest.param(
+        as_file(
+            "t::zeros",
+            {
+                "0": BaselineEntry(
+                    capture=Capture(method="export"),
+                    environment=ENV,
+                    protocol=Protocol(0, 1, 1, 1),
+                    tolerances=Tolerances(node=0.0, total=1.5),
+                    nodes=make_entry(2).nodes,
+                    runs=(Run(0, 0, 0, (0, 0), (0, 0)),),
+                )
+            },
+        ),
+        id="zeros",
+    ),
+    pytest.param(
+        as_file(
+            "t::slow",
+            {
+                "0": BaselineEntry(
+                    capture=Capture(method="symbolic_trace"),
+                    environment=ENV,
+                    protocol=Protocol(5, 20, 4, 1),
+                    tolerances=Tolerances(node=0.123456789, total=0.1),
+                    nodes=make_entry(1).nodes,
+                    runs=(Run(3_600 * 10**9, 2**63, 10**18, (2**53 + 1,), (1,)),),
+                )
+            },
+        ),
+        id="huge-times",
+    ),
+]
+
+
+@pytest.mark.parametrize("baseline", ROUND_TRIP)
+def test_round_trip(baseline: BaselineFile) -> None:
+    text = render(baseline)
+    assert parse(text, PATH) == baseline
+    # and the text is stable once it has been through the parser
+    assert render(parse(text, PATH)) == text
+
+
+@pytest.mark.parametrize("baseline", ROUND_TRIP)
+def test_round_trip_through_the_store(tmp_path: Path, baseline: BaselineFile) -> None:
+    store = BaselineStore(tmp_path / "baselines")
+    path = store.write(baseline)
+    assert path == store.path_for(baseline.test_id)
+    assert store.load(baseline.test_id) == baseline
+    assert path.read_text(encoding="utf-8") == render(baseline)
+
+
+def test_render_is_byte_stable() -> None:
+    entries = {"b": make_entry(4, 3), "a": make_entry(2, 1), "10": make_entry(1, 1), "2": make_entry(1, 2)}
+    first = render(as_file("tests/test_x.py::test_y", entries))
+    second = render(as_file("tests/test_x.py::test_y", dict(reversed(list(entries.items())))))
+    assert first == second
+    # entries in any insertion order, straight into BaselineFile, still give the same bytes
+    assert render(BaselineFile("tests/test_x.py::test_y", dict(reversed(list(entries.items()))))) == first
+    assert first.encode("utf-8") == render(parse(first, PATH)).encode("utf-8")
+
+
+def test_render_layout() -> None:
+    text = render(as_file("tests/test_ü.py::test_x", {"0": make_entry()}))
+    assert text.endswith("}\n")
+    assert not text.endswith("\n\n")
+    assert "\r" not in text
+    assert "\t" not in text
+    assert '\n  "entries": {' in text  # two-space indentation
+    assert "test_ü" in text  # not escaped to \u00fc
+
+
+def _check_sorted(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    assert keys == sorted(keys)
+    return dict(pairs)
+
+
+def test_render_sorts_every_objects_keys() -> None:
+    text = render(as_file("t::x", {"z": make_entry(), "a": make_entry(), "m": make_entry()}))
+    raw = json.loads(text, object_pairs_hook=_check_sorted)
+    assert list(raw) == ["entries", "schema_version", "test_id"]
+    assert list(raw["entries"]) == ["a", "m", "z"]
+    assert raw["schema_version"] == SCHEMA_VERSION
+
+
+def test_render_writes_times_as_integers() -> None:
+    raw = json.loads(render(as_file("t::x", {"0": make_entry()})))
+    for run in raw["entries"]["0"]["runs"]:
+        for key in ("total_ns", "instrumented_ns", "reference_ns"):
+            assert type(run[key]) is int
+        for key in ("node_ns", "node_spread_ns"):
+            assert all(type(v) is int for v in run[key])
+    assert type(raw["entries"]["0"]["environment"]["threads"]) is int
+    assert all(type(v) is int for v in raw["entries"]["0"]["protocol"].values())
+    assert all(type(v) is float for v in raw["entries"]["0"]["tolerances"].values())
+
+
+def test_dumps_refuses_nan() -> None:
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        dumps({"x": float("nan")})
+
+
+# Golden file --------------------------------------------------------------------------------------
+
+
+def test_golden_file_parses() -> None:
+    text = GOLDEN.read_text(encoding="utf-8")
+    baseline = parse(text, GOLDEN)
+    assert baseline.test_id == "tests/test_models.py::test_mlp"
+    assert list(baseline.entries) == ["forward"]
+    entry = baseline.entries["forward"]
+    assert entry.capture == Capture(method="symbolic_trace", leaf_modules=("fc1",))
+    assert entry.environment == Environment(
+        torch="2.4.1+cpu",
+        python="3.11.9",
+        platform="Linux-6.8.0-x86_64-with-glibc2.39",
+        cpu="Intel(R) Xeon(R) Platinum 8480+",
+        threads=1,
+        device="cpu",
+    )
+    assert entry.protocol == Protocol(warmup=5, passes=20, threads=1, processes=2)
+    assert entry.tolerances == Tolerances(node=0.2, total=0.1)
+    assert entry.nodes == (
+        NodeInfo("call_module:fc1:fc1#0", "fc1", "call_module", "fc1", "fc1"),
+        NodeInfo("call_function:<root>:torch.relu#0", "relu", "call_function", "torch.relu", ""),
+    )
+    assert entry.runs == (
+        Run(152_340, 201_777, 498_812, (101_200, 40_315), (2_210, 905)),
+        Run(150_998, 199_804, 502_116, (100_431, 40_911), (1_876, 1_130)),
+    )
+
+
+def test_golden_file_renders_to_the_same_bytes() -> None:
+    text = GOLDEN.read_text(encoding="utf-8")
+    assert render(parse(text, GOLDEN)) == text
+
+
+def test_golden_file_loads_from_a_store(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path)
+    test_id = "tests/test_models.py::test_mlp"
+    store.path_for(test_id).write_bytes(GOLDEN.read_bytes())
+    loaded = store.load(test_id)
+    assert loaded is not None
+    assert loaded == parse(GOLDEN.read_text(encoding="utf-8"), GOLDEN)
+
+
+# File names ---------------------------------------------------------------------------------------
+
+IDS = [
+    "tests/test_models.py::test_resnet18",
+    "tests/test_models.py::test_resnet18[cpu-float32]",
+    "a/b",
+    "a_b",
+    "a b",
+    "a\\b",
+    "A_B",
+    "..",
+    ".",
+    "../../etc/passwd",
+    "/etc/passwd",
+    "C:\\Windows\\System32\\drivers\\etc\\hosts",
+    "\\\\server\\share",
+    ".hidden",
+    "-rf",
+    "___",
+    "",
+    " ",
+    "test_ü[日本]",
+    "test_u[日本]",
+    "😀",
+    "😀😀",
+    "test[😀-🚀]",
+    "tests/test_x.py::test_y[\n]",
+    "tests/test_x.py::test_y[\t]",
+    "lone\udc80surrogate",
+    "x" * 5000,
+    "x" * 5000 + "y",
+    "x" * 80 + "/",
+    "x" * 80 + ".json",
+    "test.json",
+    "CON",
+    "nul",
+]
+
+
+@pytest.mark.parametrize("test_id", IDS, ids=[ascii(i)[:40] for i in IDS])
+def test_file_name_is_safe(tmp_path: Path, test_id: str) -> None:
+    name = file_name(test_id)
+    assert NAME_RE.match(name), name
+    assert len(name) <= 100
+    assert name not in (".json", "..json")
+    assert "/" not in name
+    assert "\\" not in name
+    store = BaselineStore(tmp_path / "baselines")
+    path = store.path_for(test_id)
+    assert path.parent == store.directory
+    assert path.name == name
+    # the name is deterministic
+    assert file_name(test_id) == name
+
+
+def test_file_names_never_collide() -> None:
+    names = [file_name(i) for i in IDS]
+    assert len(set(names)) == len(IDS)
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("a/b", "a_b"),
+        ("a b", "a_b"),
+        ("a\\b", "a/b"),
+        ("test_ü[日本]", "test_u[日本]"),
+        ("Test_A", "test_a"),  # case-insensitive file systems
+        ("x" * 5000, "x" * 5000 + "y"),  # same readable part after truncation
+        ("", "_"),
+    ],
+)
+def test_ids_that_read_alike_get_different_names(first: str, second: str) -> None:
+    assert file_name(first) != file_name(second)
+    assert file_name(first).lower() != file_name(second).lower()
+
+
+def test_file_name_keeps_a_readable_part() -> None:
+    name = file_name("tests/test_models.py::test_resnet18[cpu]")
+    assert name.startswith("tests_test_models.py_test_resnet18_cpu-")
+    assert file_name("").startswith("test-")
+    assert file_name("..").startswith("test-")
+    assert file_name("😀").startswith("test-")
+
+
+def test_file_name_truncates_long_ids() -> None:
+    name = file_name("x" * 5000)
+    assert name.startswith("x" * 80 + "-")
+    assert not name.startswith("x" * 81)
+
+
+# Loading errors -----------------------------------------------------------------------------------
+
+TEST_ID = "tests/test_models.py::test_mlp"
+
+
+def load_text(tmp_path: Path, text: str | bytes, test_id: str = TEST_ID) -> BaselineError:
+    store = BaselineStore(tmp_path)
+    path = store.path_for(test_id)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    with pytest.raises(BaselineError) as info:
+        store.load(test_id)
+    exc = info.value
+    assert exc.path == path
+    assert str(exc).startswith(f"{path}: {exc.problem}. ")
+    return exc
+
+
+GOLDEN_TEXT = GOLDEN.read_text(encoding="utf-8")
+
+BAD_TEXT = [
+    pytest.param("", "the file is empty", id="empty"),
+    pytest.param("  \n\t\n", "the file is empty", id="whitespace"),
+    pytest.param(GOLDEN_TEXT[: len(GOLDEN_TEXT) // 2], "not valid JSON", id="truncated"),
+    pytest.param("{", "not valid JSON", id="one-brace"),
+    pytest.param("{'a': 1}", "not valid JSON", id="single-quotes"),
+    pytest.param(
+        "<<<<<<< HEAD\n" + GOLDEN_TEXT + "=======\n" + GOLDEN_TEXT + ">>>>>>> feature\n",
+        "merge-conflict markers",
+        id="conflict-whole-file",
+    ),
+    pytest.param(
+        GOLDEN_TEXT.replace(
+            '          "total_ns": 152340\n',
+            '<<<<<<< ours\n          "total_ns": 152340\n=======\n          "total_ns": 160000\n>>>>>>> theirs\n',
+        ),
+        "merge-conflict markers",
+        id="conflict-inside",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "problem"), BAD_TEXT)
+def test_unreadable_text(tmp_path: Path, text: str, problem: str) -> None:
+    exc = load_text(tmp_path, text)
+    assert problem in exc.problem
+    assert "--fxprof-update" in str(exc)
+
+
+def test_truncated_json_says_where_and_suggests_truncation(tmp_path: Path) -> None:
+    exc = load_text(tmp_path, GOLDEN_TEXT[:200])
+    assert "line" in exc.problem
+    assert "column" in exc.problem
+    assert "truncated?" in exc.problem
+
+
+def test_conflict_markers_suggest_resolving(tmp_path: Path) -> None:
+    exc = load_text(tmp_path, "<<<<<<< HEAD\n{}\n=======\n{}\n>>>>>>> other\n")
+    assert "Resolve the conflict" in str(exc)
+
+
+def test_invalid_utf8_cannot_be_read(tmp_path: Path) -> None:
+    exc = load_text(tmp_path, b'{"test_id": "\xff\xfe"}')
+    assert "cannot be read" in exc.problem
+    assert "encoding" in str(exc)
+
+
+Mutation = Callable[[dict[str, Any]], object]
+
+
+def _entry(raw: dict[str, Any]) -> dict[str, Any]:
+    entry: dict[str, Any] = raw["entries"]["forward"]
+    return entry
+
+
+def _run0(raw: dict[str, Any]) -> dict[str, Any]:
+    run: dict[str, Any] = _entry(raw)["runs"][0]
+    return run
+
+
+W = "entries['forward']"
+
+BAD_SHAPES: list[Any] = [
+    pytest.param(lambda r: r.pop("test_id"), "'test_id' is missing", id="missing-test-id"),
+    pytest.param(lambda r: r.pop("entries"), "'entries' is missing", id="missing-entries"),
+    pytest.param(lambda r: r.pop("schema_version"), "'schema_version' is missing", id="missing-version"),
+    pytest.param(lambda r: _run0(r).pop("total_ns"), f"{W}.runs[0].total_ns is missing", id="missing-total"),
+    pytest.param(lambda r: _entry(r).pop("environment"), f"{W}.environment is missing", id="missing-env"),
+    pytest.param(lambda r: _entry(r)["nodes"][1].pop("op"), f"{W}.nodes[1].op is missing", id="missing-node-op"),
+    pytest.param(
+        lambda r: _entry(r)["environment"].update(threads="1"),
+        f"{W}.environment.threads should be int, found str",
+        id="threads-str",
+    ),
+    pytest.param(
+        lambda r: r.update(test_id=["x"]),
+        "test_id should be str, found list",
+        id="test-id-list",
+    ),
+    pytest.param(lambda r: r.update(entries=[]), "entries should be dict, found list", id="entries-list"),
+    pytest.param(lambda r: _entry(r).update(runs=[]), f"{W}.runs is empty", id="no-runs"),
+    pytest.param(
+        lambda r: _run0(r)["node_ns"].append(1),
+        f"{W}.runs[0].node_ns should be 2 non-negative integers (one per node)",
+        id="node-ns-too-long",
+    ),
+    pytest.param(
+        lambda r: _run0(r)["node_spread_ns"].pop(),
+        f"{W}.runs[0].node_spread_ns should be 2 non-negative integers",
+        id="spread-too-short",
+    ),
+    pytest.param(
+        lambda r: _entry(r)["nodes"].pop(),
+        f"{W}.runs[0].node_ns should be 1 non-negative integers",
+        id="fewer-nodes-than-times",
+    ),
+    pytest.param(
+        lambda r: _run0(r).update(total_ns=True),
+        f"{W}.runs[0].total_ns should be int, found bool",
+        id="bool-total",
+    ),
+    pytest.param(
+        lambda r: _entry(r)["environment"].update(threads=False),
+        "threads should be int, found bool",
+        id="bool-threads",
+    ),
+    pytest.param(
+        lambda r: r.update(schema_version=True), "schema_version should be int, found bool", id="bool-version"
+    ),
+    pytest.param(
+        lambda r: _run0(r).update(node_ns=[True, 1]),
+        "node_ns should be 2 non-negative integers",
+        id="bool-in-node-ns",
+    ),
+    pytest.param(
+        lambda r: _run0(r).update(node_ns=[-1, 1]),
+        "node_ns should be 2 non-negative integers",
+        id="negative-node-time",
+    ),
+    pytest.param(
+        lambda r: _run0(r).update(node_spread_ns=[1.5, 1]),
+        "node_spread_ns should be 2 non-negative integers",
+        id="float-in-spread",
+    ),
+    pytest.param(
+        lambda r: _run0(r).update(total_ns=1.5),
+        "total_ns should be int, found float",
+        id="float-total",
+    ),
+    pytest.param(
+        lambda r: _entry(r)["tolerances"].update(node="0.2"),
+        "tolerances.node should be int or float, found str",
+        id="tolerance-str",
+    ),
+    pytest.param(
+        lambda r: _entry(r)["protocol"].update(passes=None),
+        "protocol.passes should be int, found NoneType",
+        id="passes-null",
+    ),
+    pytest.param(
+        lambda r: _entry(r)["nodes"].__setitem__(0, "fc1"),
+        f"{W}.nodes[0] should be an object",
+        id="node-not-object",
+    ),
+    pytest.param(lambda r: r.update(schema_version="1"), "schema_version should be int, found str", id="version-str"),
+    pytest.param(
+        lambda r: r.update(schema_version=0),
+        "schema_version 0 is not a version pytest-fxprof ever wrote",
+        id="version-0",
+    ),
+    pytest.param(
+        lambda r: r.update(schema_version=-3),
+        "schema_version -3 is not a version",
+        id="version-negative",
+    ),
+]
+
+
+@pytest.mark.parametrize(("mutate", "problem"), BAD_SHAPES)
+def test_wrong_shape(tmp_path: Path, mutate: Mutation, problem: str) -> None:
+    raw = golden_raw()
+    mutate(raw)
+    exc = load_text(tmp_path, dumps(raw))
+    assert exc.problem.startswith("the file is not a pytest-fxprof baseline: ")
+    assert problem in exc.problem
+    assert "--fxprof-update" in str(exc)
+
+
+@pytest.mark.parametrize("text", ["[]", "1", '"baseline"', "null"])
+def test_top_level_not_an_object(tmp_path: Path, text: str) -> None:
+    exc = load_text(tmp_path, text)
+    assert "the top level should be an object" in exc.problem
+
+
+@pytest.mark.parametrize("version", [SCHEMA_VERSION + 1, 99])
+def test_newer_schema_asks_for_an_upgrade(tmp_path: Path, version: int) -> None:
+    raw = golden_raw()
+    raw["schema_version"] = version
+    raw["entries"] = "whatever a future version stores"  # not validated: the version is checked first
+    exc = load_text(tmp_path, dumps(raw))
+    assert f"schema version {version}, newer than the {SCHEMA_VERSION}" in exc.problem
+    assert "Upgrade pytest-fxprof" in str(exc)
+
+
+def test_test_id_mismatch(tmp_path: Path) -> None:
+    raw = golden_raw()
+    raw["test_id"] = "tests/test_other.py::test_other"
+    exc = load_text(tmp_path, dumps(raw), test_id=TEST_ID)
+    assert f"it belongs to test 'tests/test_other.py::test_other', not {TEST_ID!r}" in exc.problem
+    assert "copied or renamed" in str(exc)
+
+
+def test_missing_file_is_none(tmp_path: Path) -> None:
+    assert BaselineStore(tmp_path).load(TEST_ID) is None
+    assert BaselineStore(tmp_path / "does-not-exist").load(TEST_ID) is None
+
+
+def test_unknown_extra_fields_are_ignored(tmp_path: Path) -> None:
+    raw = golden_raw()
+    raw["comment"] = "added by hand"
+    _entry(raw)["note"] = 1
+    store = BaselineStore(tmp_path)
+    store.path_for(TEST_ID).write_text(dumps(raw), encoding="utf-8")
+    assert store.load(TEST_ID) == parse(GOLDEN_TEXT, GOLDEN)
+
+
+def test_integer_tolerances_are_read_as_floats() -> None:
+    raw = golden_raw()
+    _entry(raw)["tolerances"] = {"node": 1, "total": 0}
+    entry = parse(dumps(raw), PATH).entries["forward"]
+    assert entry.tolerances == Tolerances(node=1.0, total=0.0)
+    assert type(entry.tolerances.node) is float
+
+
+@pytest.mark.parametrize("field", ["total_ns", "instrumented_ns", "reference_ns"])
+def test_negative_run_time_is_rejected(field: str) -> None:
+    raw = golden_raw()
+    _run0(raw)[field] = -1
+    with pytest.raises(BaselineError, match=rf"runs\[0\]\.{field} should be at least 0"):
+        parse(dumps(raw), PATH)
+
+
+@pytest.mark.parametrize(("field", "value"), [("passes", 0), ("passes", -4), ("threads", 0), ("warmup", -1)])
+def test_protocol_counts_out_of_range_are_rejected(field: str, value: int) -> None:
+    raw = golden_raw()
+    _entry(raw)["protocol"][field] = value
+    with pytest.raises(BaselineError, match=rf"protocol\.{field} should be at least"):
+        parse(dumps(raw), PATH)
+
+
+def test_leaf_modules_must_be_strings() -> None:
+    raw = golden_raw()
+    _entry(raw)["capture"]["leaf_modules"] = [1, None]
+    with pytest.raises(BaselineError, match=r"leaf_modules should be a list of strings"):
+        parse(dumps(raw), PATH)
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_non_finite_numbers_are_rejected(constant: str) -> None:
+    text = GOLDEN_TEXT.replace('"node": ', f'"node": {constant}, "was": ', 1)
+    with pytest.raises(BaselineError, match=rf"not valid JSON \({constant} is not a number"):
+        parse(text, PATH)
+
+
+def test_negative_tolerance_is_rejected() -> None:
+    raw = golden_raw()
+    _entry(raw)["tolerances"]["node"] = -0.1
+    with pytest.raises(BaselineError, match=r"tolerances\.node should be a finite non-negative number"):
+        parse(dumps(raw), PATH)
+
+
+# entry_from_json / run_from_json ------------------------------------------------------------------
+
+
+def test_entry_and_run_from_json() -> None:
+    raw = golden_raw()
+    entry = entry_from_json(copy.deepcopy(_entry(raw)))
+    assert entry == parse(GOLDEN_TEXT, GOLDEN).entries["forward"]
+    assert run_from_json(_run0(raw), "run", 2) == entry.runs[0]
+    bad = _entry(raw)
+    bad["runs"][0]["node_ns"] = [1]
+    with pytest.raises(ValueError, match=r"^entry\.runs\[0\]\.node_ns should be 2 non-negative integers"):
+        entry_from_json(bad)
+    with pytest.raises(ValueError, match=r"^run\.node_ns should be 2"):
+        run_from_json(bad["runs"][0], "run", 2)
+
+
+# Atomic writes ------------------------------------------------------------------------------------
+
+
+def test_write_creates_the_directory_and_leaves_no_temporary_files(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path / "deep" / "baselines")
+    baseline = as_file(TEST_ID, {"0": make_entry()})
+    path = store.write(baseline)
+    assert sorted(p.name for p in store.directory.iterdir()) == [path.name]
+    # writing again replaces the file in place
+    store.write(as_file(TEST_ID, {"0": make_entry(1, 1)}))
+    assert sorted(p.name for p in store.directory.iterdir()) == [path.name]
+    assert store.load(TEST_ID) == as_file(TEST_ID, {"0": make_entry(1, 1)})
+
+
+def test_failed_rename_leaves_the_old_file_intact(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = BaselineStore(tmp_path)
+    old = as_file(TEST_ID, {"0": make_entry()})
+    path = store.write(old)
+    before = path.read_bytes()
+
+    def fail(src: object, dst: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(OSError, match="No space left"):
+        store.write(as_file(TEST_ID, {"0": make_entry(5, 5)}))
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+    assert store.load(TEST_ID) == old
+
+
+class Interrupted(BaseException):
+    pass
+
+
+def test_interrupted_write_leaves_no_file_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupt(fd: int) -> None:
+        raise Interrupted
+
+    store = BaselineStore(tmp_path)
+    monkeypatch.setattr(os, "fsync", interrupt)
+    with pytest.raises(Interrupted):
+        store.write(as_file(TEST_ID, {"0": make_entry()}))
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
+    assert store.load(TEST_ID) is None
+
+
+# recorded_tests ------------------------------------------------------------------------------------
+
+
+def test_recorded_tests(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path)
+    good = store.write(as_file("t::good", {"0": make_entry()}))
+    other = store.write(as_file("t::other", {"0": make_entry(1, 1)}))
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"schema_version": 1', encoding="utf-8")
+    empty = tmp_path / "empty.json"
+    empty.write_text("", encoding="utf-8")
+    binary = tmp_path / "binary.json"
+    binary.write_bytes(b"\xff\xfe\x00")
+    conflicted = tmp_path / "conflicted.json"
+    conflicted.write_text("<<<<<<< HEAD\n{}\n=======\n{}\n>>>>>>> x\n", encoding="utf-8")
+    (tmp_path / "README.md").write_text("not a baseline", encoding="utf-8")
+    (tmp_path / ".x.json.tmp").write_text("{", encoding="utf-8")
+    found = dict(store.recorded_tests())
+    assert found == {
+        good: "t::good",
+        other: "t::other",
+        broken: None,
+        empty: None,
+        binary: None,
+        conflicted: None,
+    }
+    assert [p for p, _ in store.recorded_tests()] == sorted(found)
+
+
+def test_recorded_tests_reports_the_id_inside_even_if_the_name_does_not_match(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path)
+    renamed = tmp_path / "renamed.json"
+    renamed.write_text(render(as_file("t::real", {"0": make_entry()})), encoding="utf-8")
+    assert list(store.recorded_tests()) == [(renamed, "t::real")]
+
+
+def test_recorded_tests_without_a_directory(tmp_path: Path) -> None:
+    assert list(BaselineStore(tmp_path / "missing").recorded_tests()) == []
+    a_file = tmp_path / "file"
+    a_file.write_text("", encoding="utf-8")
+    assert list(BaselineStore(a_file).recorded_tests()) == []
