@@ -238,7 +238,8 @@ class Fxprof:
         try:
             return self._state.profile(module, args, kwargs, name=name, leaf_modules=leaf_modules, tracer=tracer)
         except (CaptureError, ProfileError, BaselineError, UsageError) as exc:
-            pytest.fail(f"fxprof: {exc}", pytrace=False)
+            message = f"fxprof: {exc}"
+        pytest.fail(message, pytrace=False)
 
 
 @pytest.fixture
@@ -320,7 +321,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if hasattr(config, "workerinput"):  # an xdist worker: the controller writes
         if session.config.getoption("keyword") or session.config.getoption("markexpr"):
             run.partial = True
-        config.workeroutput[WORKER_KEY] = run.payload()  # type: ignore[attr-defined]
+        # plain JSON data only: execnet refuses anything else, and a refused payload loses every result
+        config.workeroutput[WORKER_KEY] = json.loads(json.dumps(run.payload()))  # type: ignore[attr-defined]
         return
     if run.mode not in (Mode.CHECK, Mode.UPDATE):
         return

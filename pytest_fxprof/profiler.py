@@ -189,7 +189,7 @@ def environment(threads: int, device: torch.device) -> Environment:
     else:
         dev = device.type
     return Environment(
-        torch=torch.__version__,
+        torch=str(torch.__version__),  # a TorchVersion, which cannot cross to xdist's controller
         python=".".join(map(str, sys.version_info[:3])),
         platform=f"{platform.system()}-{platform.machine()}",
         cpu=_cpu_model(),

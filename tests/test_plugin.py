@@ -11,7 +11,6 @@ Timing is never asserted on. The profiled model is a few ``nn.Linear``/``nn.ReLU
 from __future__ import annotations
 
 import json
-import os
 import re
 import textwrap
 from pathlib import Path
@@ -24,7 +23,15 @@ import pytest_fxprof.profiler  # noqa: F401  (kept imported across in-process ru
 
 FAST = ("--fxprof-processes=1", "--fxprof-warmup=1", "--fxprof-passes=3")
 LOOSE = ("--fxprof-node-tolerance=3", "--fxprof-total-tolerance=3")
-XDIST = pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["inprocess", "xdist"])
+XDIST = pytest.mark.parametrize(
+    "xdist",
+    [
+        pytest.param([], id="inprocess"),
+        pytest.param(["-n", "2"], id="xdist"),
+    ],
+)
+# The plugin is already imported here, so every inner run would warn that it cannot rewrite it.
+QUIET = ("-W", "ignore::pytest.PytestAssertRewriteWarning")
 SLOW_ENV = "FXPROF_TEST_SLOW"
 
 MODEL = f'''
@@ -84,8 +91,13 @@ def write_tests(pytester: pytest.Pytester, body: str, name: str = "test_perf") -
     return pytester.makepyfile(**{name: MODEL + textwrap.dedent(body)})
 
 
+def runp(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest(*QUIET, *args)
+
+
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return pytester.runpytest(*FAST, *LOOSE, *args)
+    """An inner run with the fast protocol and the wide tolerances."""
+    return runp(pytester, *FAST, *LOOSE, *args)
 
 
 def baseline_files(directory: Path) -> list[Path]:
@@ -161,7 +173,7 @@ def test_plain_run_profiles_once_and_writes_nothing(pytester: pytest.Pytester) -
             assert [n.name for n in result.nodes] == ["fc", "count"]
         """,
     )
-    result = pytester.runpytest()
+    result = runp(pytester)
     assert result.ret == pytest.ExitCode.OK
     result.assert_outcomes(passed=1)
     assert not (pytester.path / "baselines").exists()
@@ -214,17 +226,14 @@ def test_slowdown_fails_only_the_slowed_test(
     result = run(pytester, "--fxprof", *xdist)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(passed=1, failed=1)
-    failed = [r for r in result.reprec.getreports("pytest_runtest_logreport") if r.failed]  # type: ignore[attr-defined]
-    if not xdist:
-        assert [r.nodeid for r in failed] == ["test_perf.py::test_b"]
     result.stdout.fnmatch_lines(["FAILED test_perf.py::test_b - *"])
     result.stdout.no_fnmatch_line("FAILED test_perf.py::test_a*")
     text = result.stdout.str()
     assert "fxprof: test_perf.py::test_b [call0] got slower than its baseline (1 process(es))" in text
     # node name, its op and target, its module path, baseline -> current and the ratio
-    assert re.search(
-        r"slower: slow \(call_module Slow in slow\): [\d.]+ [mun]?s -> [\d.]+ ms = x[\d.]+ after speed factor", text
-    ), text
+    time_ = r"[\d.]+ [mun]?s"
+    node_line = rf"slower: slow \(call_module Slow in slow\): {time_} -> {time_} = x[\d.]+ after speed factor"
+    assert re.search(node_line, text), text
     section = fxprof_section(result)
     assert len(section) == 2, section
     assert section[0].startswith("test_perf.py::test_a [call0]: pass, total x")
@@ -241,8 +250,10 @@ def test_missing_baseline_fails_with_update_hint(pytester: pytest.Pytester) -> N
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(
-        ["fxprof: no baseline for test_perf.py::test_a [call0] in *baselines; record it with: "
-         "pytest --fxprof-update 'test_perf.py::test_a'"]
+        [
+            "fxprof: no baseline for test_perf.py::test_a [[]call0[]] in *baselines; record it with: "
+            "pytest --fxprof-update 'test_perf.py::test_a'"
+        ]
     )
     assert "missing" in "\n".join(fxprof_section(result))
     assert not (pytester.path / "baselines").exists()
@@ -262,9 +273,7 @@ def test_missing_baseline_skips_with_ini(pytester: pytest.Pytester) -> None:
     [([], "skipped", pytest.ExitCode.OK), (["--fxprof-on-mismatch=fail"], "failed", pytest.ExitCode.TESTS_FAILED)],
     ids=["default-skip", "fail"],
 )
-def test_environment_mismatch(
-    pytester: pytest.Pytester, flags: list[str], outcome: str, ret: pytest.ExitCode
-) -> None:
+def test_environment_mismatch(pytester: pytest.Pytester, flags: list[str], outcome: str, ret: pytest.ExitCode) -> None:
     write_tests(pytester, "def test_a(fxprof):\n    profile(fxprof)\n")
     assert run(pytester, "--fxprof-update").ret == pytest.ExitCode.OK
     path = only_file(pytester.path / "baselines")
@@ -332,7 +341,9 @@ def test_graph_change(pytester: pytest.Pytester, flags: list[str], ret: pytest.E
     assert "added: extra (Tanh in extra)" in text
     if ret == pytest.ExitCode.OK:
         result.assert_outcomes(passed=1, warnings=1)
-        result.stdout.fnmatch_lines(["*= warnings summary =*", "*FxprofWarning: fxprof: test_perf.py::test_a [[]call0[]]: graph changed*"])
+        result.stdout.fnmatch_lines(
+            ["*= warnings summary =*", "*FxprofWarning: fxprof: test_perf.py::test_a [[]call0[]]: graph changed*"]
+        )
     else:
         result.assert_outcomes(failed=1)
         result.stdout.no_fnmatch_line("*FxprofWarning*")
@@ -344,7 +355,7 @@ def test_graph_change(pytester: pytest.Pytester, flags: list[str], ret: pytest.E
 
 def test_check_and_update_together_is_a_usage_error(pytester: pytest.Pytester) -> None:
     write_tests(pytester, TWO_TESTS)
-    result = pytester.runpytest("--fxprof", "--fxprof-update")
+    result = runp(pytester, "--fxprof", "--fxprof-update")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--fxprof and --fxprof-update exclude each other*"])
     assert not (pytester.path / "baselines").exists()
@@ -408,7 +419,7 @@ def test_ini_keys_and_command_line_wins(pytester: pytest.Pytester) -> None:
         """
     )
     write_tests(pytester, "def test_a(fxprof):\n    profile(fxprof)\n")
-    result = pytester.runpytest()
+    result = runp(pytester)
     assert result.ret == pytest.ExitCode.OK
     directory = pytester.path / "perf" / "base"
     entry = load(only_file(directory))["entries"]["call0"]
@@ -416,7 +427,7 @@ def test_ini_keys_and_command_line_wins(pytester: pytest.Pytester) -> None:
     assert entry["tolerances"] == {"node": 3.0, "total": 3.0}
     assert not (pytester.path / "baselines").exists()
 
-    result = pytester.runpytest("--fxprof-passes=3", "--fxprof-node-tolerance=2.5")
+    result = runp(pytester, "--fxprof-passes=3", "--fxprof-node-tolerance=2.5")
     assert result.ret == pytest.ExitCode.OK
     entry = load(only_file(directory))["entries"]["call0"]
     assert entry["protocol"] == {"warmup": 2, "passes": 3, "threads": 1, "processes": 1}
@@ -426,7 +437,7 @@ def test_ini_keys_and_command_line_wins(pytester: pytest.Pytester) -> None:
 def test_bad_ini_value_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\nfxprof_passes = many\n")
     write_tests(pytester, TWO_TESTS)
-    result = pytester.runpytest()
+    result = runp(pytester)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*ini file: passes must be an integer, not 'many'*"])
 
@@ -480,7 +491,18 @@ def test_report_json(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
         assert profile["protocol"] == {"warmup": 1, "passes": 3, "threads": 1, "processes": 1}
         assert [n["name"] for n in profile["nodes"]] == ["fc1", "act", "slow", "fc2"]
         for node in profile["nodes"]:
-            for field in ("key", "op", "target", "module", "baseline_ns", "current_ns", "ratio", "band", "verdict", "reason"):
+            for field in (
+                "key",
+                "op",
+                "target",
+                "module",
+                "baseline_ns",
+                "current_ns",
+                "ratio",
+                "band",
+                "verdict",
+                "reason",
+            ):
                 assert field in node, (field, node)
         assert profile["total"]["verdict"] in ("ok", "slower", "faster")
     assert all(n["verdict"] != "slower" for n in a["nodes"])
@@ -488,8 +510,7 @@ def test_report_json(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
     assert (slow["op"], slow["target"], slow["module"]) == ("call_module", "Slow", "slow")
     assert slow["verdict"] == "slower"
     assert slow["ratio"] > 1 + slow["band"]
-    assert slow["current_ns"] > 25_000_000  # the injected 30 ms busy wait
-    assert "beyond band" in slow["reason"]
+    assert "beyond" in slow["reason"]
     assert b["total"]["verdict"] == "slower"
 
 
@@ -609,7 +630,7 @@ def test_partial_update_touches_only_selected_tests(pytester: pytest.Pytester) -
     result.assert_outcomes(passed=1, deselected=1)
     after = snapshot(directory)
     assert set(after) == set(before)
-    assert after[a.name][0] != before[a.name][0]  # re-measured, so other numbers
+    assert after[a.name] != before[a.name]  # rewritten
     assert {k: v for k, v in after.items() if k != a.name} == {k: v for k, v in before.items() if k != a.name}
     result.stdout.fnmatch_lines(["wrote 1 baseline file(s) to *"])
     result.stdout.no_fnmatch_line("*no longer exists*")
@@ -689,25 +710,46 @@ def test_untraceable_model_fails_with_leaf_modules_hint(pytester: pytest.Pyteste
             fxprof(Branchy(), torch.randn(4, 8), leaf_modules=["gate"])
 
 
+        class BranchyRoot(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(8, 8)
+
+            def forward(self, x):
+                x = self.fc(x)
+                if x.sum() > 0:
+                    return x
+                return -x
+
+
+        def test_branchy_root(fxprof):
+            fxprof(BranchyRoot(), torch.randn(4, 8))
+
+
         def test_fine(fxprof):
             profile(fxprof)
         """,
     )
     result = run(pytester, "--fxprof-update")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.assert_outcomes(passed=2, failed=1)
-    result.stdout.fnmatch_lines(["FAILED test_perf.py::test_branchy - *"])
+    result.assert_outcomes(passed=2, failed=2)
+    result.stdout.fnmatch_lines(["FAILED test_perf.py::test_branchy - *", "FAILED test_perf.py::test_branchy_root - *"])
     text = result.stdout.str()
-    assert "fxprof: torch.fx.symbolic_trace could not capture Branchy" in text
+    # in a submodule: keep that submodule whole
+    assert "fxprof: torch.fx.symbolic_trace could not capture Branchy: TraceError" in text
     assert "while tracing submodule 'gate' (Gate)" in text
     assert "leaf_modules=['gate']" in text
+    # in the root's own forward no submodule can be kept whole: the hint points at the line and tracer=
+    assert "fxprof: torch.fx.symbolic_trace could not capture BranchyRoot: TraceError" in text
+    assert re.search(r"at .*test_perf\.py:\d+: if x\.sum\(\) > 0:", text), text
+    assert "Fix: pass tracer= a torch.fx.Tracer" in text
     ids = sorted(load(p)["test_id"] for p in baseline_files(pytester.path / "baselines"))
     assert ids == ["test_perf.py::test_branchy_as_leaf", "test_perf.py::test_fine"]
 
 
 def test_update_with_two_processes_stores_two_runs(pytester: pytest.Pytester) -> None:
     write_tests(pytester, "def test_a(fxprof):\n    profile(fxprof)\n")
-    result = pytester.runpytest("--fxprof-update", "--fxprof-processes=2", "--fxprof-warmup=1", "--fxprof-passes=3")
+    result = runp(pytester, "--fxprof-update", "--fxprof-processes=2", "--fxprof-warmup=1", "--fxprof-passes=3")
     assert result.ret == pytest.ExitCode.OK
     entry = load(only_file(pytester.path / "baselines"))["entries"]["call0"]
     assert entry["protocol"]["processes"] == 2
@@ -830,4 +872,3 @@ def test_profiles_under_no_grad(pytester: pytest.Pytester) -> None:
     result = run(pytester, "--fxprof-update")
     assert result.ret == pytest.ExitCode.OK
     result.assert_outcomes(passed=1)
-
