@@ -57,7 +57,11 @@ def main() -> None:
             _, seconds = run(["--fxprof", *baselines, f"--fxprof-report={report}"])
             check_s.append(seconds)
             for profile in json.loads(report.read_text())["profiles"]:
-                false_alarms[profile["test_id"].split("::")[1]] += profile["status"] == "regression"
+                test = profile["test_id"].split("::")[1]
+                if profile["status"] == "regression":
+                    false_alarms[test] += 1
+                    flagged = [f"{n['name']} {n['reason']}" for n in profile["nodes"] if n.get("verdict") == "slower"]
+                    print(f"false alarm in {test}: total {profile['total'].get('reason')}; nodes: {flagged}")
         spec = ",".join(f"{path}={ns.slowdown}" for path, _ in SLOWED.values())
         env = {**os.environ, "FXPROF_DEMO_SLOWDOWN": spec}
         for _ in range(ns.checks):

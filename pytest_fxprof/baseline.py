@@ -97,6 +97,7 @@ def entry_to_json(entry: BaselineEntry) -> EntryJSON:
             "cpu": env.cpu,
             "threads": env.threads,
             "device": env.device,
+            "allocator": env.allocator,
         },
         "protocol": {
             "warmup": entry.protocol.warmup,
@@ -213,6 +214,7 @@ def _entry_from_json(raw: object, where: str) -> BaselineEntry:
             cpu=_get(env, "cpu", str, w_env),
             threads=_count(env, "threads", w_env, minimum=1),
             device=_get(env, "device", str, w_env),
+            allocator=_get(env, "allocator", str, w_env),
         ),
         protocol=Protocol(
             warmup=_count(proto, "warmup", f"{where}.protocol"),

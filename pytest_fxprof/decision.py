@@ -154,10 +154,13 @@ def weighted_median(values: Sequence[float], weights: Sequence[float]) -> float:
     total = sum(w for _, w in pairs)
     if not pairs or total <= 0:
         return 1.0
+    half = total / 2
     acc = 0.0
-    for value, weight in pairs:
+    for k, (value, weight) in enumerate(pairs):
         acc += weight
-        if acc >= total / 2:
+        if math.isclose(acc, half, rel_tol=1e-12) and k + 1 < len(pairs):
+            return (value + pairs[k + 1][0]) / 2  # the weight splits exactly here: the middle of the two
+        if acc > half:
             return value
     return pairs[-1][0]  # pragma: no cover - float rounding only
 
@@ -188,14 +191,6 @@ class NodeNoise:
     sigma: float | None
 
 
-def _process_factors(runs: Sequence[Run], centres: Sequence[float]) -> list[float]:
-    """Each baseline process's own speed factor against the pooled centres."""
-    return [
-        weighted_median([t / c if c else 1.0 for t, c in zip(run.node_ns, centres, strict=True)], centres)
-        for run in runs
-    ]
-
-
 def size_class(ns: float) -> int:
     """Nodes within a factor of two of each other share a class (used to pool spread estimates)."""
     return math.floor(math.log2(max(ns, 1.0)))
@@ -207,10 +202,11 @@ def node_noise(runs: Sequence[Run]) -> list[NodeNoise]:
     centres = [float(statistics.median(run.node_ns[i] for run in runs)) for i in range(count)]
     if len(runs) < 2:
         return [NodeNoise(c, None) for c in centres]
-    factors = _process_factors(runs, centres)
+    # the same peer factors the comparison divides by, so that the band holds what they leave
+    factors = [peer_factors(centres, [float(t) for t in run.node_ns]) for run in runs]
     own: list[float] = []
     for i in range(count):
-        logs = [math.log(max(run.node_ns[i], 1) / f) for run, f in zip(runs, factors, strict=True)]
+        logs = [math.log(max(run.node_ns[i], 1) / max(f[i], 1e-9)) for run, f in zip(runs, factors, strict=True)]
         own.append(statistics.stdev(logs))
     by_class: dict[int, list[float]] = defaultdict(list)
     for c, s in zip(centres, own, strict=True):

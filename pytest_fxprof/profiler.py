@@ -9,6 +9,7 @@ before every pass, and everything runs under ``torch.no_grad``.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import inspect
 import platform
 import sys
@@ -182,7 +183,7 @@ def device_of(module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, An
     return torch.device("cpu")
 
 
-def environment(threads: int, device: torch.device) -> Environment:
+def environment(threads: int, device: torch.device, allocator: str) -> Environment:
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         dev = f"cuda:{torch.cuda.get_device_name(index)} (CUDA {torch.version.cuda})"
@@ -195,7 +196,32 @@ def environment(threads: int, device: torch.device) -> Environment:
         cpu=_cpu_model(),
         threads=threads,
         device=dev,
+        allocator=allocator,
     )
+
+
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_MAX = -1, -2, -4
+_allocator_state: list[str] = []
+
+
+def tune_allocator() -> str:
+    """Make glibc's allocator behave the same whatever the process did before; say what is in force.
+
+    By default glibc serves large blocks (activations) with mmap/munmap until a threshold that grows
+    with the process's history, and trims freed memory back to the system, so the same node is
+    slower in a fresh process than after other models ran. With mmap off for allocations, no trimming
+    and a 64 MiB top pad, freed memory is kept for reuse. Process-wide and applied once; the returned
+    name is recorded in the environment, so tuned and untuned runs are never compared.
+    """
+    if not _allocator_state:
+        state = "default"
+        if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+            libc = ctypes.CDLL(None)
+            ok = libc.mallopt(_M_MMAP_MAX, 0) and libc.mallopt(_M_TRIM_THRESHOLD, (1 << 31) - 1)
+            ok = ok and libc.mallopt(_M_TOP_PAD, 64 << 20)
+            state = "glibc-tuned" if ok else "default"
+        _allocator_state.append(state)
+    return _allocator_state[0]
 
 
 # Keeping the module and inputs as they were ------------------------------------------------------------
@@ -360,6 +386,7 @@ def profile_module(
     """
     if not isinstance(module, torch.nn.Module):
         raise ProfileError(f"fxprof profiles a torch.nn.Module, got {type(module).__name__}")
+    allocator = tune_allocator() if measured else "not measured"
     gm, cap = capture(module, leaf_modules, tracer)
     described = describe_nodes(gm)
     nodes = [node for node, _ in described]
@@ -410,7 +437,7 @@ def profile_module(
         total_samples_ns=tuple(totals),
         instrumented_samples_ns=tuple(instrumented),
         reference_samples_ns=tuple(references),
-        environment=environment(protocol.threads, device),
+        environment=environment(protocol.threads, device, allocator),
         protocol=protocol,
         capture=cap,
         measured=measured,

@@ -57,8 +57,9 @@ class Environment:
     cpu: str
     threads: int
     device: str
+    allocator: str
 
-    MATCH_FIELDS = ("torch", "cpu", "threads", "device")
+    MATCH_FIELDS = ("torch", "cpu", "threads", "device", "allocator")
 
     def differences(self, other: Environment) -> list[str]:
         """Readable ``field: ours != theirs`` lines for each field that must match but does not."""

@@ -48,6 +48,7 @@ ENV = Environment(
     cpu="Intel(R) Xeon(R) Platinum 8480+",
     threads=4,
     device="cpu",
+    allocator="glibc-tuned",
 )
 
 
@@ -218,6 +219,7 @@ def test_golden_file_parses() -> None:
         cpu="Intel(R) Xeon(R) Platinum 8480+",
         threads=1,
         device="cpu",
+        allocator="glibc-tuned",
     )
     assert entry.protocol == Protocol(warmup=5, passes=20, threads=1, processes=2)
     assert entry.tolerances == Tolerances(node=0.2, total=0.1)

@@ -48,6 +48,7 @@ ENV = Environment(
     cpu="Intel(R) Xeon(R) Platinum 8480+",
     threads=1,
     device="cpu",
+    allocator="glibc-tuned",
 )
 PROTOCOL = Protocol(warmup=5, passes=20, threads=1, processes=5)
 CAPTURE = Capture(method="symbolic_trace")
@@ -158,12 +159,13 @@ def names(verdicts: Sequence[NodeVerdict]) -> tuple[str, ...]:
         pytest.param([1.0, 2.0, 3.0], [0.0, 0.0, 0.0], 1.0, id="all-zero-weights"),
         pytest.param([5.0, 2.0], [-1.0, 1.0], 2.0, id="negative-weight-ignored"),
         pytest.param([1.0, 2.0, 3.0], [1.0, 1.0, 1.0], 2.0, id="odd-equal-weights"),
-        pytest.param([1.0, 2.0], [1.0, 1.0], 1.0, id="exact-half-takes-lower"),
+        pytest.param([1.0, 2.0], [1.0, 1.0], 1.5, id="exact-half-averages-the-middle-two"),
+        pytest.param([0.7, 0.7, 1.3, 1.3], [1.0, 1.0, 1.0, 1.0], 1.0, id="even-symmetric"),
         pytest.param([3.0, 1.0, 2.0], [1.0, 1.0, 10.0], 2.0, id="unsorted-heavy-middle"),
         pytest.param([1.0, 100.0], [3.0, 1.0], 1.0, id="outlier-light"),
         pytest.param([1.0, 100.0], [1.0, 3.0], 100.0, id="outlier-heavy"),
         pytest.param([2.0, 2.0, 2.0], [1.0, 5.0, 2.0], 2.0, id="all-equal"),
-        pytest.param([0.5, 1.0, 4.0], [1.0, 0.0, 1.0], 0.5, id="zero-weight-middle-skipped"),
+        pytest.param([0.5, 1.0, 4.0], [1.0, 0.0, 1.0], 2.25, id="zero-weight-middle-skipped"),
     ],
 )
 def test_weighted_median(values: list[float], weights: list[float], expected: float) -> None:
@@ -223,6 +225,7 @@ def assert_mismatch(c: Comparison, *fragments: str) -> None:
         ("cpu", "AMD EPYC 9654"),
         ("threads", 8),
         ("device", "cuda:0"),
+        ("allocator", "default"),
     ],
 )
 def test_environment_mismatch_claims_no_slowdown(field_name: str, value: object) -> None:
@@ -664,11 +667,11 @@ def test_quiet_node_among_noisy_peers_is_shrunk_toward_them() -> None:
     assert quiet is not None
     assert noisy is not None
     assert 0 < quiet < noisy
-    # every process's factor is 1, so the peers' own spread is the stdev of log(1.3), 0, log(0.7); it is the
-    # prior, and enters with PRIOR_WEIGHT against the quiet node's own zero with 2 degrees of freedom
-    peer = _stdev_log((1.3, 1.0, 0.7))
-    assert noisy == pytest.approx(peer)
-    assert quiet == pytest.approx(math.sqrt(PRIOR_WEIGHT / (2 + PRIOR_WEIGHT)) * peer)
+    # the quiet node's peers balance out (factor 1 in every process), so its own spread is zero; the four
+    # noisy nodes share one spread by symmetry, which is the class prior and enters with PRIOR_WEIGHT
+    # against the quiet node's own zero with 2 degrees of freedom
+    assert quiet == pytest.approx(math.sqrt(PRIOR_WEIGHT / (2 + PRIOR_WEIGHT)) * noisy)
+    assert noise[2].sigma == pytest.approx(noisy)
     band, source = band_for(0.2, quiet)
     assert source is BandSource.SPREAD
     assert band > 0.2
@@ -692,6 +695,7 @@ def test_spread_is_pooled_by_size_class_only() -> None:
         *(node(f"lin{i}", "lin", f"blocks.{i}.lin", op="call_module") for i in range(4)),
         node("tiny", "operator.getitem", "blocks"),
     )
+    # balanced so that the tiny node's peers (all the others: none lies within PEER_SPAN) keep factor 1
     rows = (
         (130_000, 70_000, 130_000, 70_000, 1_000),
         (100_000, 100_000, 100_000, 100_000, 1_000),

@@ -29,6 +29,7 @@ ENV = Environment(
     cpu="Intel(R) Xeon(R) Platinum 8480+",
     threads=1,
     device="cpu",
+    allocator="glibc-tuned",
 )
 PROTOCOL = Protocol(warmup=5, passes=20, threads=1, processes=5)
 CAPTURE = Capture(method="symbolic_trace")
