@@ -250,6 +250,29 @@ def peer_factors(centres: Sequence[float], current: Sequence[float]) -> list[flo
     return out
 
 
+def _classify(
+    ratio: float,
+    band: float,
+    source: BandSource,
+    *,
+    delta_ns: float | None = None,
+    floor_ns: float = 0.0,
+    note: str = "",
+) -> tuple[Verdict, str]:
+    """Slower, faster or within the band; with ``delta_ns``, a change under the floor is always OK."""
+    limit = f"band +{band:.0%} ({source.value})"
+    beyond, below = ratio > 1.0 + band, ratio < 1.0 / (1.0 + band)
+    if delta_ns is not None and (beyond or below) and abs(delta_ns) <= floor_ns:
+        side = "beyond" if beyond else "below"
+        return Verdict.OK, f"x{ratio:.2f} {side} {limit} but {delta_ns / 1e3:+.1f} us is under the floor{note}"
+    if beyond:
+        lost = f", {delta_ns / 1e3:+.1f} us > floor" if delta_ns is not None else ""
+        return Verdict.SLOWER, f"x{ratio:.2f} beyond {limit}{lost}{note}"
+    if below:
+        return Verdict.FASTER, f"x{ratio:.2f} below {limit}{note}"
+    return Verdict.OK, f"x{ratio:.2f} within {limit}{note}"
+
+
 def _judge_node(
     info: NodeInfo, noise: NodeNoise, current_ns: float, *, speed: float, floor_ns: float, policy: Policy
 ) -> NodeVerdict:
@@ -257,18 +280,7 @@ def _judge_node(
     normalised = current_ns / divisor
     ratio = normalised / max(noise.centre_ns, 1.0)  # a node that took 0 ns in the baseline is still judged
     band, source = band_for(policy.node_tolerance, noise.sigma)
-    delta = normalised - noise.centre_ns
-    limit = f"band +{band:.0%} ({source.value})"
-    if ratio > 1.0 + band and delta > floor_ns:
-        verdict, reason = Verdict.SLOWER, f"x{ratio:.2f} beyond {limit}, +{delta / 1e3:.1f} us > floor"
-    elif ratio < 1.0 / (1.0 + band) and -delta > floor_ns:
-        verdict, reason = Verdict.FASTER, f"x{ratio:.2f} below {limit}"
-    elif ratio > 1.0 + band:
-        verdict, reason = Verdict.OK, f"x{ratio:.2f} beyond {limit} but +{delta / 1e3:.1f} us is under the floor"
-    elif ratio < 1.0 / (1.0 + band):
-        verdict, reason = Verdict.OK, f"x{ratio:.2f} below {limit} but {delta / 1e3:.1f} us is under the floor"
-    else:
-        verdict, reason = Verdict.OK, f"x{ratio:.2f} within {limit}"
+    verdict, reason = _classify(ratio, band, source, delta_ns=normalised - noise.centre_ns, floor_ns=floor_ns)
     return NodeVerdict(info, noise.centre_ns, current_ns, speed, ratio, band, source, floor_ns, verdict, reason)
 
 
@@ -287,14 +299,8 @@ def _judge_total(baseline: Sequence[Run], current: Run, policy: Policy) -> Total
     ref_centre = statistics.median(r.reference_ns for r in baseline)
     machine = current.reference_ns / ref_centre if use_ref else 1.0
     base_total = float(statistics.median(r.total_ns for r in baseline))
-    limit = f"band +{band:.0%} ({source.value})"
-    against = "" if use_ref else " (raw: no reference workload timed)"
-    if ratio > 1.0 + band:
-        verdict, reason = Verdict.SLOWER, f"x{ratio:.2f} beyond {limit}{against}"
-    elif ratio < 1.0 / (1.0 + band):
-        verdict, reason = Verdict.FASTER, f"x{ratio:.2f} below {limit}{against}"
-    else:
-        verdict, reason = Verdict.OK, f"x{ratio:.2f} within {limit}{against}"
+    note = "" if use_ref else " (raw: no reference workload timed)"
+    verdict, reason = _classify(ratio, band, source, note=note)
     return TotalVerdict(base_total, float(current.total_ns), ratio, band, source, machine, verdict, reason)
 
 
