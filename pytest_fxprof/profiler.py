@@ -380,9 +380,10 @@ def profile_module(
 ) -> ProfileResult:
     """Capture ``module``, run ``protocol.warmup`` discarded and ``protocol.passes`` kept passes.
 
-    Each pass times the plain forward, the reference workload and the instrumented forward, in that
-    order, so that all three see the same machine state. With ``measured=False`` the module runs once,
-    instrumented and cold, and nothing else is timed.
+    Each pass times the reference workload, the plain forward and the instrumented forward, in that
+    order, so that all three see the same machine state and the instrumented pass always follows a
+    forward of the same model (its first nodes find the caches as its last ones do). With
+    ``measured=False`` the module runs once, instrumented and cold, and nothing else is timed.
     """
     if not isinstance(module, torch.nn.Module):
         raise ProfileError(f"fxprof profiles a torch.nn.Module, got {type(module).__name__}")
@@ -404,13 +405,13 @@ def profile_module(
         for i in range(warmup + passes):
             keep = i >= warmup
             if measured:
+                ref = reference() if reference is not None else 0
                 call_args, call_kwargs = tree_map(_clone, (list(args), kwargs))
                 _sync(device)
                 start = time.perf_counter_ns()
                 module(*call_args, **call_kwargs)
                 _sync(device)
                 plain = time.perf_counter_ns() - start
-                ref = reference() if reference is not None else 0
                 if keep:
                     totals.append(plain)
                     references.append(ref)

@@ -89,9 +89,10 @@ def structural_lines(c: Comparison) -> list[str]:
     return lines
 
 
-def regression_message(label: str, c: Comparison) -> str:
+def regression_message(label: str, c: Comparison, *, remeasured: bool = False) -> str:
     """The failure text of one profile: each slowed node worst first, then the total."""
-    lines = [f"fxprof: {label} got slower than its baseline ({c.baseline_processes} process(es))"]
+    confirmed = "; confirmed by a second measurement (each node's faster one counts)" if remeasured else ""
+    lines = [f"fxprof: {label} got slower than its baseline ({c.baseline_processes} process(es)){confirmed}"]
     lines.extend(f"  slower: {node_line(v)}" for v in c.slower)
     if c.total is not None:
         t = c.total

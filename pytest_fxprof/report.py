@@ -67,6 +67,7 @@ def profile_report(
         "protocol": asdict(result.protocol),
         "total": {"current_ns": result.total_ns, "instrumented_ns": result.instrumented_ns},
         "overhead": round(result.overhead, 4) if result.overhead is not None else None,
+        "remeasured": result.remeasured,
         "nodes": nodes,
     }
     if comparison is not None:

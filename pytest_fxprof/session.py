@@ -25,7 +25,7 @@ from pytest_fxprof.baseline import (
     entry_to_json,
     run_to_json,
 )
-from pytest_fxprof.decision import Comparison, Status, compare
+from pytest_fxprof.decision import Status, compare
 from pytest_fxprof.records import BaselineEntry, ProfileResult
 from pytest_fxprof.render import regression_message, structural_lines, summary_line
 from pytest_fxprof.report import ProfileRecord, profile_report
@@ -166,8 +166,21 @@ class TestState:
             tracer=tracer,
         )
         if baseline is not None and key in baseline.entries:
-            current = result.entry(self.settings.tolerances())
-            result = replace(result, comparison=compare(baseline.entries[key], current, self.settings.policy()))
+            entry, policy = baseline.entries[key], self.settings.policy()
+            comparison = compare(entry, result.entry(self.settings.tolerances()), policy)
+            if comparison.status is Status.REGRESSION:  # confirm: measure again, keep the faster of the two
+                again = profile_module(
+                    module,
+                    args,
+                    kwargs,
+                    name=key,
+                    protocol=self.settings.protocol(),
+                    leaf_modules=leaf_modules,
+                    tracer=tracer,
+                )
+                result = result.faster_of(again)
+                comparison = compare(entry, result.entry(self.settings.tolerances()), policy)
+            result = replace(result, comparison=comparison)
         self.results[key] = result
         return result
 
@@ -184,7 +197,7 @@ class TestState:
             return self._record(run, passed)
         outcome = Outcome()
         for key, result in self.results.items():
-            status = self._judge(key, result.comparison, outcome) if self.mode is Mode.CHECK else "unmeasured"
+            status = self._judge(key, result, outcome) if self.mode is Mode.CHECK else "unmeasured"
             run.add_record(self._record_of(key, status, result))
         return outcome
 
@@ -203,8 +216,8 @@ class TestState:
             "report": profile_report(self.test_id, key, status, result, c),
         }
 
-    def _judge(self, key: str, c: Comparison | None, outcome: Outcome) -> str:
-        label = self.label(key)
+    def _judge(self, key: str, result: ProfileResult, outcome: Outcome) -> str:
+        label, c = self.label(key), result.comparison
         if c is None:
             msg = f"fxprof: no baseline for {label} in {self.store.directory}; {rerecord_hint(self.test_id)}"
             (outcome.failures if self.reactions.missing is OnMissing.FAIL else outcome.skips).append(msg)
@@ -221,7 +234,7 @@ class TestState:
             msg += f"\nmatched nodes and the total were still compared; {rerecord_hint(self.test_id)}"
             (outcome.failures if self.reactions.graph_change is OnGraphChange.FAIL else outcome.warnings).append(msg)
         if c.status is Status.REGRESSION:
-            outcome.failures.append(regression_message(label, c))
+            outcome.failures.append(regression_message(label, c, remeasured=result.remeasured))
         return c.status.value
 
     def _record(self, run: RunState, passed: bool) -> Outcome:

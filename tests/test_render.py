@@ -390,3 +390,25 @@ def test_profile_result_summaries() -> None:
     entry = result.entry(Tolerances(0.2, 0.1), extra_runs=(run,))
     assert entry.runs == (run, run)
     assert entry.nodes == tuple(info for info, _, _ in TABLE_NODES)
+
+
+# ProfileResult.faster_of: the confirmation's merge ------------------------------------------------
+
+
+def test_faster_of_keeps_each_nodes_faster_measurement_and_the_faster_total() -> None:
+    first = make_result(total_samples_ns=(2_000_000,) * 3)
+    slowed = [(info, m * 3 if info.name == "conv1" else m, s) for info, m, s in TABLE_NODES]
+    second = make_result(slowed, total_samples_ns=(1_000_000,) * 3)
+    merged = first.faster_of(second)
+    assert merged.remeasured
+    assert [n.median_ns for n in merged.nodes] == [m for _, m, _ in TABLE_NODES]  # conv1 from the first
+    assert merged.total_ns == 1_000_000  # the total from the second, the faster run
+    assert sum(n.share for n in merged.nodes) == pytest.approx(1.0)
+    assert merged.comparison is None
+    # symmetric: a node slow only in the first measurement takes the second's time
+    assert [n.median_ns for n in second.faster_of(first).nodes] == [n.median_ns for n in merged.nodes]
+
+
+def test_faster_of_refuses_another_graph() -> None:
+    with pytest.raises(ValueError, match="same graph"):
+        make_result().faster_of(make_result(TABLE_NODES[:-1]))
