@@ -918,3 +918,26 @@ def test_profiles_under_no_grad(pytester: pytest.Pytester) -> None:
     result = run(pytester, "--fxprof-update")
     assert result.ret == pytest.ExitCode.OK
     result.assert_outcomes(passed=1)
+
+
+def test_failure_in_a_fresh_process_records_nothing(pytester: pytest.Pytester) -> None:
+    """The test passes here but fails in the fresh process that records the second run."""
+    pytester.makepyfile(
+        test_perf="""
+        import pathlib
+        import torch
+
+        def test_once(fxprof):
+            marker = pathlib.Path(__file__).with_name("ran-once")
+            assert not marker.exists(), "second run"
+            marker.touch()
+            fxprof(torch.nn.Linear(4, 4), torch.ones(4))
+        """
+    )
+    result = runp(pytester, "--fxprof-update", "--fxprof-processes=2", "--fxprof-warmup=0", "--fxprof-passes=1")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        ["*fxprof: could not record the baseline: fresh process 1 of 1 for test_perf.py::test_once failed*"]
+    )
+    assert "During handling of the above exception" not in result.stdout.str()
+    assert not (pytester.path / "baselines").exists()
