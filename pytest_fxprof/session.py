@@ -155,30 +155,25 @@ class TestState:
 
         key = self._key(name)
         baseline = self.baseline() if self.mode is Mode.CHECK else None
-        result = profile_module(
-            module,
-            args,
-            kwargs,
-            name=key,
-            protocol=self.settings.protocol(),
-            measured=self.mode is not Mode.OFF,
-            leaf_modules=leaf_modules,
-            tracer=tracer,
-        )
+
+        def measure() -> ProfileResult:
+            return profile_module(
+                module,
+                args,
+                kwargs,
+                name=key,
+                protocol=self.settings.protocol(),
+                measured=self.mode is not Mode.OFF,
+                leaf_modules=leaf_modules,
+                tracer=tracer,
+            )
+
+        result = measure()
         if baseline is not None and key in baseline.entries:
             entry, policy = baseline.entries[key], self.settings.policy()
             comparison = compare(entry, result.entry(self.settings.tolerances()), policy)
             if comparison.status is Status.REGRESSION:  # confirm: measure again, keep the faster of the two
-                again = profile_module(
-                    module,
-                    args,
-                    kwargs,
-                    name=key,
-                    protocol=self.settings.protocol(),
-                    leaf_modules=leaf_modules,
-                    tracer=tracer,
-                )
-                result = result.faster_of(again)
+                result = result.faster_of(measure())
                 comparison = compare(entry, result.entry(self.settings.tolerances()), policy)
             result = replace(result, comparison=comparison)
         self.results[key] = result
