@@ -33,32 +33,15 @@ from pytest_fxprof.records import (
     Capture,
     Environment,
     NodeInfo,
-    Protocol,
     Run,
     Tolerances,
-    node_key,
 )
+from tests.records_for_tests import CAPTURE, ENV, PROTOCOL, node
 
 # Builders ------------------------------------------------------------------------------------------
 
-ENV = Environment(
-    torch="2.4.1+cpu",
-    python="3.11.9",
-    platform="Linux-6.8-x86_64",
-    cpu="Intel(R) Xeon(R) Platinum 8480+",
-    threads=1,
-    device="cpu",
-    allocator="glibc-tuned",
-)
-PROTOCOL = Protocol(warmup=5, passes=20, threads=1, processes=5)
-CAPTURE = Capture(method="symbolic_trace")
 TOLERANCES = Tolerances(node=0.20, total=0.10)
 REF_NS = 500_000
-
-
-def node(name: str, target: str, module: str = "", op: str = "call_function", occurrence: int = 0) -> NodeInfo:
-    """A node whose key is built the way the profiler builds it."""
-    return NodeInfo(key=node_key(op, module, target, occurrence), name=name, op=op, target=target, module=module)
 
 
 # A small CNN-like graph: eight timed nodes adding up to exactly 1 ms.

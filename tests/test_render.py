@@ -10,34 +10,16 @@ import pytest
 from pytest_fxprof.decision import Comparison, Policy, Status, compare
 from pytest_fxprof.records import (
     BaselineEntry,
-    Capture,
     Environment,
     NodeInfo,
     NodeStats,
     ProfileResult,
-    Protocol,
     Run,
     Tolerances,
     node_key,
 )
 from pytest_fxprof.render import WORST_SHOWN, fmt_ns, profile_table, regression_message, summary_line
-
-ENV = Environment(
-    torch="2.4.1+cpu",
-    python="3.11.9",
-    platform="Linux-6.8-x86_64",
-    cpu="Intel(R) Xeon(R) Platinum 8480+",
-    threads=1,
-    device="cpu",
-    allocator="glibc-tuned",
-)
-PROTOCOL = Protocol(warmup=5, passes=20, threads=1, processes=5)
-CAPTURE = Capture(method="symbolic_trace")
-
-
-def node(name: str, target: str, module: str = "", op: str = "call_function") -> NodeInfo:
-    return NodeInfo(key=node_key(op, module, target, 0), name=name, op=op, target=target, module=module)
-
+from tests.records_for_tests import CAPTURE, ENV, PROTOCOL, node
 
 # fmt_ns -------------------------------------------------------------------------------------------
 
