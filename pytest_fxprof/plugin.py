@@ -106,8 +106,9 @@ def _ini_or_option(config: pytest.Config, name: str) -> Any:
 def _mode(config: pytest.Config) -> Mode:
     if config.getoption("fxprof_sample"):
         return Mode.SAMPLE
-    check = bool(config.getoption("fxprof") or config.getini("fxprof"))
-    update = bool(config.getoption("fxprof_update") or config.getini("fxprof_update"))
+    check, update = bool(config.getoption("fxprof")), bool(config.getoption("fxprof_update"))
+    if not (check or update):  # the command line wins: the ini file's mode counts only without one there
+        check, update = bool(config.getini("fxprof")), bool(config.getini("fxprof_update"))
     if check and update:
         raise pytest.UsageError(
             "--fxprof and --fxprof-update exclude each other: check against baselines or record them"

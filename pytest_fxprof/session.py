@@ -322,14 +322,18 @@ class RunState:
         return written, errors
 
     def unused(self, selected_paths: Iterable[Path] | None, rootdir: Path) -> list[str]:
-        """Baseline files whose test was not collected though its file was selected in full.
+        """Baseline files whose test no longer exists, judged only where the run can know.
 
-        ``selected_paths`` is None when the run selected tests by anything finer than whole files or
-        directories (``-k``, ``-m``, node ids, deselection): then nothing can be called unused.
+        A baseline is unused when its test file collected tests in this run but not this one, or when its
+        test file is gone from a selected directory. A file that collected nothing (skipped at module
+        level, ignored, left out by ``--lf``) says nothing about its tests. ``selected_paths`` is None
+        when the run selected tests by anything finer than whole files or directories (``-k``, ``-m``,
+        node ids, deselection): then nothing can be called unused.
         """
         if selected_paths is None or self.partial:
             return []
         roots = [p.resolve() for p in selected_paths]
+        collected_files = {test_id.partition("::")[0] for test_id in self.collected}
         out = []
         for path, test_id in self.store.recorded_tests():
             if test_id is None:
@@ -337,7 +341,9 @@ class RunState:
                 continue
             if test_id in self.collected:
                 continue
-            test_file = (rootdir / test_id.partition("::")[0]).resolve()
-            if any(test_file == r or r in test_file.parents for r in roots):
+            file_part = test_id.partition("::")[0]
+            test_file = (rootdir / file_part).resolve()
+            gone = not test_file.exists() and any(r == test_file or r in test_file.parents for r in roots)
+            if file_part in collected_files or gone:
                 out.append(f"{path.name} ({test_id})")
         return out

@@ -479,6 +479,13 @@ def test_ini_keys_and_command_line_wins(pytester: pytest.Pytester) -> None:
     assert entry["protocol"] == {"warmup": 2, "passes": 3, "threads": 1, "processes": 1}
     assert entry["tolerances"] == {"node": 2.5, "total": 3.0}
 
+    # the mode too: --fxprof on the command line beats fxprof_update = true in the ini file
+    before = snapshot(directory)
+    result = runp(pytester, "--fxprof")
+    assert result.ret == pytest.ExitCode.OK
+    assert any(line.startswith("test_perf.py::test_a [call0]: pass") for line in fxprof_section(result))
+    assert snapshot(directory) == before
+
 
 def test_bad_ini_value_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\nfxprof_passes = many\n")
@@ -702,6 +709,27 @@ def test_unused_baseline_is_reported(pytester: pytest.Pytester, xdist: list[str]
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(passed=1)
     assert "1 baseline(s) whose test no longer exists (failing; delete them):" in fxprof_section(result)
+
+
+def test_a_file_that_collects_nothing_does_not_make_its_baselines_unused(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Skipped at module level: its tests still exist. A deleted file: its baseline is unused."""
+    write_tests(pytester, "def test_a(fxprof):\n    profile(fxprof)\n", name="test_one")
+    write_tests(pytester, "def test_b(fxprof):\n    profile(fxprof)\n", name="test_two")
+    assert run(pytester, "--fxprof-update").ret == pytest.ExitCode.OK
+    skip_all = "import os\nif os.environ.get('SKIP_ALL'):\n    pytest.skip('not here', allow_module_level=True)\n"
+    write_tests(pytester, skip_all + "def test_a(fxprof):\n    profile(fxprof)\n", name="test_one")
+    monkeypatch.setenv("SKIP_ALL", "1")
+    result = run(pytester, "--fxprof", "--fxprof-on-unused=fail")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.assert_outcomes(passed=1, skipped=1)
+    assert not any("no longer exists" in line for line in fxprof_section(result))
+
+    (pytester.path / "test_one.py").unlink()
+    result = run(pytester, "--fxprof", "--fxprof-on-unused=fail")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    assert any("(test_one.py::test_a)" in line for line in fxprof_section(result))
 
 
 def test_failing_test_is_not_recorded(pytester: pytest.Pytester) -> None:
