@@ -44,6 +44,10 @@ class BaselineError(Exception):
         self.problem = problem
 
 
+class NewerSchemaError(BaselineError):
+    """The file was written by a newer pytest-fxprof; it is never read, nor overwritten, by this one."""
+
+
 # JSON shapes ---------------------------------------------------------------------------------------
 
 
@@ -255,7 +259,7 @@ def parse(text: str, path: Path) -> BaselineFile:
     try:
         version = _get(raw, "schema_version", int, "")
         if version > SCHEMA_VERSION:
-            raise BaselineError(
+            raise NewerSchemaError(
                 path,
                 f"it has schema version {version}, newer than the {SCHEMA_VERSION} this pytest-fxprof reads",
                 "Upgrade pytest-fxprof to the version that wrote it",

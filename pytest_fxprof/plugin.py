@@ -35,6 +35,7 @@ RUN_KEY = pytest.StashKey[RunState]()
 SETTINGS_KEY = pytest.StashKey[Settings]()
 SAMPLE_KEY = pytest.StashKey[SampleRequest]()
 TEST_KEY = pytest.StashKey[TestState]()
+SPOILED_KEY = pytest.StashKey[bool]()
 WORKER_KEY = "fxprof"
 MARKER = "fxprof"
 
@@ -301,6 +302,19 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     if outcome.skips:
         pytest.skip("\n".join(outcome.skips))
     return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    report = yield
+    state = item.stash.get(TEST_KEY, None)
+    if state is not None:
+        spoiled = report.failed or hasattr(report, "wasxfail") or (report.when == "call" and not report.passed)
+        if spoiled:
+            item.stash[SPOILED_KEY] = True
+        if report.when == "teardown":
+            state.settle(item.config.stash[RUN_KEY], passed=not item.stash.get(SPOILED_KEY, False))
+    return report
 
 
 def _selected_paths(session: pytest.Session) -> list[Path] | None:

@@ -9,6 +9,7 @@ before every pass, and everything runs under ``torch.no_grad``.
 from __future__ import annotations
 
 import contextlib
+import copy
 import ctypes
 import inspect
 import platform
@@ -90,11 +91,16 @@ def capture(
 ) -> tuple[torch.fx.GraphModule, Capture]:
     """Trace ``module`` into a GraphModule that shares its parameters, buffers and submodules."""
     active = tracer if tracer is not None else _LeafTracer(leaf_modules)
+    before = set(vars(module))
     try:
-        graph = active.trace(module)
-    except Exception as exc:
-        raise CaptureError(_capture_advice(module, exc, active)) from exc
-    gm = torch.fx.GraphModule(active.root, graph, type(module).__name__)
+        try:
+            graph = active.trace(module)
+        except Exception as exc:
+            raise CaptureError(_capture_advice(module, exc, active)) from exc
+        gm = torch.fx.GraphModule(active.root, graph, type(module).__name__)  # copies what it needs
+    finally:
+        for name in set(vars(module)) - before:  # tensor constants torch.fx parks on the traced module
+            delattr(module, name)
     names = tuple(sorted(s if isinstance(s, str) else f"{s.__module__}.{s.__qualname__}" for s in leaf_modules))
     method = "symbolic_trace" if tracer is None else f"tracer:{type(tracer).__name__}"
     return gm, Capture(method=method, leaf_modules=names)
@@ -124,6 +130,18 @@ def _capture_advice(module: torch.nn.Module, exc: Exception, tracer: torch.fx.Tr
             "traceable (torch.fx.wrap a function to keep it as one node)."
         )
     return "\n".join(lines)
+
+
+def _graph_failure(module: torch.nn.Module, exc: Exception) -> str:
+    """Why the captured graph failed where the module itself ran: usually a value traced as a tensor."""
+    cause = f"{type(exc).__name__}: {exc}".strip().splitlines()
+    return (
+        f"the captured graph of {type(module).__name__} failed: {' '.join(cause[:1])} {' '.join(cause[-1:])}\n"
+        "  Tracing treats every input as a tensor, so a branch on an input that is None or a Python value "
+        "(if mask is not None: ...) is fixed at trace time.\n"
+        "  Fix: pass tracer= a torch.fx.Tracer whose trace() gets concrete_args for those inputs, or keep "
+        "the submodule that branches whole with leaf_modules=[...]."
+    )
 
 
 def _target_name(gm: torch.fx.GraphModule, node: torch.fx.Node) -> str:
@@ -239,6 +257,8 @@ def preserved(module: torch.nn.Module, threads: int) -> Iterator[None]:
     ]
     versions = {name: p._version for name, p in module.named_parameters()}
     rng = torch.random.get_rng_state()
+    cuda_ready = torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+    cuda_rng = torch.cuda.get_rng_state_all() if cuda_ready else None
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -247,6 +267,8 @@ def preserved(module: torch.nn.Module, threads: int) -> Iterator[None]:
     finally:
         torch.set_num_threads(previous_threads)
         torch.random.set_rng_state(rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
         with torch.no_grad():
             for owner, name, original, saved in buffers:
                 owner._buffers[name] = original
@@ -263,6 +285,18 @@ def preserved(module: torch.nn.Module, threads: int) -> Iterator[None]:
 
 def _clone(value: Any) -> Any:
     return value.clone() if isinstance(value, torch.Tensor) else value
+
+
+def fresh_copy(value: Any) -> Any:
+    """A copy whose tensors are new, wherever they sit (lists, dicts, dataclasses, objects).
+
+    ``copy.deepcopy`` reaches tensors inside any container; values it cannot copy fall back to
+    cloning the tensors that torch's pytree reaches (lists, tuples, dicts, named tuples).
+    """
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # noqa: BLE001 - an uncopyable input: clone what can be reached
+        return tree_map(_clone, value)
 
 
 def placeholder_args(
@@ -406,7 +440,7 @@ def profile_module(
             keep = i >= warmup
             if measured:
                 ref = reference() if reference is not None else 0
-                call_args, call_kwargs = tree_map(_clone, (list(args), kwargs))
+                call_args, call_kwargs = fresh_copy((list(args), kwargs))
                 _sync(device)
                 start = time.perf_counter_ns()
                 module(*call_args, **call_kwargs)
@@ -415,10 +449,13 @@ def profile_module(
                 if keep:
                     totals.append(plain)
                     references.append(ref)
-            graph_args = tree_map(_clone, graph_inputs)
+            graph_args = fresh_copy(graph_inputs)
             _sync(device)
             start = time.perf_counter_ns()
-            interp.run(*graph_args)
+            try:
+                interp.run(*graph_args)
+            except Exception as exc:
+                raise ProfileError(_graph_failure(module, exc)) from exc
             if isinstance(interp, _CudaTimingInterpreter):
                 interp.collect()
             whole = time.perf_counter_ns() - start

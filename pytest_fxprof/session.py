@@ -20,6 +20,7 @@ from pytest_fxprof.baseline import (
     BaselineFile,
     BaselineStore,
     EntryJSON,
+    NewerSchemaError,
     as_file,
     entry_from_json,
     entry_to_json,
@@ -118,6 +119,7 @@ class TestState:
         self._unnamed = 0
         self._baseline: BaselineFile | None = None
         self._loaded = False
+        self.pending: dict[str, BaselineEntry] | None = None
 
     def _key(self, name: str | None) -> str:
         if name is None:
@@ -233,33 +235,41 @@ class TestState:
         return c.status.value
 
     def _record(self, run: RunState, passed: bool) -> Outcome:
-        outcome = Outcome()
-        if not self.results:
-            return outcome
-        if not passed:
-            run.notes.append(f"{self.test_id}: not recorded, the test did not pass")
-            for key, result in self.results.items():
-                run.add_record(self._record_of(key, "not recorded", result))
-            return outcome
+        """Profile the extra processes and hold the entries until ``settle`` knows every phase passed."""
+        if not self.results or not passed:
+            return Outcome()
         extra: dict[str, list[Any]] = {key: [] for key in self.results}
         count = self.settings.processes - 1
         if count > 0 and self.relaunch is not None:
             expected = {key: [n.info.key for n in r.nodes] for key, r in self.results.items()}
             extra = sample(self.relaunch, self.test_id, self.settings.to_json(), count, expected)
-        entries = {key: r.entry(self.settings.tolerances(), tuple(extra[key])) for key, r in self.results.items()}
+        self.pending = {key: r.entry(self.settings.tolerances(), tuple(extra[key])) for key, r in self.results.items()}
+        return Outcome()
+
+    def settle(self, run: RunState, passed: bool) -> None:
+        """At the end of the test (teardown included): queue the recorded baseline, or say why not."""
+        if self.mode is not Mode.UPDATE or not self.results:
+            return
+        if self.pending is None or not passed:
+            run.notes.append(f"{self.test_id}: not recorded, the test did not pass")
+            for key, result in self.results.items():
+                run.add_record(self._record_of(key, "not recorded", result))
+            return
         try:
             previous = self.store.load(self.test_id)
+        except NewerSchemaError:  # write nothing over a file that a newer pytest-fxprof wrote
+            run.notes.append(f"{self.test_id}: not recorded, its baseline has a newer schema; upgrade pytest-fxprof")
+            return
         except BaselineError as exc:
             run.notes.append(f"{self.test_id}: replacing an unreadable baseline ({exc.problem})")
             previous = None
         if previous is not None:
-            dropped = sorted(set(previous.entries) - set(entries))
+            dropped = sorted(set(previous.entries) - set(self.pending))
             if dropped:
                 run.dropped[self.test_id] = dropped
-        run.queue_write(self.test_id, entries)
+        run.queue_write(self.test_id, self.pending)
         for key, result in self.results.items():
             run.add_record(self._record_of(key, "recorded", result))
-        return outcome
 
     def _write_samples(self, passed: bool) -> Outcome:
         if self.sample_out is None or not passed:

@@ -969,3 +969,51 @@ def test_failure_in_a_fresh_process_records_nothing(pytester: pytest.Pytester) -
     )
     assert "During handling of the above exception" not in result.stdout.str()
     assert not (pytester.path / "baselines").exists()
+
+
+def test_a_test_that_fails_after_its_call_is_not_recorded(pytester: pytest.Pytester) -> None:
+    """Teardown errors and strict XPASS fail the test after fxprof ran: nothing is written for them."""
+    pytester.makepyfile(
+        test_perf="""
+        import pytest
+        import torch
+
+        @pytest.fixture
+        def broken_teardown():
+            yield
+            raise RuntimeError("teardown failed")
+
+        def test_teardown(fxprof, broken_teardown):
+            fxprof(torch.nn.Linear(4, 4), torch.ones(4))
+
+        @pytest.mark.xfail(strict=True)
+        def test_xpass(fxprof):
+            fxprof(torch.nn.Linear(4, 4), torch.ones(4))
+
+        def test_good(fxprof):
+            fxprof(torch.nn.Linear(4, 4), torch.ones(4))
+        """
+    )
+    result = run(pytester, "--fxprof-update")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=2, failed=1, errors=1)  # test_teardown's call passed, its teardown errored
+    section = fxprof_section(result)
+    assert "test_perf.py::test_teardown: not recorded, the test did not pass" in section
+    assert "test_perf.py::test_xpass: not recorded, the test did not pass" in section
+    files = baseline_files(pytester.path / "baselines")
+    assert [load(p)["test_id"] for p in files] == ["test_perf.py::test_good"]
+
+
+def test_update_never_overwrites_a_newer_schema(pytester: pytest.Pytester) -> None:
+    write_tests(pytester, "def test_a(fxprof):\n    profile(fxprof)\n")
+    assert run(pytester, "--fxprof-update").ret == pytest.ExitCode.OK
+    path = only_file(pytester.path / "baselines")
+    data = load(path)
+    data["schema_version"] = 99
+    path.write_text(json.dumps(data), encoding="utf-8")
+    before = path.read_bytes()
+    result = run(pytester, "--fxprof-update")
+    assert "test_perf.py::test_a: not recorded, its baseline has a newer schema; upgrade pytest-fxprof" in (
+        fxprof_section(result)
+    )
+    assert path.read_bytes() == before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from typing import Any
@@ -226,3 +227,47 @@ def test_cuda_profile_uses_device_time() -> None:  # pragma: no cover - runs onl
     result = profile(net, torch.randn(2, 3, 8, 8, device="cuda"), warmup=1, passes=3)
     assert result.environment.device.startswith("cuda:")
     assert all(n.median_ns > 0 for n in result.nodes)
+
+
+def test_tracing_leaves_no_attributes_on_the_module() -> None:
+    class Const(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(2, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = self.fc(x) * torch.tensor([2.0])  # torch.fx parks this constant on the module
+            return out
+
+    net = Const()
+    before = set(vars(net))
+    quick(net, torch.ones(2))
+    quick(net, torch.ones(2))
+    assert set(vars(net)) == before
+
+
+def test_tensors_inside_any_container_are_cloned() -> None:
+    @dataclasses.dataclass
+    class Box:
+        t: torch.Tensor
+
+    class InPlaceBox(nn.Module):
+        def forward(self, b: Box) -> torch.Tensor:
+            return b.t.add_(1)
+
+    x = torch.zeros(2)
+    quick(InPlaceBox(), Box(x))
+    assert torch.equal(x, torch.zeros(2))
+
+
+def test_a_graph_that_fails_where_the_module_runs_gets_a_hint() -> None:
+    class Masked(nn.Module):
+        def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+            if mask is not None:  # always true for a traced input
+                x = x * mask
+            return x
+
+    with pytest.raises(ProfileError, match=r"captured graph of Masked failed") as info:
+        quick(Masked(), torch.ones(2))
+    assert "concrete_args" in str(info.value)
+    assert info.value.__cause__ is not None
