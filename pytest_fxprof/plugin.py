@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Generator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -361,9 +362,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+@dataclass(frozen=True)
 class _Final:
-    def __init__(self, written: list[Path], unused: list[str], errors: list[str], report: Path | None) -> None:
-        self.written, self.unused, self.errors, self.report = written, unused, errors, report
+    """What the session's end wrote and found, for the terminal summary."""
+
+    written: list[Path]
+    unused: list[str]
+    errors: list[str]
+    report: Path | None
 
 
 _FINAL_KEY = pytest.StashKey[_Final]()

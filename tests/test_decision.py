@@ -36,36 +36,12 @@ from pytest_fxprof.records import (
     Run,
     Tolerances,
 )
-from tests.records_for_tests import CAPTURE, ENV, PROTOCOL, node
+from tests.records_for_tests import BASE_NS, CAPTURE, ENV, MODEL, PROTOCOL, node
 
 # Builders ------------------------------------------------------------------------------------------
 
 TOLERANCES = Tolerances(node=0.20, total=0.10)
 REF_NS = 500_000
-
-
-# A small CNN-like graph: eight timed nodes adding up to exactly 1 ms.
-MODEL: tuple[NodeInfo, ...] = (
-    node("conv1", "stem.conv", "stem.conv", op="call_module"),
-    node("relu1", "torch.relu", "stem"),
-    node("conv2", "layer1.conv", "layer1.conv", op="call_module"),
-    node("add", "operator.add", "layer1"),
-    node("pool", "pool", "pool", op="call_module"),
-    node("flatten", "torch.flatten"),
-    node("fc", "fc", "fc", op="call_module"),
-    node("softmax", "softmax", op="call_method"),
-)
-BASE_NS: dict[str, int] = {
-    "conv1": 200_000,
-    "relu1": 50_000,
-    "conv2": 300_000,
-    "add": 20_000,
-    "pool": 80_000,
-    "flatten": 30_000,
-    "fc": 250_000,
-    "softmax": 70_000,
-}
-assert sum(BASE_NS.values()) == 1_000_000
 
 
 def make_run(node_ns: Sequence[int], *, total_ns: int | None = None, reference_ns: int = REF_NS) -> Run:

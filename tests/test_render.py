@@ -19,7 +19,7 @@ from pytest_fxprof.records import (
     node_key,
 )
 from pytest_fxprof.render import WORST_SHOWN, fmt_ns, profile_table, regression_message, summary_line
-from tests.records_for_tests import CAPTURE, ENV, PROTOCOL, node
+from tests.records_for_tests import BASE_NS, CAPTURE, ENV, MODEL, PROTOCOL, node
 
 # fmt_ns -------------------------------------------------------------------------------------------
 
@@ -194,27 +194,6 @@ def test_table_of_an_empty_graph() -> None:
 
 
 # Comparisons to render ----------------------------------------------------------------------------
-
-MODEL = (
-    node("conv1", "stem.conv", "stem.conv", op="call_module"),
-    node("relu1", "torch.relu", "stem"),
-    node("conv2", "layer1.conv", "layer1.conv", op="call_module"),
-    node("add", "operator.add", "layer1"),
-    node("pool", "pool", "pool", op="call_module"),
-    node("flatten", "torch.flatten"),
-    node("fc", "fc", "fc", op="call_module"),
-    node("softmax", "softmax", op="call_method"),
-)
-BASE_NS = {
-    "conv1": 200_000,
-    "relu1": 50_000,
-    "conv2": 300_000,
-    "add": 20_000,
-    "pool": 80_000,
-    "flatten": 30_000,
-    "fc": 250_000,
-    "softmax": 70_000,
-}
 
 
 def entry(
