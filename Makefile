@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck clean
+.PHONY: demo test lint typecheck gate-quality clean
 
 $(STAMP): requirements/test.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ typecheck: $(STAMP)
 
 test: lint typecheck
 	$(BIN)/pytest -p no:cacheprovider tests examples
+
+# The gate's error rates through the real command line (bench/gate_quality.py; about an hour here).
+gate-quality: $(STAMP)
+	$(BIN)/python bench/gate_quality.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

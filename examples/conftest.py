@@ -1,7 +1,8 @@
 """Support for the example perf tests: a controlled slowdown, to show the gate catching one.
 
 ``FXPROF_DEMO_SLOWDOWN="layer3.0.conv1=0.5"`` makes that submodule of every example model 50 % slower:
-real CPU work (a busy wait for half of the submodule's own time), invisible to the model's code.
+real CPU work (a busy wait, on the thread's CPU clock, for half of the submodule's own CPU time), invisible
+to the model's code.
 Several ``path=fraction`` pairs may be given, separated by commas. Unset, nothing changes.
 """
 
@@ -36,12 +37,12 @@ def slow_down(model: torch.nn.Module, fraction: float, path: str) -> None:
     started: list[int] = []
 
     def before(_module: torch.nn.Module, _args: Any) -> None:
-        started.append(time.perf_counter_ns())
+        started.append(time.thread_time_ns())
 
     def after(_module: torch.nn.Module, _args: Any, _out: Any) -> None:
         begin = started.pop()
-        until = time.perf_counter_ns() + (time.perf_counter_ns() - begin) * fraction
-        while time.perf_counter_ns() < until:
+        until = time.thread_time_ns() + (time.thread_time_ns() - begin) * fraction
+        while time.thread_time_ns() < until:
             pass
 
     target.register_forward_pre_hook(before)

@@ -31,8 +31,9 @@ python3 - "$WORK/report.json" <<'PY'
 import json, sys
 report = json.load(open(sys.argv[1]))
 for profile in report["profiles"]:
-    slow = [n for n in profile["nodes"] if n.get("verdict") == "slower"]
+    flagged = profile.get("flagged", [])
     print(f"{profile['test_id']}: {profile['status']}" + "".join(
-        f"\n    {n['name']} in {n['module']}: x{n['ratio']:.2f} ({n['reason']})" for n in slow))
+        f"\n    {f['kind']} {f['name']}" + (f" in {f['module']}" if f["kind"] == "node" else "")
+        + f": x{f['ratio']:.2f}" for f in flagged))
 PY
 printf '\nThe gate caught it. JSON report: %s\n' "$WORK/report.json"

@@ -102,6 +102,7 @@ def entry_to_json(entry: BaselineEntry) -> EntryJSON:
             "threads": env.threads,
             "device": env.device,
             "allocator": env.allocator,
+            "clock": env.clock,
         },
         "protocol": {
             "warmup": entry.protocol.warmup,
@@ -219,6 +220,8 @@ def _entry_from_json(raw: object, where: str) -> BaselineEntry:
             threads=_count(env, "threads", w_env, minimum=1),
             device=_get(env, "device", str, w_env),
             allocator=_get(env, "allocator", str, w_env),
+            # files written before the clock was recorded were timed on the wall clock
+            clock=_get(env, "clock", str, w_env) if isinstance(env, dict) and "clock" in env else "wall",
         ),
         protocol=Protocol(
             warmup=_count(proto, "warmup", f"{where}.protocol"),

@@ -19,6 +19,8 @@ from pytest_fxprof.baseline import BaselineError, BaselineStore
 from pytest_fxprof.records import ProfileResult
 from pytest_fxprof.sampling import Relaunch, SampleRequest, SamplingError, plugin_args
 from pytest_fxprof.session import (
+    Confirm,
+    OnFaster,
     OnGraphChange,
     OnMismatch,
     OnMissing,
@@ -46,10 +48,10 @@ class FxprofWarning(UserWarning):
 
 
 _SETTING_HELP = {
-    "node_tolerance": "Smallest relative band a node gets, e.g. 0.2 allows +20 percent (default 0.2)",
-    "total_tolerance": "Smallest relative band the model's total gets (default 0.1)",
-    "warmup": "Discarded passes before measuring (default 5)",
-    "passes": "Measured passes per profile (default 20)",
+    "node_tolerance": "Smallest relative band a node or aggregate gets, e.g. 0.1 allows +10 percent (default 0.1)",
+    "total_tolerance": "Smallest relative band the model's total gets (default 0.15)",
+    "warmup": "Discarded passes before measuring (default 4)",
+    "passes": "Measured passes per profile (default 12)",
     "threads": "torch intra-op threads while profiling (default 1)",
     "processes": "Processes a baseline is recorded from: this one plus fresh ones (default 5)",
     "floor_us": "Node changes smaller than this many microseconds never fail (default 20)",
@@ -59,6 +61,16 @@ _CHOICES: dict[str, tuple[type, str]] = {
     "on_mismatch": (OnMismatch, "A baseline from another environment: skip or fail (default skip)"),
     "on_graph_change": (OnGraphChange, "Nodes added or removed since the baseline: warn or fail (default warn)"),
     "on_unused": (OnUnused, "Baselines whose test no longer exists: warn or fail (default warn)"),
+    "on_faster": (
+        OnFaster,
+        "Nodes, aggregates or the total faster beyond their band: ignore, warn or fail, so that baselines do not "
+        "go stale (default warn)",
+    ),
+    "confirm": (
+        Confirm,
+        "A profile that looks slower is measured again before it fails: in a fresh process, in this one (same), "
+        "or not at all (default fresh)",
+    ),
 }
 
 

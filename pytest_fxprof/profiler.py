@@ -201,7 +201,7 @@ def device_of(module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, An
     return torch.device("cpu")
 
 
-def environment(threads: int, device: torch.device, allocator: str) -> Environment:
+def environment(threads: int, device: torch.device, allocator: str, clock: str = "wall") -> Environment:
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         dev = f"cuda:{torch.cuda.get_device_name(index)} (CUDA {torch.version.cuda})"
@@ -215,6 +215,7 @@ def environment(threads: int, device: torch.device, allocator: str) -> Environme
         threads=threads,
         device=dev,
         allocator=allocator,
+        clock=clock,
     )
 
 
@@ -327,21 +328,39 @@ def placeholder_args(
 # Timing ----------------------------------------------------------------------------------------------
 
 
-class _TimingInterpreter(torch.fx.Interpreter):
-    """Runs the graph and notes each timed node's host time (``perf_counter_ns``) per pass."""
+Clock = Callable[[], int]
 
-    def __init__(self, gm: torch.fx.GraphModule, nodes: Sequence[torch.fx.Node]) -> None:
+
+def clock_for(threads: int, device: torch.device) -> tuple[str, Clock]:
+    """The clock that times a profile, and its name (recorded in the environment, so never mixed).
+
+    On the CPU with one intra-op thread, every op runs on the calling thread, so its CPU time
+    (``thread_time_ns``) is the work done: time the thread spent descheduled, because a neighbour on a
+    shared runner had the core, is not counted. With more threads, or on a GPU, the wall clock.
+    """
+    if device.type == "cpu" and threads == 1:
+        return "thread-cpu", time.thread_time_ns
+    return "wall", time.perf_counter_ns
+
+
+class _TimingInterpreter(torch.fx.Interpreter):
+    """Runs the graph and notes each timed node's time on ``clock`` per pass."""
+
+    def __init__(
+        self, gm: torch.fx.GraphModule, nodes: Sequence[torch.fx.Node], clock: Clock = time.perf_counter_ns
+    ) -> None:
         super().__init__(gm)
         self.index = {node: i for i, node in enumerate(nodes)}
         self.times = [0] * len(nodes)
+        self.clock = clock
 
     def run_node(self, n: torch.fx.Node) -> Any:
         i = self.index.get(n)
         if i is None:
             return super().run_node(n)
-        start = time.perf_counter_ns()
+        start = self.clock()
         out = super().run_node(n)
-        self.times[i] = time.perf_counter_ns() - start
+        self.times[i] = self.clock() - start
         return out
 
 
@@ -374,26 +393,37 @@ class _CudaTimingInterpreter(_TimingInterpreter):
 
 
 class ReferenceWorkload:
-    """A fixed CPU workload that shares no kernels with torch (NumPy element-wise work and a sort).
+    """A fixed CPU workload that shares no kernels with torch: NumPy element-wise work and a sort in
+    cache, and a streaming pass over 8 MiB (what a neighbour's memory traffic slows down).
 
     Timed beside every pass, it measures how fast the machine is right now, so that the model's total
-    can be divided by it; a regression in torch itself does not cancel out.
+    can be divided by it; a regression in torch itself does not cancel out. Both halves count: the
+    model's total divided by both varies less between processes than divided by either.
     """
 
     def __init__(self) -> None:
         import numpy as np
 
         self._np = np
-        self._data = np.random.default_rng(0).standard_normal(1 << 14)
+        rng = np.random.default_rng(0)
+        self._data = rng.standard_normal(1 << 14)
+        self._stream = rng.standard_normal(1 << 20)
+        self._out = np.empty_like(self._stream)
 
-    def __call__(self) -> int:
+    def __call__(self, clock: Clock = time.perf_counter_ns) -> int:
         np = self._np
-        start = time.perf_counter_ns()
+        start = clock()
         acc = self._data
         for _ in range(4):
             acc = np.tanh(acc * 0.5) + np.sqrt(np.abs(acc))
         np.sort(acc)
-        return time.perf_counter_ns() - start
+        np.multiply(self._stream, 1.0001, out=self._out)
+        np.add(self._out, self._stream, out=self._out)
+        return clock() - start
+
+
+PLAIN_EVERY = 4
+"""The plain forward is timed in one kept pass of this many: it serves the overhead figure, not the gate."""
 
 
 def _sync(device: torch.device) -> None:
@@ -414,10 +444,10 @@ def profile_module(
 ) -> ProfileResult:
     """Capture ``module``, run ``protocol.warmup`` discarded and ``protocol.passes`` kept passes.
 
-    Each pass times the reference workload, the plain forward and the instrumented forward, in that
-    order, so that all three see the same machine state and the instrumented pass always follows a
-    forward of the same model (its first nodes find the caches as its last ones do). With
-    ``measured=False`` the module runs once, instrumented and cold, and nothing else is timed.
+    Each pass times the reference workload and the instrumented forward, so that both see the same
+    machine state; every ``PLAIN_EVERY``-th kept pass (and the last warm-up pass) also times the plain
+    forward between them, for the profiler's overhead. With ``measured=False`` the module runs once,
+    instrumented and cold, and nothing else is timed.
     """
     if not isinstance(module, torch.nn.Module):
         raise ProfileError(f"fxprof profiles a torch.nn.Module, got {type(module).__name__}")
@@ -428,7 +458,8 @@ def profile_module(
     device = device_of(module, args, kwargs)
     cuda = device.type == "cuda"
     graph_inputs = placeholder_args(gm, module, args, kwargs)
-    interp = (_CudaTimingInterpreter if cuda else _TimingInterpreter)(gm, nodes)
+    clock_name, clock = clock_for(protocol.threads, device)
+    interp = _CudaTimingInterpreter(gm, nodes) if cuda else _TimingInterpreter(gm, nodes, clock)
     reference = ReferenceWorkload() if measured else None
     warmup, passes = (protocol.warmup, protocol.passes) if measured else (0, 1)
     node_samples: list[list[int]] = [[] for _ in nodes]
@@ -439,26 +470,28 @@ def profile_module(
         for i in range(warmup + passes):
             keep = i >= warmup
             if measured:
-                ref = reference() if reference is not None else 0
+                ref = reference(clock) if reference is not None else 0
+                if keep:
+                    references.append(ref)
+            if measured and ((i - warmup) % PLAIN_EVERY == 0 if keep else i == warmup - 1):
                 call_args, call_kwargs = fresh_copy((list(args), kwargs))
                 _sync(device)
-                start = time.perf_counter_ns()
+                start = clock()
                 module(*call_args, **call_kwargs)
                 _sync(device)
-                plain = time.perf_counter_ns() - start
+                plain = clock() - start
                 if keep:
                     totals.append(plain)
-                    references.append(ref)
             graph_args = fresh_copy(graph_inputs)
             _sync(device)
-            start = time.perf_counter_ns()
+            start = clock()
             try:
                 interp.run(*graph_args)
             except Exception as exc:
                 raise ProfileError(_graph_failure(module, exc)) from exc
             if isinstance(interp, _CudaTimingInterpreter):
                 interp.collect()
-            whole = time.perf_counter_ns() - start
+            whole = clock() - start
             if keep:
                 instrumented.append(whole)
                 for k, t in enumerate(interp.times):
@@ -475,7 +508,7 @@ def profile_module(
         total_samples_ns=tuple(totals),
         instrumented_samples_ns=tuple(instrumented),
         reference_samples_ns=tuple(references),
-        environment=environment(protocol.threads, device, allocator),
+        environment=environment(protocol.threads, device, allocator, clock_name if measured else "not measured"),
         protocol=protocol,
         capture=cap,
         measured=measured,

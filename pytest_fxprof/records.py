@@ -7,7 +7,7 @@ pandas is imported only inside ``ProfileResult.to_dataframe``.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -58,8 +58,9 @@ class Environment:
     threads: int
     device: str
     allocator: str
+    clock: str = "wall"
 
-    MATCH_FIELDS = ("torch", "cpu", "threads", "device", "allocator")
+    MATCH_FIELDS = ("torch", "cpu", "threads", "device", "allocator", "clock")
 
     def differences(self, other: Environment) -> list[str]:
         """Readable ``field: ours != theirs`` lines for each field that must match but does not."""
@@ -176,9 +177,10 @@ class ProfileResult:
 
     ``measured`` is False when the module ran once, cold, without a measurement protocol (a plain
     pytest run without ``--fxprof`` or ``--fxprof-update``): the times are then indicative only.
-    ``remeasured`` is True when the profile looked slower and was measured a second time: each node then
-    keeps the faster of its two measurements. ``comparison`` is set when the fixture compared the
-    profile with a baseline.
+    ``confirmations`` are the runs of re-measurements taken because the profile looked slower (a
+    regression stands only if every measurement shows it). ``comparison`` is set when the fixture
+    compared the profile with a baseline. ``seconds`` is the wall time the profile took, confirmation
+    included (0 when not timed).
     """
 
     name: str
@@ -190,13 +192,18 @@ class ProfileResult:
     protocol: Protocol
     capture: Capture
     measured: bool = True
-    remeasured: bool = False
+    confirmations: tuple[Run, ...] = ()
+    seconds: float = 0.0
     comparison: Comparison | None = field(default=None, compare=False)
 
     @property
     def total_ns(self) -> int:
         """Median time of the plain, uninstrumented forward (the instrumented pass if none was timed)."""
         return median_int(self.total_samples_ns or self.instrumented_samples_ns)
+
+    @property
+    def remeasured(self) -> bool:
+        return bool(self.confirmations)
 
     @property
     def instrumented_ns(self) -> int:
@@ -230,25 +237,6 @@ class ProfileResult:
             nodes=tuple(n.info for n in self.nodes),
             runs=(self.run(), *extra_runs),
         )
-
-    def faster_of(self, other: ProfileResult) -> ProfileResult:
-        """Per node, the faster of two measurements of the same graph; for the total, the faster run.
-
-        A slowdown in the code shows in both; a burst of contention on a shared machine rarely hits the
-        same node twice. The total keeps whichever measurement ran faster against its reference.
-        """
-        if [n.info.key for n in self.nodes] != [n.info.key for n in other.nodes]:
-            raise ValueError("faster_of needs two profiles of the same graph")
-        nodes = tuple(min(a, b, key=lambda n: n.median_ns) for a, b in zip(self.nodes, other.nodes, strict=True))
-        busy = sum(n.median_ns for n in nodes) or 1
-        nodes = tuple(replace(n, share=n.median_ns / busy) for n in nodes)
-
-        def pace(p: ProfileResult) -> float:
-            ref = median_int(p.reference_samples_ns)
-            return p.total_ns / ref if ref else float(p.total_ns)
-
-        base = min(self, other, key=pace)
-        return replace(base, nodes=nodes, remeasured=True, comparison=None)
 
     def table(self, sort: str = "time", limit: int | None = None) -> str:
         """A per-node table; ``sort`` is ``"time"`` (slowest first) or ``"graph"`` (execution order)."""

@@ -7,10 +7,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pytest_fxprof.decision import Comparison, NodeVerdict, Status
+from pytest_fxprof.decision import (
+    AggregateVerdict,
+    Comparison,
+    Kind,
+    NodeVerdict,
+    Status,
+    TotalVerdict,
+    Verdict,
+)
 from pytest_fxprof.records import NodeInfo, ProfileResult
 
 WORST_SHOWN = 3
+AGGREGATES_SHOWN = 6
 
 
 def fmt_ns(ns: float) -> str:
@@ -64,12 +73,44 @@ def _totals_line(result: ProfileResult) -> str:
     return "; ".join(parts)
 
 
+def _measured(ratios: Sequence[float]) -> str:
+    return "" if len(ratios) < 2 else " (measurements " + ", ".join(f"x{r:.2f}" for r in ratios) + ")"
+
+
+def _factor(f: float, divisor: float) -> str:
+    """The peers' speed factor and what the slower test divided by, as the decision used it."""
+    if f > 1.0:
+        return f"x{f:.2f} (divided by x{divisor:.2f}, the drift in doubt)"
+    if f < 1.0 and abs(divisor - 1.0) > 5e-3:
+        return f"x{f:.2f} (divided by x{divisor:.2f}, part of the speed-up credited)"
+    return f"x{f:.2f}"
+
+
 def node_line(v: NodeVerdict) -> str:
     n = v.node
     return (
         f"{n.name} ({n.op} {n.target} in {n.where}): {fmt_ns(v.baseline_ns)} -> {fmt_ns(v.current_ns)}"
-        f" = x{v.ratio:.2f} after speed factor x{max(v.speed_factor, 1.0):.2f}, "
-        f"band +{v.band:.0%} ({v.band_source.value}), +{fmt_ns(max(v.delta_ns, 0))}"
+        f" = x{v.ratio:.2f} after speed factor {_factor(v.speed_factor, v.divisor)}, "
+        f"band +{v.band:.0%} ({v.band_source.value}), {'+' if v.delta_ns >= 0 else '-'}{fmt_ns(abs(v.delta_ns))}"
+        f"{_measured(v.judgement.ratios)}"
+    )
+
+
+def aggregate_line(a: AggregateVerdict) -> str:
+    j = a.judgement
+    what = f"every {a.name} node" if a.kind is Kind.OP else f"module {a.name}"
+    return (
+        f"{what} ({len(a.members)} nodes): {fmt_ns(a.baseline_ns)} -> {fmt_ns(a.current_ns)} = x{a.ratio:.2f} "
+        f"after speed factor {_factor(a.speed_factor, a.divisor)} from nodes outside it, band +{j.band:.0%} "
+        f"({j.band_source.value}), {'+' if a.delta_ns >= 0 else '-'}{fmt_ns(abs(a.delta_ns))}{_measured(j.ratios)}"
+    )
+
+
+def total_line(t: TotalVerdict) -> str:
+    return (
+        f"total: {fmt_ns(t.baseline_ns)} -> {fmt_ns(t.current_ns)}, x{t.ratio:.2f} against the reference workload "
+        f"(machine x{t.machine_factor:.2f}), band +{t.band:.0%} ({t.band_source.value}): {t.verdict.value}"
+        f"{_measured(t.judgement.ratios)}"
     )
 
 
@@ -89,20 +130,43 @@ def structural_lines(c: Comparison) -> list[str]:
     return lines
 
 
-def regression_message(label: str, c: Comparison, *, remeasured: bool = False) -> str:
-    """The failure text of one profile: each slowed node worst first, then the total."""
-    confirmed = "; confirmed by a second measurement (each node's faster one counts)" if remeasured else ""
+def _capped(lines: Sequence[str], limit: int = AGGREGATES_SHOWN) -> list[str]:
+    return [*lines[:limit], *([f"  ... {len(lines) - limit} more"] if len(lines) > limit else [])]
+
+
+def regression_message(label: str, c: Comparison) -> str:
+    """The failure text of one profile: each slowed node worst first, the slowed aggregates, the total."""
+    confirmed = ""
+    if c.measurements > 1:
+        confirmed = f"; every one of {c.measurements} measurements agrees (a second one confirmed the first)"
     lines = [f"fxprof: {label} got slower than its baseline ({c.baseline_processes} process(es)){confirmed}"]
-    lines.extend(f"  slower: {node_line(v)}" for v in c.slower)
+    lines.extend(f"  slower node: {node_line(v)}" for v in c.slower)
+    lines.extend(_capped([f"  slower: {aggregate_line(a)}" for a in c.slower_aggregates]))
     if c.total is not None:
-        t = c.total
-        lines.append(
-            f"  total: {fmt_ns(t.baseline_ns)} -> {fmt_ns(t.current_ns)}, x{t.ratio:.2f} against the reference "
-            f"workload, band +{t.band:.0%} ({t.band_source.value}): {t.verdict.value}"
-        )
+        lines.append(f"  {total_line(c.total)}")
     lines.append(f"  speed factor of the whole run: x{c.speed_factor:.2f} (each node's own comes from its peers)")
     lines.extend("  " + s for s in structural_lines(c))
     return "\n".join(lines)
+
+
+def notice_lines(c: Comparison) -> list[str]:
+    """What the gate saw but does not fail on: small slowed nodes, unconfirmed flags, undecidable bands."""
+    out = [f"slower small node (its aggregates gate it): {node_line(v)}" for v in c.slower_small[:WORST_SHOWN]]
+    if len(c.slower_small) > WORST_SHOWN:
+        out.append(f"... {len(c.slower_small) - WORST_SHOWN} more small nodes slower")
+    out += [f"not confirmed by the second measurement, so not failed: {t}" for t in c.unconfirmed]
+    out += [f"too noisy to decide (record the baseline with more processes): {t}" for t in c.noisy]
+    return out
+
+
+def improvement_lines(c: Comparison) -> list[str]:
+    """Nodes, aggregates and the total that every measurement found faster beyond their band."""
+    out = [f"  faster node: {node_line(v)}" for v in c.faster]
+    faster = [a for a in c.aggregates if a.verdict is Verdict.FASTER]
+    out += _capped([f"  faster: {aggregate_line(a)}" for a in sorted(faster, key=lambda a: a.delta_ns)])
+    if c.total is not None and c.total.verdict is Verdict.FASTER:
+        out.append(f"  {total_line(c.total)}")
+    return out
 
 
 def summary_line(label: str, c: Comparison | None) -> str:

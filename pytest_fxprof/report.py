@@ -11,8 +11,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TypedDict
 
-from pytest_fxprof.baseline import dumps, write_atomic
-from pytest_fxprof.decision import Comparison
+from pytest_fxprof.baseline import dumps, run_to_json, write_atomic
+from pytest_fxprof.decision import AggregateVerdict, Comparison, Judgement, Kind, NodeVerdict, Verdict
 from pytest_fxprof.records import NodeInfo, ProfileResult
 
 REPORT_VERSION = 1
@@ -50,12 +50,9 @@ def profile_report(
             row.update(
                 baseline_ns=round(v.baseline_ns),
                 speed_factor=round(v.speed_factor, 4),
-                ratio=round(v.ratio, 4),
-                band=round(v.band, 4),
-                band_source=v.band_source.value,
                 floor_ns=round(v.floor_ns),
-                verdict=v.verdict.value,
-                reason=v.reason,
+                gates=v.gates,
+                **_judgement(v.judgement),
             )
         nodes.append(row)
     out: dict[str, Any] = {
@@ -68,6 +65,8 @@ def profile_report(
         "total": {"current_ns": result.total_ns, "instrumented_ns": result.instrumented_ns},
         "overhead": round(result.overhead, 4) if result.overhead is not None else None,
         "remeasured": result.remeasured,
+        "seconds": round(result.seconds, 3),
+        "runs": [run_to_json(r) for r in (result.run(), *result.confirmations)],
         "nodes": nodes,
     }
     if comparison is not None:
@@ -76,18 +75,67 @@ def profile_report(
         out["mismatches"] = list(comparison.mismatches)
         out["added"] = [_node_ref(n) for n in comparison.added]
         out["removed"] = [_node_ref(n) for n in comparison.removed]
+        out["measurements"] = comparison.measurements
+        out["aggregates"] = [
+            {
+                "kind": a.kind.value,
+                "name": a.name,
+                "members": [m.key for m in a.members],
+                "baseline_ns": round(a.baseline_ns),
+                "current_ns": round(a.current_ns),
+                "speed_factor": round(a.speed_factor, 4),
+                **_judgement(a.judgement),
+            }
+            for a in comparison.aggregates
+        ]
         if comparison.total is not None:
             t = comparison.total
             out["total"].update(
                 baseline_ns=round(t.baseline_ns),
-                ratio=round(t.ratio, 4),
-                band=round(t.band, 4),
-                band_source=t.band_source.value,
                 machine_factor=round(t.machine_factor, 4),
-                verdict=t.verdict.value,
-                reason=t.reason,
+                **_judgement(t.judgement),
             )
+        out["flagged"], out["warned"] = _flags(comparison)
     return out
+
+
+def _judgement(j: Judgement) -> dict[str, Any]:
+    return {
+        "ratio": round(j.ratio, 4),
+        "ratios": [round(r, 4) for r in j.ratios],
+        "band": round(j.band, 4),
+        "band_source": j.band_source.value,
+        "sigma": round(j.sigma, 4) if j.sigma is not None else None,
+        "floor": round(j.floor, 4),
+        "verdict": j.verdict.value,
+        "confirmed": j.confirmed,
+        "reason": j.reason,
+    }
+
+
+def _flags(c: Comparison) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """What failed the profile, and what was slower (or undecidable) without failing it."""
+
+    def node(v: NodeVerdict) -> dict[str, Any]:
+        return {"kind": "node", "name": v.node.name, "module": v.node.module, "ratio": round(v.ratio, 4)}
+
+    def aggregate(a: AggregateVerdict) -> dict[str, Any]:
+        module = a.name if a.kind is Kind.MODULE else ""
+        return {"kind": a.kind.value, "name": a.name, "module": module, "ratio": round(a.ratio, 4)}
+
+    def warns(j: Judgement) -> bool:
+        return j.confirmed is False or j.verdict is Verdict.NOISY
+
+    flagged = [node(v) for v in c.slower] + [aggregate(a) for a in c.slower_aggregates]
+    total = {"kind": "total", "name": "total", "module": "", "ratio": round(c.total.ratio, 4)} if c.total else None
+    if total is not None and c.total is not None and c.total.verdict is Verdict.SLOWER:
+        flagged.append(total)
+    warned = [node(v) for v in c.slower_small]
+    warned += [node(v) for v in c.nodes if v.gates and warns(v.judgement)]
+    warned += [aggregate(a) for a in c.aggregates if warns(a.judgement)]
+    if total is not None and c.total is not None and warns(c.total.judgement):
+        warned.append(total)
+    return flagged, warned
 
 
 def write_report(path: Path, mode: str, records: Sequence[ProfileRecord], unused: Sequence[str]) -> None:

@@ -9,7 +9,8 @@ into pytest calls); torch is reached only through ``profiler``, imported when a 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -27,10 +28,16 @@ from pytest_fxprof.baseline import (
     run_to_json,
 )
 from pytest_fxprof.decision import Status, compare
-from pytest_fxprof.records import BaselineEntry, ProfileResult
-from pytest_fxprof.render import regression_message, structural_lines, summary_line
+from pytest_fxprof.records import BaselineEntry, ProfileResult, Run
+from pytest_fxprof.render import (
+    improvement_lines,
+    notice_lines,
+    regression_message,
+    structural_lines,
+    summary_line,
+)
 from pytest_fxprof.report import ProfileRecord, profile_report
-from pytest_fxprof.sampling import Relaunch, SampleJSON, sample, write_samples
+from pytest_fxprof.sampling import Relaunch, SampleJSON, SamplingError, sample, write_samples
 from pytest_fxprof.settings import Mode, Settings
 
 
@@ -54,14 +61,29 @@ class OnUnused(StrEnum):
     FAIL = "fail"
 
 
+class OnFaster(StrEnum):
+    IGNORE = "ignore"
+    WARN = "warn"
+    FAIL = "fail"
+
+
+class Confirm(StrEnum):
+    FRESH = "fresh"
+    SAME = "same"
+    OFF = "off"
+
+
 @dataclass(frozen=True)
 class Reactions:
-    """What the gate does with a missing baseline, another environment, a changed graph, a stale file."""
+    """What the gate does with a missing baseline, another environment, a changed graph, a stale file,
+    a profile that got faster, and how it confirms one that looks slower before failing it."""
 
     missing: OnMissing = OnMissing.FAIL
     mismatch: OnMismatch = OnMismatch.SKIP
     graph_change: OnGraphChange = OnGraphChange.WARN
     unused: OnUnused = OnUnused.WARN
+    faster: OnFaster = OnFaster.WARN
+    confirm: Confirm = Confirm.FRESH
 
 
 @dataclass
@@ -120,6 +142,7 @@ class TestState:
         self._baseline: BaselineFile | None = None
         self._loaded = False
         self.pending: dict[str, BaselineEntry] | None = None
+        self.warnings: list[str] = []
 
     def _key(self, name: str | None) -> str:
         if name is None:
@@ -170,16 +193,32 @@ class TestState:
                 tracer=tracer,
             )
 
+        started = time.perf_counter()
         result = measure()
         if baseline is not None and key in baseline.entries:
-            entry, policy = baseline.entries[key], self.settings.policy()
-            comparison = compare(entry, result.entry(self.settings.tolerances()), policy)
-            if comparison.status is Status.REGRESSION:  # confirm: measure again, keep the faster of the two
-                result = result.faster_of(measure())
-                comparison = compare(entry, result.entry(self.settings.tolerances()), policy)
+            entry, policy, tolerances = baseline.entries[key], self.settings.policy(), self.settings.tolerances()
+            comparison = compare(entry, result.entry(tolerances), policy)
+            if comparison.status is Status.REGRESSION and self.reactions.confirm is not Confirm.OFF:
+                # a regression stands only if a second measurement shows it too
+                result = replace(result, confirmations=(self._confirmation(key, result, measure),))
+                comparison = compare(entry, result.entry(tolerances, result.confirmations), policy)
             result = replace(result, comparison=comparison)
+        result = replace(result, seconds=time.perf_counter() - started)
         self.results[key] = result
         return result
+
+    def _confirmation(self, key: str, result: ProfileResult, measure: Callable[[], ProfileResult]) -> Run:
+        """One more measurement: from a fresh process where the run can start one, else from this one."""
+        if self.reactions.confirm is Confirm.FRESH and self.relaunch is not None:
+            expected = {key: [n.info.key for n in result.nodes]}
+            try:
+                return sample(self.relaunch, self.test_id, self.settings.to_json(), 1, expected)[key][0]
+            except SamplingError as exc:
+                self.warnings.append(
+                    f"fxprof: {self.label(key)}: the confirmation in a fresh process failed, so it was measured "
+                    f"again in this process instead: {exc}"
+                )
+        return measure().run()
 
     def label(self, key: str) -> str:
         return f"{self.test_id} [{key}]"
@@ -192,7 +231,7 @@ class TestState:
             return self._write_samples(passed)
         if self.mode is Mode.UPDATE:
             return self._record(run, passed)
-        outcome = Outcome()
+        outcome = Outcome(warnings=list(self.warnings))
         for key, result in self.results.items():
             status = self._judge(key, result, outcome) if self.mode is Mode.CHECK else "unmeasured"
             run.add_record(self._record_of(key, status, result))
@@ -231,7 +270,13 @@ class TestState:
             msg += f"\nmatched nodes and the total were still compared; {rerecord_hint(self.test_id)}"
             (outcome.failures if self.reactions.graph_change is OnGraphChange.FAIL else outcome.warnings).append(msg)
         if c.status is Status.REGRESSION:
-            outcome.failures.append(regression_message(label, c, remeasured=result.remeasured))
+            outcome.failures.append(regression_message(label, c))
+        outcome.warnings.extend(f"fxprof: {label}: {line}" for line in notice_lines(c))
+        improved = improvement_lines(c)
+        if improved and self.reactions.faster is not OnFaster.IGNORE:
+            msg = "\n".join([f"fxprof: {label} got faster than its baseline", *improved])
+            msg += f"\nrefresh the baseline so that it keeps guarding the new speed; {rerecord_hint(self.test_id)}"
+            (outcome.failures if self.reactions.faster is OnFaster.FAIL else outcome.warnings).append(msg)
         return c.status.value
 
     def _record(self, run: RunState, passed: bool) -> Outcome:

@@ -32,10 +32,10 @@ class SettingsError(ValueError):
 class Settings:
     """What a test is measured and judged with."""
 
-    node_tolerance: float = 0.20
-    total_tolerance: float = 0.10
-    warmup: int = 5
-    passes: int = 20
+    node_tolerance: float = 0.10
+    total_tolerance: float = 0.15
+    warmup: int = 4
+    passes: int = 12
     threads: int = 1
     processes: int = 5
     floor_us: float = DEFAULT_FLOOR_NS / 1e3

@@ -220,6 +220,7 @@ def test_golden_file_parses() -> None:
         threads=1,
         device="cpu",
         allocator="glibc-tuned",
+        clock="wall",
     )
     assert entry.protocol == Protocol(warmup=5, passes=20, threads=1, processes=2)
     assert entry.tolerances == Tolerances(node=0.2, total=0.1)
@@ -236,6 +237,23 @@ def test_golden_file_parses() -> None:
 def test_golden_file_renders_to_the_same_bytes() -> None:
     text = GOLDEN.read_text(encoding="utf-8")
     assert render(parse(text, GOLDEN)) == text
+
+
+def test_a_file_from_before_the_clock_was_recorded_was_timed_on_the_wall_clock() -> None:
+    text = GOLDEN.read_text(encoding="utf-8")
+    older = text.replace('        "clock": "wall",\n', "")
+    assert older != text
+    baseline = parse(older, GOLDEN)
+    assert baseline.entries["forward"].environment.clock == "wall"
+    assert render(baseline) == text  # written again, it says so
+
+
+def test_the_clock_is_kept() -> None:
+    raw = golden_raw()
+    raw["entries"]["forward"]["environment"]["clock"] = "thread-cpu"
+    baseline = parse(json.dumps(raw), GOLDEN)
+    assert baseline.entries["forward"].environment.clock == "thread-cpu"
+    assert json.loads(render(baseline))["entries"]["forward"]["environment"]["clock"] == "thread-cpu"
 
 
 def test_golden_file_loads_from_a_store(tmp_path: Path) -> None:

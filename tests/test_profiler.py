@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from pytest_fxprof import ProfileResult, profile
-from pytest_fxprof.profiler import CaptureError, ProfileError, capture, describe_nodes
+from pytest_fxprof.profiler import PLAIN_EVERY, CaptureError, ProfileError, capture, describe_nodes
 
 
 class Block(nn.Module):
@@ -91,6 +91,37 @@ def test_profile_reports_every_node_with_module_paths() -> None:
     assert result.overhead is not None
     assert result.overhead > 0
     assert result.measured
+
+
+@pytest.mark.parametrize(
+    ("warmup", "passes", "plain", "calls"),
+    [
+        pytest.param(0, 1, 1, 2, id="no-warmup-one-pass"),
+        pytest.param(1, 3, 1, 6, id="plain-in-the-last-warmup-and-the-first-kept-pass"),
+        pytest.param(2, 9, 3, 15, id="kept-passes-0-4-8"),
+        pytest.param(4, 12, 3, 20, id="defaults"),
+    ],
+)
+def test_plain_forward_is_timed_in_one_kept_pass_of_plain_every(
+    warmup: int, passes: int, plain: int, calls: int
+) -> None:
+    """Every pass is instrumented and has its reference workload; the plain forward (for the overhead) is
+    timed in every PLAIN_EVERY-th kept pass, and once in the last warm-up pass to warm it."""
+    assert PLAIN_EVERY == 4
+    seen: list[int] = []
+
+    class Count(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(1)
+            return x
+
+    result = profile(nn.Sequential(Count()), torch.ones(1), warmup=warmup, passes=passes, leaf_modules=[Count])
+    assert len(result.instrumented_samples_ns) == passes
+    assert len(result.reference_samples_ns) == passes
+    assert len(result.total_samples_ns) == plain
+    assert all(len(n.samples_ns) == passes for n in result.nodes)
+    assert len(seen) == calls  # warmup + passes instrumented, the rest plain
+    assert result.overhead is not None
 
 
 def test_table_and_dataframe_views() -> None:
@@ -213,6 +244,14 @@ def test_threads_are_pinned_while_profiling() -> None:
     finally:
         torch.set_num_threads(threads_before)
     assert set(seen) == {1}
+
+
+@pytest.mark.parametrize(("threads", "clock"), [(1, "thread-cpu"), (2, "wall")])
+def test_one_thread_on_the_cpu_is_timed_on_its_cpu_clock(threads: int, clock: str) -> None:
+    """With one intra-op thread every op runs on the calling thread: its CPU time leaves out preemption."""
+    result = profile(nn.Sequential(nn.ReLU()), torch.ones(2), warmup=0, passes=1, threads=threads)
+    assert result.environment.clock == clock
+    assert result.environment.threads == threads
 
 
 def test_importing_the_plugin_does_not_import_torch() -> None:

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from pytest_fxprof.decision import Comparison, Policy, Status, compare
+from pytest_fxprof.decision import Comparison, Kind, Status, compare
 from pytest_fxprof.records import (
     BaselineEntry,
     Environment,
@@ -18,8 +18,34 @@ from pytest_fxprof.records import (
     Tolerances,
     node_key,
 )
-from pytest_fxprof.render import WORST_SHOWN, fmt_ns, profile_table, regression_message, summary_line
-from tests.records_for_tests import BASE_NS, CAPTURE, ENV, MODEL, PROTOCOL, node
+from pytest_fxprof.render import (
+    AGGREGATES_SHOWN,
+    WORST_SHOWN,
+    aggregate_line,
+    fmt_ns,
+    improvement_lines,
+    node_line,
+    notice_lines,
+    profile_table,
+    regression_message,
+    summary_line,
+    total_line,
+)
+from tests.records_for_tests import (
+    BASE_NS,
+    CAPTURE,
+    CNN,
+    CNN_NS,
+    ENCODER,
+    ENCODER_NS,
+    ENV,
+    HEAD,
+    MODEL,
+    POLICY,
+    PROTOCOL,
+    node,
+    scaled,
+)
 
 # fmt_ns -------------------------------------------------------------------------------------------
 
@@ -196,6 +222,17 @@ def test_table_of_an_empty_graph() -> None:
 # Comparisons to render ----------------------------------------------------------------------------
 
 
+def run_of(times: Sequence[int]) -> Run:
+    """One measurement: the plain forward is the nodes' sum, the instrumented pass 1.5 times it."""
+    return Run(
+        total_ns=sum(times),
+        instrumented_ns=sum(times) * 3 // 2,
+        reference_ns=500_000,
+        node_ns=tuple(times),
+        node_spread_ns=(0,) * len(times),
+    )
+
+
 def entry(
     factors: Mapping[str, float] | None = None,
     *,
@@ -206,24 +243,27 @@ def entry(
     """A one-run entry of the model, each node's time scaled by its factor; ``extra`` nodes are new."""
     factors = factors or {}
     extra = extra or {}
-    times = tuple(
-        extra[n.name] if n.name in extra else round(BASE_NS[n.name] * factors.get(n.name, 1.0)) for n in nodes
-    )
-    run = Run(
-        total_ns=sum(times),
-        instrumented_ns=sum(times) * 3 // 2,
-        reference_ns=500_000,
-        node_ns=times,
-        node_spread_ns=(0,) * len(times),
-    )
-    return BaselineEntry(CAPTURE, environment, PROTOCOL, Tolerances(0.2, 0.1), tuple(nodes), (run,))
+    times = [extra[n.name] if n.name in extra else round(BASE_NS[n.name] * factors.get(n.name, 1.0)) for n in nodes]
+    return BaselineEntry(CAPTURE, environment, PROTOCOL, Tolerances(0.2, 0.1), tuple(nodes), (run_of(times),))
 
 
 BASELINE = entry()
 
 
+def measured(*factors: Mapping[str, float]) -> BaselineEntry:
+    """An entry of the model with one run per measurement (a first one and its confirmations)."""
+    return replace(BASELINE, runs=tuple(run_of(scaled(MODEL, BASE_NS, f)) for f in factors))
+
+
+CNN_BASELINE = replace(BASELINE, nodes=CNN, runs=(run_of(scaled(CNN, CNN_NS)),))
+
+
+def cnn_entry(factors: Mapping[str, float], overall: float = 1.0) -> BaselineEntry:
+    return replace(CNN_BASELINE, runs=(run_of(scaled(CNN, CNN_NS, factors, overall)),))
+
+
 def regression() -> Comparison:
-    c = compare(BASELINE, entry({"pool": 3.0, "relu1": 4.0}), Policy())
+    c = compare(BASELINE, entry({"pool": 3.0, "relu1": 4.0}), POLICY)
     assert c.status is Status.REGRESSION
     return c
 
@@ -231,49 +271,89 @@ def regression() -> Comparison:
 def test_regression_message_names_each_slowed_node_worst_first() -> None:
     lines = regression_message("tests/test_net.py::test_net[forward]", regression()).splitlines()
     assert lines[0] == "fxprof: tests/test_net.py::test_net[forward] got slower than its baseline (1 process(es))"
-    slower = [line for line in lines if line.startswith("  slower: ")]
+    slower = [line for line in lines if line.startswith("  slower node: ")]
     assert len(slower) == 2
     # pool lost 160 us, relu1 150 us: pool first although it comes later in the graph and has the lower ratio
     pool, relu = slower
-    for part in (
-        "relu1 (call_function torch.relu in stem)",
-        "50.0 us -> 200.0 us",
-        "x4.00",
-        "band +20% (tolerance)",
-        "+150.0 us",
-    ):
-        assert part in relu
-    for part in (
-        "pool (call_module pool in pool)",
-        "80.0 us -> 240.0 us",
-        "x3.00",
-        "band +20% (tolerance)",
-        "+160.0 us",
-    ):
-        assert part in pool
+    assert relu == (
+        "  slower node: relu1 (call_function torch.relu in stem): 50.0 us -> 200.0 us = x4.00 after speed factor "
+        "x1.00, band +40% (floor), +150.0 us"
+    )
+    assert pool == (
+        "  slower node: pool (call_module pool in pool): 80.0 us -> 240.0 us = x3.00 after speed factor x1.00, "
+        "band +25% (floor), +160.0 us"
+    )
     assert lines.index(pool) < lines.index(relu)
+
+
+def test_regression_message_names_the_slowed_aggregates() -> None:
+    lines = regression_message("t", regression()).splitlines()
+    (stem,) = [line for line in lines if line.startswith("  slower: ")]
+    # relu1 +150 us in a 250 us subtree; conv1's speed factor comes from outside the subtree
+    assert stem == (
+        "  slower: module stem (2 nodes): 250.0 us -> 400.0 us = x1.60 after speed factor x1.00 from nodes outside "
+        "it, band +10% (tolerance), +150.0 us"
+    )
+    # after the slowed nodes, before the total
+    assert lines.index(stem) > max(i for i, line in enumerate(lines) if line.startswith("  slower node: "))
+    assert lines.index(stem) < next(i for i, line in enumerate(lines) if line.startswith("  total: "))
 
 
 def test_regression_message_has_the_total_and_speed_factor() -> None:
     text = regression_message("t", regression())
     (total,) = [line for line in text.splitlines() if line.startswith("  total: ")]
-    assert total == "  total: 1.00 ms -> 1.31 ms, x1.31 against the reference workload, band +10% (tolerance): slower"
-    assert "speed factor" in text
-    assert "x1.00" in text
+    # the instrumented pass (1.5 x the plain forward in these records), per reference workload
+    assert total == (
+        "  total: 1.50 ms -> 1.97 ms, x1.31 against the reference workload (machine x1.00), band +15% (tolerance): "
+        "slower"
+    )
+    assert "speed factor of the whole run: x1.00" in text
     assert "graph changed" not in text
+    assert "measurements" not in text
 
 
 def test_regression_message_when_only_the_total_is_slower() -> None:
-    c = compare(BASELINE, entry(dict.fromkeys(BASE_NS, 1.3)), Policy())
-    text = regression_message("t", c)
-    assert "slower:" not in text
-    assert "x1.30 against the reference workload, band +10% (tolerance): slower" in text
+    c = compare(BASELINE, entry(dict.fromkeys(BASE_NS, 1.3)), POLICY)
+    lines = regression_message("t", c).splitlines()
+    assert not any(line.startswith("  slower") for line in lines)
+    assert any(
+        line.endswith("x1.30 against the reference workload (machine x1.00), band +15% (tolerance): slower")
+        for line in lines
+    )
+
+
+def test_regression_message_of_a_confirmed_regression() -> None:
+    c = compare(BASELINE, measured({"pool": 3.0, "relu1": 4.0}, {"pool": 2.5, "relu1": 4.0}), POLICY)
+    assert c.status is Status.REGRESSION
+    lines = regression_message("t", c).splitlines()
+    assert lines[0] == (
+        "fxprof: t got slower than its baseline (1 process(es)); every one of 2 measurements agrees "
+        "(a second one confirmed the first)"
+    )
+    pool = next(line for line in lines if line.startswith("  slower node: pool "))
+    assert pool.endswith("= x2.50 after speed factor x1.00, band +25% (floor), +120.0 us (measurements x3.00, x2.50)")
+    total = next(line for line in lines if line.startswith("  total: "))
+    assert total.endswith("band +15% (tolerance): slower (measurements x1.31, x1.27)")
+
+
+def test_regression_message_caps_the_aggregates() -> None:
+    # every BatchNorm and every Linear +30 %: both types and all eight blocks are slower
+    c = compare(CNN_BASELINE, cnn_entry({"bn": 1.3, "lin": 1.3}), POLICY)
+    assert len(c.slower_aggregates) == 10
+    lines = regression_message("t", c).splitlines()
+    aggregates = [line for line in lines if line.startswith("  slower: ")]
+    assert len(aggregates) == AGGREGATES_SHOWN
+    assert lines[lines.index(aggregates[-1]) + 1] == "  ... 4 more"
+    # the most time lost first: the Linears' 840 us, each block's 105 us; the BatchNorms' 96 us are cut
+    assert aggregates[0].startswith("  slower: every Linear node (8 nodes): 2.80 ms -> 3.64 ms = x1.30")
+    assert [line.split(" (")[0] for line in aggregates[1:]] == [f"  slower: module blocks.{i}" for i in range(5)]
+    assert not any("BatchNorm2d" in line for line in lines)
 
 
 def test_regression_message_root_module_and_structure() -> None:
     dropout = node("dropout", "torch.nn.functional.dropout", "layer1")
     nodes = (*MODEL[:3], dropout, *MODEL[3:])
-    c = compare(BASELINE, entry({"softmax": 4.0}, nodes=nodes, extra={"dropout": 10_000}), Policy())
+    c = compare(BASELINE, entry({"softmax": 4.0}, nodes=nodes, extra={"dropout": 10_000}), POLICY)
     assert c.status is Status.REGRESSION
     lines = regression_message("t", c).splitlines()
     assert any("softmax (call_method softmax in <root>)" in line for line in lines)
@@ -281,15 +361,210 @@ def test_regression_message_root_module_and_structure() -> None:
     assert "    added: dropout (torch.nn.functional.dropout in layer1)" in lines
 
 
+def test_node_line_of_a_faster_node() -> None:
+    c = compare(BASELINE, entry({"conv2": 1 / 3}), POLICY)
+    (v,) = c.faster
+    assert node_line(v) == (
+        "conv2 (call_module layer1.conv in layer1.conv): 300.0 us -> 100.0 us = x0.33 after speed factor x1.00, "
+        "band +10% (tolerance), -200.0 us"
+    )
+
+
+def test_node_line_shows_only_a_slower_speed_factor() -> None:
+    slower = compare(BASELINE, entry({"pool": 2.0 * 1.3, **{n: 1.3 for n in BASE_NS if n != "pool"}}), POLICY)
+    ratio = 2.6 / 1.3**1.5
+    assert f"x{ratio:.2f} after speed factor x1.30 (divided by x1.48, the drift in doubt)" in node_line(
+        slower.slower[0]
+    )
+    # on a faster machine with no credit for it nothing is divided out
+    faster = compare(BASELINE, entry({"pool": 1.2, **{n: 0.6 for n in BASE_NS if n != "pool"}}), POLICY)
+    pool = next(v for v in faster.nodes if v.node.name == "pool")
+    assert pool.speed_factor == pytest.approx(0.6)
+    assert "x1.20 after speed factor x0.60," in node_line(pool)
+    # with half of it credited, its square root is
+    credited = compare(
+        BASELINE,
+        entry({"pool": 1.2, **{n: 0.6 for n in BASE_NS if n != "pool"}}),
+        replace(POLICY, faster_credit=0.5),
+    )
+    pool = next(v for v in credited.nodes if v.node.name == "pool")
+    assert f"x{1.2 / 0.6**0.5:.2f} after speed factor x0.60 (divided by x0.77, part of the speed-up credited)" in (
+        node_line(pool)
+    )
+
+
+@pytest.mark.parametrize(
+    ("baseline", "current", "label", "line"),
+    [
+        pytest.param(
+            CNN_BASELINE,
+            cnn_entry({"bn": 1.3}),
+            "op BatchNorm2d",
+            "every BatchNorm2d node (8 nodes): 320.0 us -> 416.0 us = x1.30 after speed factor x1.00 from nodes "
+            "outside it, band +10% (tolerance), +96.0 us",
+            id="op-type",
+        ),
+        pytest.param(
+            replace(BASELINE, nodes=ENCODER, runs=(run_of(scaled(ENCODER, ENCODER_NS)),)),
+            replace(BASELINE, nodes=ENCODER, runs=(run_of(scaled(ENCODER, ENCODER_NS, dict.fromkeys(HEAD, 1.5))),)),
+            "module head",
+            "module head (6 nodes): 180.0 us -> 270.0 us = x1.50 after speed factor x1.00 from nodes outside it, "
+            "band +11% (floor), +90.0 us",
+            id="module-subtree",
+        ),
+        pytest.param(
+            CNN_BASELINE,
+            cnn_entry({"bn": 1.3}, overall=1.2),
+            "op BatchNorm2d",
+            "every BatchNorm2d node (8 nodes): 320.0 us -> 499.2 us = x1.19 after speed factor x1.20 (divided by "
+            "x1.31, the drift in doubt) from nodes outside it, band +10% (tolerance), +59.8 us",
+            id="on-a-slower-machine",
+        ),
+        pytest.param(
+            CNN_BASELINE,
+            cnn_entry({"bn": 0.5}),
+            "op BatchNorm2d",
+            "every BatchNorm2d node (8 nodes): 320.0 us -> 160.0 us = x0.50 after speed factor x1.00 from nodes "
+            "outside it, band +10% (tolerance), -160.0 us",
+            id="faster",
+        ),
+    ],
+)
+def test_aggregate_line(baseline: BaselineEntry, current: BaselineEntry, label: str, line: str) -> None:
+    c = compare(baseline, current, POLICY)
+    (a,) = [a for a in c.aggregates if f"{a.kind.value} {a.name}" == label]
+    assert a.kind is (Kind.OP if label.startswith("op ") else Kind.MODULE)
+    assert aggregate_line(a) == line
+
+
+def test_aggregate_line_of_several_measurements() -> None:
+    c = compare(
+        CNN_BASELINE, replace(CNN_BASELINE, runs=(*cnn_entry({"bn": 1.4}).runs, *cnn_entry({"bn": 1.3}).runs)), POLICY
+    )
+    (a,) = c.slower_aggregates
+    assert aggregate_line(a).endswith(
+        "x1.30 after speed factor x1.00 from nodes outside it, band +10% (tolerance), "
+        "+96.0 us (measurements x1.40, x1.30)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("current", "line"),
+    [
+        pytest.param(
+            entry(),
+            "total: 1.50 ms -> 1.50 ms, x1.00 against the reference workload (machine x1.00), band +15% (tolerance): "
+            "ok",
+            id="unchanged",
+        ),
+        pytest.param(
+            replace(BASELINE, runs=(replace(BASELINE.runs[0], instrumented_ns=1_800_000, reference_ns=600_000),)),
+            "total: 1.50 ms -> 1.80 ms, x1.00 against the reference workload (machine x1.20), band +15% (tolerance): "
+            "ok",
+            id="slower-machine",
+        ),
+        pytest.param(
+            entry(dict.fromkeys(BASE_NS, 0.5)),
+            "total: 1.50 ms -> 750.0 us, x0.50 against the reference workload (machine x1.00), band +15% (tolerance): "
+            "faster",
+            id="faster",
+        ),
+        pytest.param(
+            measured(dict.fromkeys(BASE_NS, 1.3), {}),
+            "total: 1.50 ms -> 1.95 ms, x1.00 against the reference workload (machine x1.00), band +15% (tolerance): "
+            "ok (measurements x1.30, x1.00)",
+            id="not-confirmed",
+        ),
+    ],
+)
+def test_total_line(current: BaselineEntry, line: str) -> None:
+    c = compare(BASELINE, current, POLICY)
+    assert c.total is not None
+    assert total_line(c.total) == line
+
+
+# Warnings and improvements ---------------------------------------------------------------------------
+
+
+def test_notice_lines_name_small_slowed_nodes_worst_first() -> None:
+    # flatten (+60 us) and add (+32 us) are beyond their bands but too small to fail the test
+    c = compare(BASELINE, entry({"flatten": 3.0, "add": 2.6}), POLICY)
+    assert c.status is Status.PASS
+    assert notice_lines(c) == [
+        "slower small node (its aggregates gate it): flatten (call_function torch.flatten in <root>): 30.0 us -> "
+        "90.0 us = x3.00 after speed factor x1.00, band +67% (floor), +60.0 us",
+        "slower small node (its aggregates gate it): add (call_function operator.add in layer1): 20.0 us -> "
+        "52.0 us = x2.60 after speed factor x1.00, band +100% (floor), +32.0 us",
+    ]
+
+
+def test_notice_lines_cap_the_small_nodes() -> None:
+    # four BatchNorms of eight twice as slow: beyond their +50 % bands; each is 0.6 % of the model
+    c = compare(CNN_BASELINE, cnn_entry({f"bn{i}": 2.0 for i in range(4)}), POLICY)
+    assert len(c.slower_small) == 4
+    lines = notice_lines(c)
+    small = [line for line in lines if line.startswith("slower small node")]
+    assert len(small) == WORST_SHOWN
+    assert lines[len(small)] == "... 1 more small nodes slower"
+
+
+def test_notice_lines_of_an_unconfirmed_flag() -> None:
+    c = compare(BASELINE, measured({"pool": 2.0}, {}), POLICY)
+    assert c.status is Status.PASS
+    assert notice_lines(c) == [
+        "not confirmed by the second measurement, so not failed: node pool: not confirmed: x2.00, x1.00 against "
+        "band +25% (floor); the first measurement was noise"
+    ]
+
+
+def test_notice_lines_of_bands_too_wide_to_decide() -> None:
+    # three processes that disagree by a factor of two on pool: its band from the spread is far beyond +100 %
+    scatter = (1.0, 2.0, 0.5)
+    runs = tuple(run_of(scaled(MODEL, BASE_NS, {"pool": f})) for f in scatter)
+    c = compare(replace(BASELINE, runs=runs), entry({"pool": 10.0}), replace(POLICY, floor_ns=0, floor_share=0))
+    lines = notice_lines(c)
+    assert lines
+    assert all(line.startswith("too noisy to decide (record the baseline with more processes): ") for line in lines)
+    (pool,) = [line for line in lines if ": node pool: " in line]
+    assert pool.startswith(
+        "too noisy to decide (record the baseline with more processes): node pool: x10.00, but band +"
+    )
+    assert pool.endswith("(spread) is too noisy to decide")
+
+
+def test_no_notices_for_an_unchanged_profile() -> None:
+    assert notice_lines(compare(BASELINE, entry(), POLICY)) == []
+    assert improvement_lines(compare(BASELINE, entry(), POLICY)) == []
+
+
+def test_improvement_lines() -> None:
+    c = compare(BASELINE, entry({"conv2": 1 / 3}), POLICY)
+    assert improvement_lines(c) == [
+        "  faster node: conv2 (call_module layer1.conv in layer1.conv): 300.0 us -> 100.0 us = x0.33 after speed "
+        "factor x1.00, band +10% (tolerance), -200.0 us",
+        "  faster: module layer1 (2 nodes): 320.0 us -> 120.0 us = x0.38 after speed factor x1.00 from nodes outside "
+        "it, band +10% (tolerance), -200.0 us",
+        "  total: 1.50 ms -> 1.20 ms, x0.80 against the reference workload (machine x1.00), band +15% (tolerance): "
+        "faster",
+    ]
+
+
+def test_improvement_lines_leave_out_small_nodes() -> None:
+    # softmax is 7 % of the model, add 2 %: only softmax is an improvement worth a refreshed baseline
+    c = compare(BASELINE, entry({"softmax": 0.25, "add": 0.25}), POLICY)
+    assert [line.split(" (")[0] for line in improvement_lines(c)] == ["  faster node: softmax"]
+    assert [v.node.name for v in c.faster] == ["softmax"]
+
+
 def test_summary_line_recorded() -> None:
     assert summary_line("t::x", None) == "t::x: recorded"
 
 
 def test_summary_line_pass() -> None:
-    c = compare(BASELINE, entry({"conv2": 1.1}), Policy())
+    c = compare(BASELINE, entry({"conv2": 1.06}), POLICY)
     assert c.status is Status.PASS
     line = summary_line("t::x", c)
-    assert line.startswith("t::x: pass, total x1.03; worst: conv2 x1.10, ")
+    assert line.startswith("t::x: pass, total x1.02; worst: conv2 x1.06, ")
     assert line.count(" x1.00") == WORST_SHOWN - 1
     assert "graph changed" not in line
 
@@ -301,13 +576,13 @@ def test_summary_line_regression() -> None:
 
 def test_summary_line_mismatch() -> None:
     current = entry(environment=replace(ENV, torch="2.5.0", threads=4))
-    c = compare(BASELINE, current, Policy())
+    c = compare(BASELINE, current, POLICY)
     line = summary_line("t::x", c)
     assert line == "t::x: mismatch (torch: baseline '2.4.1+cpu', this run '2.5.0'; threads: baseline 1, this run 4)"
 
 
 def test_summary_line_graph_changed() -> None:
-    c = compare(BASELINE, entry(nodes=MODEL[:-1]), Policy())
+    c = compare(BASELINE, entry(nodes=MODEL[:-1]), POLICY)
     line = summary_line("t::x", c)
     assert line.startswith("t::x: pass, ")
     assert line.endswith("; graph changed (+0/-1)")
@@ -353,23 +628,22 @@ def test_profile_result_summaries() -> None:
     assert entry.nodes == tuple(info for info, _, _ in TABLE_NODES)
 
 
-# ProfileResult.faster_of: the confirmation's merge ------------------------------------------------
+# ProfileResult.confirmations: the runs of a re-measurement ----------------------------------------
 
 
-def test_faster_of_keeps_each_nodes_faster_measurement_and_the_faster_total() -> None:
-    first = make_result(total_samples_ns=(2_000_000,) * 3)
+def test_confirmations_join_the_entry_as_further_measurements() -> None:
+    first = make_result()
+    assert not first.remeasured
+    assert first.confirmations == ()
+    assert first.seconds == 0.0
     slowed = [(info, m * 3 if info.name == "conv1" else m, s) for info, m, s in TABLE_NODES]
-    second = make_result(slowed, total_samples_ns=(1_000_000,) * 3)
-    merged = first.faster_of(second)
-    assert merged.remeasured
-    assert [n.median_ns for n in merged.nodes] == [m for _, m, _ in TABLE_NODES]  # conv1 from the first
-    assert merged.total_ns == 1_000_000  # the total from the second, the faster run
-    assert sum(n.share for n in merged.nodes) == pytest.approx(1.0)
-    assert merged.comparison is None
-    # symmetric: a node slow only in the first measurement takes the second's time
-    assert [n.median_ns for n in second.faster_of(first).nodes] == [n.median_ns for n in merged.nodes]
-
-
-def test_faster_of_refuses_another_graph() -> None:
-    with pytest.raises(ValueError, match="same graph"):
-        make_result().faster_of(make_result(TABLE_NODES[:-1]))
+    confirmation = make_result(slowed).run()
+    confirmed = replace(first, confirmations=(confirmation,), seconds=2.5)
+    assert confirmed.remeasured
+    assert confirmed.seconds == 2.5
+    # the profile itself stays the first measurement: its nodes, its run
+    assert confirmed.nodes == first.nodes
+    assert confirmed.run() == first.run()
+    entry = confirmed.entry(Tolerances(0.2, 0.1), confirmed.confirmations)
+    assert entry.runs == (first.run(), confirmation)
+    assert entry.runs[1].node_ns[1] == 1_200_000

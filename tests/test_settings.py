@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from pytest_fxprof.decision import DEFAULT_FLOOR_NS, Policy
+from pytest_fxprof.decision import DEFAULT_FLOOR_NS, SPREAD_K, Policy
 from pytest_fxprof.records import Protocol, Tolerances
 from pytest_fxprof.settings import SETTING_NAMES, Mode, Settings, SettingsError, apply, from_json
 
@@ -16,10 +16,11 @@ FLOAT_SETTINGS = ("node_tolerance", "total_tolerance", "floor_us")
 
 def test_defaults() -> None:
     s = Settings()
-    assert s.protocol() == Protocol(warmup=5, passes=20, threads=1, processes=5)
-    assert s.tolerances() == Tolerances(node=0.20, total=0.10)
+    assert s.protocol() == Protocol(warmup=4, passes=12, threads=1, processes=5)
+    assert s.tolerances() == Tolerances(node=0.10, total=0.15)
     assert s.policy() == Policy()
     assert s.policy().floor_ns == DEFAULT_FLOOR_NS
+    assert s.policy().spread_k == SPREAD_K  # not a setting: the policy's default
     assert set(SETTING_NAMES) == {*INT_SETTINGS, *FLOAT_SETTINGS}
 
 
@@ -39,7 +40,7 @@ def test_later_apply_wins() -> None:
     marker = apply(cli, {"passes": 50, "node_tolerance": 0.5}, "@pytest.mark.fxprof")
     assert marker == Settings(
         node_tolerance=0.5,
-        total_tolerance=0.10,
+        total_tolerance=0.15,
         warmup=2,
         passes=50,
         threads=2,
@@ -157,7 +158,7 @@ def test_policy_tolerances_and_protocol_follow_settings() -> None:
     s = apply(Settings(), {"node_tolerance": "0.5", "total_tolerance": 0.25, "floor_us": "50", "passes": 3}, "ini")
     assert s.policy() == Policy(node_tolerance=0.5, total_tolerance=0.25, floor_ns=50_000)
     assert s.tolerances() == Tolerances(node=0.5, total=0.25)
-    assert s.protocol() == Protocol(warmup=5, passes=3, threads=1, processes=5)
+    assert s.protocol() == Protocol(warmup=4, passes=3, threads=1, processes=5)
 
 
 def test_json_round_trip() -> None:
@@ -165,8 +166,8 @@ def test_json_round_trip() -> None:
     raw = s.to_json()
     assert raw == {
         "node_tolerance": 0.3,
-        "total_tolerance": 0.1,
-        "warmup": 5,
+        "total_tolerance": 0.15,
+        "warmup": 4,
         "passes": 11,
         "threads": 1,
         "processes": 5,
@@ -196,3 +197,10 @@ def test_nan_tolerance_is_a_settings_error() -> None:
 def test_infinite_floor_is_a_settings_error(value: object) -> None:
     with pytest.raises(SettingsError, match=r"^ini: floor_us must be a finite number"):
         apply(Settings(), {"floor_us": value}, "ini")
+
+
+def test_command_line_help_states_the_defaults() -> None:
+    from pytest_fxprof.plugin import _SETTING_HELP
+
+    for name in SETTING_NAMES:
+        assert f"(default {getattr(Settings(), name):g})" in _SETTING_HELP[name], name
