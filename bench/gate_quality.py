@@ -20,8 +20,9 @@ processes of its call_module nodes' times, its share that over the sum of all no
 * ``node{1,3,10}pct+{10,15,25,50}``: the one submodule whose share is closest to 1, 3 or 10 %, slowed by
   10, 15, 25 or 50 %. Where the target share of the model is 1 ms or more, only submodules of 1 ms
   or more are candidates.
-* ``group+30``: every submodule of the one module type with the most call_module nodes, all under
-  1 ms each (at least 3), each slowed by 30 %.
+* ``group+30``: every submodule of one module type, each slowed by 30 %: of the types with at least 3
+  call_module nodes, all under 1 ms each and together under 15 % of the model (a group of small
+  nodes, not the bulk of the model), the one with the most nodes.
 * ``total+10``: every submodule slowed by the same fraction, 10 % of the model's total over the sum of
   its call_module nodes' times, so that the model as a whole is 10 % slower.
 
@@ -81,6 +82,7 @@ GROUP_FRACTION = 0.30
 TOTAL_GROWTH = 0.10
 LARGE_NS = 1_000_000  # 1 ms: a node this long is preferred as the slowed one; a group's members are shorter
 GROUP_MIN = 3
+GROUP_MAX_SHARE = 0.15
 TAIL = 6000
 
 
@@ -250,14 +252,21 @@ def plan_model(entry: BaselineEntry, selected: list[str]) -> dict[str, Condition
         by_type.setdefault(m.type, []).append(m)
     calls = {kind: sum(m.calls for m in ms) for kind, ms in by_type.items()}
     small = [
-        kind for kind, ms in by_type.items() if calls[kind] >= GROUP_MIN and all(m.ns / m.calls < LARGE_NS for m in ms)
+        kind
+        for kind, ms in by_type.items()
+        if calls[kind] >= GROUP_MIN
+        and all(m.ns / m.calls < LARGE_NS for m in ms)
+        and sum(m.ns for m in ms) < GROUP_MAX_SHARE * nodes_ns
     ]
     if small:
         kind = max(small, key=lambda k: (calls[k], -sum(m.ns for m in by_type[k])))
         members = tuple(target(m, GROUP_FRACTION) for m in by_type[kind])
         plan[group_name] = Condition(group_name, "group", members, group_type=kind)
     else:
-        reason = f"no module type has {GROUP_MIN} or more call_module nodes all under {LARGE_NS / 1e6:g} ms"
+        reason = (
+            f"no module type has {GROUP_MIN} or more call_module nodes, all under {LARGE_NS / 1e6:g} ms and "
+            f"together under {GROUP_MAX_SHARE:.0%} of the model"
+        )
         plan[group_name] = Condition(group_name, "group", skipped=reason)
 
     total_name = f"total+{percent(TOTAL_GROWTH)}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from pytest_fxprof.api import profile
-from pytest_fxprof.decision import Comparison, NodeVerdict, Policy, TotalVerdict, Verdict
+from pytest_fxprof.decision import AggregateVerdict, Comparison, NodeVerdict, Policy, TotalVerdict, Verdict
 from pytest_fxprof.plugin import Fxprof
 from pytest_fxprof.records import NodeInfo, NodeStats, ProfileResult
 
@@ -18,6 +18,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree th
     __version__ = "0+unknown"
 
 __all__ = [
+    "AggregateVerdict",
     "Comparison",
     "Fxprof",
     "NodeInfo",

@@ -20,17 +20,19 @@ The rules, in order:
 4. Each node's band is the largest of the node tolerance, ``Policy.spread_k`` between-process
    deviations (estimated from the baseline's processes and shrunk toward nodes of similar size,
    ``PRIOR_WEIGHT``) and the absolute floor (``floor_ns``, or ``FLOOR_SHARE`` of the model's time if
-   larger). A node is slower when its normalised ratio exceeds ``1 + band``, faster when it is below
-   ``1 / (1 + band)`` against the factor only where that is below 1, and it gained more than the floor. Only a node of
-   ``GATING_NS`` or ``GATING_SHARE`` of the model fails a test alone; a smaller one is a warning, and
-   its slowdown is caught by the aggregates it belongs to. A band from the measured spread wider than
-   ``NOISY_BAND`` cannot decide anything: the node is reported as too noisy, never passed or failed on it.
+   larger). A node is slower when its normalised ratio exceeds ``1 + band``; faster when, divided by
+   its factor only where that is below 1, it is below ``1 / (1 + band)`` and gained more than the
+   floor. Only a node of ``GATING_NS`` or ``GATING_SHARE`` of the summed node time fails a test alone;
+   a smaller one is a warning, and its slowdown is caught by the aggregates it belongs to. A band set
+   by the measured spread wider than ``NOISY_BAND`` cannot decide anything: the item is reported as
+   too noisy, never passed or failed on it. A tolerance or floor band is applied as it is.
 5. *Aggregates* sum nodes that carry less noise together than alone: every operator type (all
    ``BatchNorm2d``, all ``add``) and every module subtree up to ``SUBTREE_DEPTH`` levels (``layer3``,
    ``layer3.0``). Their members are divided by speed factors taken from peers *outside* the aggregate,
    so a slowdown of every BatchNorm is not mistaken for a machine that slows small ops. Bands as in 4.
-6. The total is the instrumented pass divided by the reference workload, banded the same way with the
-   total tolerance. It catches slowdowns spread over every node, which 3 and 5 cancel by design.
+6. The total is the instrumented pass divided by the reference workload, banded by the larger of the
+   total tolerance and ``spread_k`` deviations (no floor, no speed factor). It catches slowdowns spread
+   over every node, which 3 and 5 cancel by design.
 7. A current entry may hold several measurements (a confirmation re-measures a flagged profile). Each
    item is slower only if *every* measurement says so, faster only if every one does; the verdict
    carries all the ratios, so whether the confirmation agreed is on record.
@@ -64,10 +66,11 @@ GATING_NS = 1_000_000
 """A node of at least this baseline time (1 ms) can fail a test on its own ..."""
 
 GATING_SHARE = 0.05
-"""... as can one of at least this share of the model; smaller ones warn, and aggregates gate them."""
+"""... as can one of at least this share of the summed node time; smaller ones warn, and aggregates gate them."""
 
 NOISY_BAND = 1.0
-"""A band beyond +100 % decides nothing: the item is reported as too noisy."""
+"""A band set by the measured spread beyond +100 % decides nothing: the item is reported as too noisy.
+A tolerance (the user's choice) or a floor (an absolute amount of time) is applied however wide."""
 
 SUBTREE_DEPTH = 2
 """Module subtrees are aggregated down to this depth (``layer3`` and ``layer3.0``, not ``layer3.0.bn1``)."""
@@ -214,7 +217,7 @@ class NodeVerdict:
 
     @property
     def delta_ns(self) -> float:
-        """Time lost (positive) or won after dividing out the (slower-only) speed factor."""
+        """Time lost (positive) or won, after dividing out what the verdict's test divided out."""
         return self.baseline_ns * (self.ratio - 1.0)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from pytest_fxprof.baseline import BaselineError, BaselineStore
+from pytest_fxprof.decision import DEFAULT_FLOOR_NS, FLOOR_SHARE
 from pytest_fxprof.records import ProfileResult
 from pytest_fxprof.sampling import Relaunch, SampleRequest, SamplingError, plugin_args
 from pytest_fxprof.session import (
@@ -54,7 +55,8 @@ _SETTING_HELP = {
     "passes": "Measured passes per profile (default 12)",
     "threads": "torch intra-op threads while profiling (default 1)",
     "processes": "Processes a baseline is recorded from: this one plus fresh ones (default 5)",
-    "floor_us": "Node changes smaller than this many microseconds never fail (default 20)",
+    "floor_us": f"Node and aggregate changes smaller than this many microseconds (or {FLOOR_SHARE * 100:g} percent of "
+    f"the model's time, if larger) never fail (default {DEFAULT_FLOOR_NS / 1e3:g})",
 }
 _CHOICES: dict[str, tuple[type, str]] = {
     "on_missing": (OnMissing, "A test without a baseline under --fxprof: fail or skip (default fail)"),
@@ -98,12 +100,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Where baselines live (default: baselines/ under the rootdir)",
     )
     parser.addini(
-        "fxprof_baseline_dir", "Where baselines live, relative to the ini file (default: baselines)", default=None
+        "fxprof_baseline_dir",
+        "Where baselines live, relative to the ini file (default: baselines/ under the rootdir)",
+        default=None,
     )
-    group.addoption("--fxprof-report", metavar="PATH", default=None, help="Write a JSON report of every profiled test")
+    group.addoption(
+        "--fxprof-report",
+        metavar="PATH",
+        default=None,
+        help="Write a JSON report of every profiled test (with --fxprof or --fxprof-update)",
+    )
     parser.addini("fxprof_report", "Like --fxprof-report, relative to the ini file", default=None)
     for name in SETTING_NAMES:
-        group.addoption(_flag(name), dest=f"fxprof_{name}", metavar="N", default=None, help=_SETTING_HELP[name])
+        metavar = "N" if isinstance(getattr(Settings, name), int) else "X"
+        group.addoption(_flag(name), dest=f"fxprof_{name}", metavar=metavar, default=None, help=_SETTING_HELP[name])
         parser.addini(f"fxprof_{name}", _SETTING_HELP[name], default=None)
     for name, (choices, text) in _CHOICES.items():
         values = [c.value for c in choices]  # type: ignore[attr-defined]

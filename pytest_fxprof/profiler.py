@@ -2,8 +2,9 @@
 
 Owns every use of torch (callers import this module lazily, so importing the plugin stays cheap).
 Must not import pytest. The caller's module and inputs leave a profile exactly as they came in: mode,
-buffers, parameters, torch's random state and its thread count are restored, inputs are cloned
-before every pass, and everything runs under ``torch.no_grad``.
+buffers, torch's random state and its thread count are restored, inputs are cloned before every
+pass, everything runs under ``torch.no_grad``, and a module that changes its own parameters in place
+is refused.
 """
 
 from __future__ import annotations

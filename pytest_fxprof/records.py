@@ -108,7 +108,8 @@ class Run:
 
 @dataclass(frozen=True)
 class Tolerances:
-    """Relative tolerances: the smallest band a node or the total gets, whatever its measured spread."""
+    """Relative tolerances: the smallest band a node, aggregate or the total gets, whatever its measured
+    spread. A baseline records the ones it was taken with, for reference; a check uses its own settings."""
 
     node: float
     total: float

@@ -50,6 +50,7 @@ def profile_report(
             row.update(
                 baseline_ns=round(v.baseline_ns),
                 speed_factor=round(v.speed_factor, 4),
+                divisor=round(v.divisor, 4),
                 floor_ns=round(v.floor_ns),
                 gates=v.gates,
                 **_judgement(v.judgement),
@@ -62,7 +63,12 @@ def profile_report(
         "environment": asdict(result.environment),
         "capture": {"method": result.capture.method, "leaf_modules": list(result.capture.leaf_modules)},
         "protocol": asdict(result.protocol),
-        "total": {"current_ns": result.total_ns, "instrumented_ns": result.instrumented_ns},
+        # current_ns and baseline_ns are instrumented passes (what the total verdict compares)
+        "total": {
+            "current_ns": result.instrumented_ns,
+            "instrumented_ns": result.instrumented_ns,
+            "plain_ns": result.total_ns,
+        },
         "overhead": round(result.overhead, 4) if result.overhead is not None else None,
         "remeasured": result.remeasured,
         "seconds": round(result.seconds, 3),
@@ -84,6 +90,7 @@ def profile_report(
                 "baseline_ns": round(a.baseline_ns),
                 "current_ns": round(a.current_ns),
                 "speed_factor": round(a.speed_factor, 4),
+                "divisor": round(a.divisor, 4),
                 **_judgement(a.judgement),
             }
             for a in comparison.aggregates

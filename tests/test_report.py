@@ -77,6 +77,7 @@ def test_report_of_a_confirmed_regression() -> None:
     assert relu["ratio"] == 3.0
     assert relu["confirmed"] is True
     assert relu["verdict"] == "slower"
+    assert (relu["speed_factor"], relu["divisor"]) == (1.0, 1.0)
     assert (relu["band"], relu["band_source"], relu["floor"], relu["sigma"]) == (0.4, "floor", 0.4, None)
     assert relu["reason"].endswith("in every measurement (x3.00, x3.00)")
     softmax = rows["softmax"]
@@ -93,6 +94,7 @@ def test_report_of_a_confirmed_regression() -> None:
         "baseline_ns": 430_000,
         "current_ns": 530_000,
         "speed_factor": 1.0,
+        "divisor": 1.0,
         "ratio": round(530 / 430, 4),
         "ratios": [round(530 / 430, 4)] * 2,
         "band": 0.1,
@@ -105,7 +107,9 @@ def test_report_of_a_confirmed_regression() -> None:
     }
     assert stem["reason"].startswith("x1.23 beyond band +10% (tolerance), +100.0 us")
     total = report["total"]
-    assert (total["baseline_ns"], total["instrumented_ns"], total["current_ns"]) == (1_500_000, 1_500_000, 1_000_000)
+    # the compared figures are both instrumented passes; the plain forward is beside them
+    assert (total["baseline_ns"], total["current_ns"], total["instrumented_ns"]) == (1_500_000, 1_500_000, 1_500_000)
+    assert total["plain_ns"] == 1_000_000
     assert (total["ratios"], total["verdict"], total["confirmed"]) == ([1.0, 1.0], "ok", None)
     assert report["flagged"] == [
         {"kind": "node", "name": "relu", "module": "stem", "ratio": 3.0},

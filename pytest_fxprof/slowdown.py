@@ -1,0 +1,55 @@
+"""A controlled slowdown of one submodule: how to show that the gate catches what it should.
+
+Owns ``slow_down``, which the demo, the gate-quality bench and users' own checks of their gate use. Must
+not import torch or pytest at module level (a module's hooks are all it needs).
+
+The slowdown is real CPU work, invisible to the model's code: a forward pre-hook notes the clock, and a
+forward hook busy-waits for ``fraction`` of the time the submodule's own forward took in that call. It
+waits on the thread's CPU clock by default, so a process that is descheduled meanwhile still does all
+of the work, and a slowdown is relative: ``fraction=0.25`` makes the submodule 25 % slower whatever its
+speed on the machine at hand.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+
+def slow_down(
+    model: torch.nn.Module,
+    path: str,
+    fraction: float,
+    *,
+    clock: Callable[[], int] = time.thread_time_ns,
+) -> tuple[Any, Any]:
+    """Make ``model.<path>`` take ``1 + fraction`` times as long; return the two hook handles.
+
+    ``handle.remove()`` on both undoes it. ``path`` is a submodule path as ``named_modules`` gives it
+    (``"layer3.0.conv1"``; ``""`` for the model itself). A path the model does not have, or a negative or
+    non-finite fraction, raises ``ValueError`` naming it.
+    """
+    if not fraction >= 0.0 or fraction == float("inf"):
+        raise ValueError(f"slow_down: fraction must be a finite number of at least 0, not {fraction!r}")
+    try:
+        target = model.get_submodule(path)
+    except AttributeError:
+        known = ", ".join(name for name, _ in list(model.named_modules())[1:8])
+        raise ValueError(f"slow_down: {type(model).__name__} has no submodule {path!r} (it has {known}, ...)") from None
+    started: list[int] = []
+
+    def before(_module: torch.nn.Module, _args: Any) -> None:
+        started.append(clock())
+
+    def after(_module: torch.nn.Module, _args: Any, _out: Any) -> None:
+        begin = started.pop()
+        now = clock()
+        until = now + (now - begin) * fraction
+        while clock() < until:
+            pass
+
+    return target.register_forward_pre_hook(before), target.register_forward_hook(after)
