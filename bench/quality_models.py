@@ -7,15 +7,10 @@ Three models of different character, each built seeded with its input:
   4 heads, MLP 1024 with GELU), batch 4 of 128 tokens: matrix products, softmax, layer norms.
 * ``mobilenet``: torchvision's MobileNetV3-small, batch 5 at 224 x 224: many small depthwise kernels.
 
-``slow_down`` makes a submodule slower by a fraction of its own time in each call: a busy wait, real
-CPU work measured on the thread's CPU clock (so a preempted process still does all of it), invisible
-to the model's code.
+The slowdowns ``bench/gate_quality.py`` installs in them are ``pytest_fxprof.slow_down``'s.
 """
 
 from __future__ import annotations
-
-import time
-from typing import Any
 
 import torch
 from torch import nn
@@ -93,21 +88,3 @@ def build(name: str) -> tuple[nn.Module, torch.Tensor]:
     else:
         raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
     return model.eval(), torch.randn(*shape)
-
-
-def slow_down(model: nn.Module, path: str, fraction: float) -> None:
-    """Make ``model.<path>`` take ``1 + fraction`` times as long in every call, whatever its own time is."""
-    target = model.get_submodule(path)
-    started: list[int] = []
-
-    def before(_module: nn.Module, _args: Any) -> None:
-        started.append(time.thread_time_ns())
-
-    def after(_module: nn.Module, _args: Any, _out: Any) -> None:
-        begin = started.pop()
-        until = time.thread_time_ns() + (time.thread_time_ns() - begin) * fraction
-        while time.thread_time_ns() < until:
-            pass
-
-    target.register_forward_pre_hook(before)
-    target.register_forward_hook(after)

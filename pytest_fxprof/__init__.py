@@ -11,6 +11,7 @@ from pytest_fxprof.api import profile
 from pytest_fxprof.decision import AggregateVerdict, Comparison, NodeVerdict, Policy, TotalVerdict, Verdict
 from pytest_fxprof.plugin import Fxprof
 from pytest_fxprof.records import NodeInfo, NodeStats, ProfileResult
+from pytest_fxprof.slowdown import slow_down
 
 try:
     __version__ = version("pytest-fxprof")
@@ -30,4 +31,5 @@ __all__ = [
     "Verdict",
     "__version__",
     "profile",
+    "slow_down",
 ]

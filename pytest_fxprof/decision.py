@@ -181,19 +181,11 @@ class Judgement:
         return self.verdict is Verdict.SLOWER
 
 
-@dataclass(frozen=True)
-class NodeVerdict:
-    """The decision for one node present in both baseline and run."""
+class _Judged:
+    """What every verdict record reads off its judgement."""
 
-    node: NodeInfo
-    baseline_ns: float
-    current_ns: float
-    speed_factor: float
-    floor_ns: float
-    gates: bool
     judgement: Judgement
-    divisor: float = 1.0
-    """What the slower test divided the node's time by (``Policy.divisor`` of its speed factor)."""
+    baseline_ns: float
 
     @property
     def ratio(self) -> float:
@@ -222,7 +214,22 @@ class NodeVerdict:
 
 
 @dataclass(frozen=True)
-class AggregateVerdict:
+class NodeVerdict(_Judged):
+    """The decision for one node present in both baseline and run."""
+
+    node: NodeInfo
+    baseline_ns: float
+    current_ns: float
+    speed_factor: float
+    floor_ns: float
+    gates: bool
+    judgement: Judgement
+    divisor: float = 1.0
+    """What the slower test divided the node's time by (``Policy.divisor`` of its speed factor)."""
+
+
+@dataclass(frozen=True)
+class AggregateVerdict(_Judged):
     """The decision for a group of nodes: one operator type or one module subtree."""
 
     kind: Kind
@@ -235,47 +242,15 @@ class AggregateVerdict:
     divisor: float = 1.0
     """What the slower test divided the members' time by, for their time-weighted speed factor."""
 
-    @property
-    def ratio(self) -> float:
-        return self.judgement.ratio
-
-    @property
-    def verdict(self) -> Verdict:
-        return self.judgement.verdict
-
-    @property
-    def delta_ns(self) -> float:
-        return self.baseline_ns * (self.ratio - 1.0)
-
 
 @dataclass(frozen=True)
-class TotalVerdict:
+class TotalVerdict(_Judged):
     """The decision for the whole instrumented pass, divided by the reference workload."""
 
     baseline_ns: float
     current_ns: float
     machine_factor: float
     judgement: Judgement
-
-    @property
-    def ratio(self) -> float:
-        return self.judgement.ratio
-
-    @property
-    def band(self) -> float:
-        return self.judgement.band
-
-    @property
-    def band_source(self) -> BandSource:
-        return self.judgement.band_source
-
-    @property
-    def verdict(self) -> Verdict:
-        return self.judgement.verdict
-
-    @property
-    def reason(self) -> str:
-        return self.judgement.reason
 
 
 @dataclass(frozen=True)
