@@ -1,7 +1,10 @@
 """False alarms against detection for other settings, re-decided from what ``gate_quality.py`` measured.
 
-    .venv/bin/python bench/gate_quality.py --keep /tmp/gq          # measure once, keep the reports
+    .venv/bin/python bench/gate_quality.py --keep /tmp/gq -- --fxprof-node-tolerance 0.07 \
+        --fxprof-total-tolerance 0.08                               # measure once, keep the reports
     .venv/bin/python bench/gate_tradeoff.py /tmp/gq [/tmp/gq2 ...]  # then sweep the decision's knobs
+
+(``make gate-quality`` runs both.)
 
 Every check report holds each profile's measurements (``runs``) and, per node, aggregate and total,
 the ratios against the baseline and the deviation its band came from (``sigma``). The band of any
@@ -11,17 +14,23 @@ the same measurements are judged again under each combination of ``--k``, ``--no
 (``--variant FLOOR_SHARE:DRIFT_DOUBT:FASTER_CREDIT``, see ``decision.Policy``) are judged afresh,
 one variant at a time.
 
-Two rates per setting and condition: *single*, a failure on one measurement (no confirmation); and
-*confirmed*, a failure on both of two measurements from different processes (consecutive check
-processes of the same test stand for the check and its fresh-process confirmation; a real
-confirmation follows its check at once, under more nearly the same load, so this rate is a lower
-bound). Prints one table per setting and writes all of it as JSON (``--out``).
+Three rates per setting and condition:
 
-Also *replayed*: every check judged again under each variant at the default k and tolerances, on
-every measurement it recorded (its confirmation included). Where the first measurement now fails but
-the check recorded no confirmation (the rules of the run did not ask for one), the outcome is unknown
-and counted apart. Conditions are summed into classes: unchanged, a slowed node of 1 ms or more by
-each amount, a smaller node, the group and the whole model.
+* *replayed*: each check judged again on every measurement it recorded, its real confirmation
+  included, as the plugin would have judged it under this setting: it fails if its first measurement
+  fails and so does the confirmation. Exact where the run recorded a confirmation whenever this setting
+  asks for one; a check whose first measurement now fails but which recorded none (the run's own
+  settings did not ask) is *unknown* and counted apart. Measure with settings at least as strict as
+  every row to be replayed (``gate_quality.py -- --fxprof-node-tolerance 0.07 ...``) and none is.
+* *single*: a failure on one measurement (no confirmation).
+* *paired*: a failure on both of two measurements from consecutive check processes of the same test,
+  standing in for a confirmation where none was recorded. Both come from processes that ran the
+  whole check session, while a real confirmation runs the one test in a fresh process like the
+  baseline's, so this overstates false alarms that a process's history causes.
+
+Conditions are summed into classes: unchanged, a slowed node of 1 ms or more by each amount, a smaller
+node, the group and the whole model. Prints one table per variant (replayed, with single and paired
+beside it) and writes all of it as JSON (``--out``).
 """
 
 from __future__ import annotations
@@ -111,24 +120,32 @@ def classes(keep: Path) -> dict[tuple[str, str], str]:
 Items = Sequence[tuple[BaselineEntry, list[Run]]]
 
 
-def judged(items: Items, policy: Policy) -> tuple[list[Comparison], list[Comparison], list[bool | None]]:
+Judged = tuple[list[Comparison], list[Comparison], list[Comparison | None]]
+
+
+def judged(items: Items, policy: Policy) -> Judged:
     """Each check's first measurement alone; consecutive checks' first measurements as pairs; and
-    each check on all its recorded measurements (None: the first fails, no confirmation recorded)."""
+    each check on all its recorded measurements (None where it recorded only one)."""
     single = [compare(e, replace(e, runs=(runs[0],)), policy) for e, runs in items]
     pairs = [
         compare(a[0], replace(a[0], runs=(a[1][0], b[1][0])), policy)
         for a, b in itertools.pairwise(items)
         if a[0] == b[0]
     ]
-    replay: list[bool | None] = []
-    for (entry, runs), first in zip(items, single, strict=True):
-        if first.status is not Status.REGRESSION:
-            replay.append(False)
-        elif len(runs) == 1:
-            replay.append(None)
-        else:
-            replay.append(compare(entry, replace(entry, runs=tuple(runs)), policy).status is Status.REGRESSION)
-    return single, pairs, replay
+    full = [compare(e, replace(e, runs=tuple(runs)), policy) if len(runs) > 1 else None for e, runs in items]
+    return single, pairs, full
+
+
+def replayed(
+    single: Comparison, full: Comparison | None, node_tolerance: float, total_tolerance: float, k: float
+) -> bool | None:
+    """Whether the plugin fails the check under these knobs: its first measurement fails and its
+    confirmation agrees. None when the first fails but no confirmation was recorded."""
+    if not fails(single, node_tolerance, total_tolerance, k):
+        return False
+    if full is None:
+        return None
+    return fails(full, node_tolerance, total_tolerance, k)
 
 
 def parse_variant(text: str) -> Policy:
@@ -144,9 +161,9 @@ def parse_variant(text: str) -> Policy:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("keep", type=Path, nargs="+", help="directories written by gate_quality.py --keep")
-    parser.add_argument("--k", type=float, nargs="+", default=[2.0, 2.5, 3.0, 4.0])
-    parser.add_argument("--node-tolerance", type=float, nargs="+", default=[0.05, 0.10, 0.15])
-    parser.add_argument("--total-tolerance", type=float, nargs="+", default=[0.05, 0.10, 0.15])
+    parser.add_argument("--k", type=float, nargs="+", default=[2.5, 3.0, 4.0])
+    parser.add_argument("--node-tolerance", type=float, nargs="+", default=[0.07, 0.08, 0.10, 0.15])
+    parser.add_argument("--total-tolerance", type=float, nargs="+", default=[0.08, 0.10, 0.15])
     default = Policy()
     parser.add_argument(
         "--variant",
@@ -171,18 +188,7 @@ def main() -> None:
     for variant in ns.variant:
         name = f"{variant.floor_share:g}:{variant.drift_doubt:g}:{variant.faster_credit:g}"
         done = {case: judged(items, variant) for case, items in sorted(cases.items())}
-        replay: dict[str, list[bool | None]] = defaultdict(list)
-        for case, (_, _, r) in done.items():
-            replay[kinds.get(case, case[1])].extend(r)
-        print(f"variant {name} (floor share, drift doubt, faster credit); replayed at the default k and tolerances:")
-        print(
-            "  "
-            + ", ".join(
-                f"{c} {sum(x is True for x in replay[c])}/{len(replay[c])}"
-                + (f" ({sum(x is None for x in replay[c])} unknown)" if None in replay[c] else "")
-                for c in order
-            )
-        )
+        print(f"variant {name} (floor share, drift doubt, faster credit):")
         for k, node_tol, total_tol in itertools.product(ns.k, ns.node_tolerance, ns.total_tolerance):
             row: dict[str, Any] = {
                 "variant": name,
@@ -198,35 +204,35 @@ def main() -> None:
                     ]
                     single = [c for s, _, _ in picked for c in s]
                     pairs = [c for _, p, _ in picked for c in p]
+                    full = [c for _, _, f in picked for c in f]
+                    replays = [replayed(s, f, node_tol, total_tol, k) for s, f in zip(single, full, strict=True)]
                     row["rates"].setdefault(model, {})[kind] = {
+                        "replayed_failed": sum(x is True for x in replays),
+                        "replayed_unknown": sum(x is None for x in replays),
                         "single": sum(fails(c, node_tol, total_tol, k) for c in single) / max(len(single), 1),
-                        "confirmed": sum(fails(c, node_tol, total_tol, k) for c in pairs) / max(len(pairs), 1),
+                        "paired": sum(fails(c, node_tol, total_tol, k) for c in pairs) / max(len(pairs), 1),
                         "checks": len(single),
                         "pairs": len(pairs),
                     }
             results.append(row)
-        replays = {
-            c: {"failed": sum(x is True for x in v), "unknown": sum(x is None for x in v), "checks": len(v)}
-            for c, v in replay.items()
-        }
-        results.append({"variant": name, "replayed": replays})
-        print_table([r for r in results if r.get("variant") == name and "rates" in r], order)
+        print_table([r for r in results if r.get("variant") == name], order)
     ns.out.write_text(json.dumps({"results": results}, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     print(f"wrote {ns.out}")
 
 
+def cell(rates: dict[str, Any]) -> str:
+    """``failed/checks`` replayed (``+N?`` unknown), then the single and paired rates."""
+    unknown = f"+{rates['replayed_unknown']}?" if rates["replayed_unknown"] else ""
+    return f"{rates['replayed_failed']}/{rates['checks']}{unknown} {rates['single']:.0%} {rates['paired']:.0%}"
+
+
 def print_table(results: Sequence[dict[str, Any]], order: Sequence[str]) -> None:
-    """One line per setting: each class's confirmed failure rate (single measurement in brackets)."""
-    print("  k    node  total " + "".join(f"{c:>15}" for c in order))
+    """One line per setting: per class, replayed failures/checks (+unknown), single and paired rates."""
+    width = max(len(c) for c in order) + 12
+    print("  k    node  total " + "".join(f"{c:>{width}}" for c in order))
     for row in results:
-        cells = "".join(
-            f"{row['rates']['all'][c]['confirmed']:>6.0%} ({row['rates']['all'][c]['single']:>4.0%})".rjust(15)
-            for c in order
-        )
+        cells = "".join(cell(row["rates"]["all"][c]).rjust(width) for c in order)
         print(f"  {row['k']:<4g} {row['node_tolerance']:<5g} {row['total_tolerance']:<5g}{cells}")
-    if results:
-        first = results[0]["rates"]["all"]
-        print("  checks/pairs: " + ", ".join(f"{c} {first[c]['checks']}/{first[c]['pairs']}" for c in order))
 
 
 if __name__ == "__main__":
