@@ -50,6 +50,12 @@ from enum import StrEnum
 
 from pytest_fxprof.records import BaselineEntry, NodeInfo, Run
 
+NODE_TOLERANCE = 0.08
+"""Default smallest band of a node or aggregate (+8 %): the measured trade-off in BENCHMARKS.md."""
+
+TOTAL_TOLERANCE = 0.08
+"""Default smallest band of the model's total (+8 %)."""
+
 SPREAD_K = 3.0
 """Default band width in between-process standard deviations (log scale): about 1 in 700 one-sided."""
 
@@ -127,8 +133,8 @@ class Kind(StrEnum):
 class Policy:
     """The knobs of the decision. Tolerances are relative (0.1 means +10 %)."""
 
-    node_tolerance: float = 0.10
-    total_tolerance: float = 0.15
+    node_tolerance: float = NODE_TOLERANCE
+    total_tolerance: float = TOTAL_TOLERANCE
     floor_ns: float = DEFAULT_FLOOR_NS
     spread_k: float = SPREAD_K
     floor_share: float = FLOOR_SHARE

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from pytest_fxprof.baseline import BaselineError, BaselineStore
-from pytest_fxprof.decision import DEFAULT_FLOOR_NS, FLOOR_SHARE
+from pytest_fxprof.decision import DEFAULT_FLOOR_NS, FLOOR_SHARE, NODE_TOLERANCE, TOTAL_TOLERANCE
 from pytest_fxprof.records import ProfileResult
 from pytest_fxprof.sampling import Relaunch, SampleRequest, SamplingError, plugin_args
 from pytest_fxprof.session import (
@@ -49,8 +49,9 @@ class FxprofWarning(UserWarning):
 
 
 _SETTING_HELP = {
-    "node_tolerance": "Smallest relative band a node or aggregate gets, e.g. 0.1 allows +10 percent (default 0.1)",
-    "total_tolerance": "Smallest relative band the model's total gets (default 0.15)",
+    "node_tolerance": f"Smallest relative band a node or aggregate gets, e.g. 0.1 allows +10 percent (default "
+    f"{NODE_TOLERANCE:g})",
+    "total_tolerance": f"Smallest relative band the model's total gets (default {TOTAL_TOLERANCE:g})",
     "warmup": "Discarded passes before measuring (default 4)",
     "passes": "Measured passes per profile (default 12)",
     "threads": "torch intra-op threads while profiling (default 1)",

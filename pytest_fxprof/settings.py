@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from enum import StrEnum
 from typing import Any
 
-from pytest_fxprof.decision import DEFAULT_FLOOR_NS, Policy
+from pytest_fxprof.decision import DEFAULT_FLOOR_NS, NODE_TOLERANCE, TOTAL_TOLERANCE, Policy
 from pytest_fxprof.records import Protocol, Tolerances
 
 
@@ -32,8 +32,8 @@ class SettingsError(ValueError):
 class Settings:
     """What a test is measured and judged with."""
 
-    node_tolerance: float = 0.10
-    total_tolerance: float = 0.15
+    node_tolerance: float = NODE_TOLERANCE
+    total_tolerance: float = TOTAL_TOLERANCE
     warmup: int = 4
     passes: int = 12
     threads: int = 1
