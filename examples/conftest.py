@@ -1,6 +1,6 @@
 """Support for the example perf tests: a controlled slowdown, to show the gate catching one.
 
-``FXPROF_DEMO_SLOWDOWN="layer3.0.conv1=0.5"`` makes that submodule of every example model 50 % slower:
+``FXPROF_DEMO_SLOWDOWN="layer3.0.conv2=0.5"`` makes that submodule of every example model 50 % slower:
 real CPU work (``pytest_fxprof.slow_down``: a busy wait, on the thread's CPU clock, for half of the
 submodule's own CPU time), invisible to the model's code.
 Several ``path=fraction`` pairs may be given, separated by commas. Unset, nothing changes.
@@ -27,7 +27,7 @@ def _parse(spec: str) -> dict[str, float]:
     for part in filter(None, (p.strip() for p in spec.split(","))):
         path, sep, fraction = part.partition("=")
         if not sep:
-            raise pytest.UsageError(f"{ENV}={spec!r}: write path=fraction, e.g. layer3.0.conv1=0.5")
+            raise pytest.UsageError(f"{ENV}={spec!r}: write path=fraction, e.g. layer3.0.conv2=0.5")
         out[path.strip()] = float(fraction)
     return out
 

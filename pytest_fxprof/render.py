@@ -134,6 +134,18 @@ def _capped(lines: Sequence[str], limit: int = AGGREGATES_SHOWN) -> list[str]:
     return [*lines[:limit], *([f"  ... {len(lines) - limit} more"] if len(lines) > limit else [])]
 
 
+def _led_by(c: Comparison, a: AggregateVerdict) -> str:
+    """The aggregate's members that point at the cause, on a line of their own."""
+    leaders = c.leaders(a)
+    if not leaders:
+        return ""
+    shown = "; ".join(
+        f"{v.node.name} ({v.node.target} in {v.node.where}) {fmt_ns(v.baseline_ns)} -> {fmt_ns(v.current_ns)}"
+        for v in leaders
+    )
+    return f"\n    most of it: {shown}"
+
+
 def regression_message(label: str, c: Comparison) -> str:
     """The failure text of one profile: each slowed node worst first, the slowed aggregates, the total."""
     confirmed = ""
@@ -141,7 +153,7 @@ def regression_message(label: str, c: Comparison) -> str:
         confirmed = f"; every one of {c.measurements} measurements agrees (a second one confirmed the first)"
     lines = [f"fxprof: {label} got slower than its baseline ({c.baseline_processes} process(es)){confirmed}"]
     lines.extend(f"  slower node: {node_line(v)}" for v in c.slower)
-    lines.extend(_capped([f"  slower: {aggregate_line(a)}" for a in c.slower_aggregates]))
+    lines.extend(_capped([f"  slower: {aggregate_line(a)}{_led_by(c, a)}" for a in c.slower_aggregates]))
     if c.total is not None:
         lines.append(f"  {total_line(c.total)}")
     lines.append(f"  speed factor of the whole run: x{c.speed_factor:.2f} (each node's own comes from its peers)")

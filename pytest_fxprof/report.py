@@ -128,7 +128,16 @@ def _flags(c: Comparison) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
     def aggregate(a: AggregateVerdict) -> dict[str, Any]:
         module = a.name if a.kind is Kind.MODULE else ""
-        return {"kind": a.kind.value, "name": a.name, "module": module, "ratio": round(a.ratio, 4)}
+        leaders = [
+            {
+                "name": v.node.name,
+                "module": v.node.module,
+                "baseline_ns": round(v.baseline_ns),
+                "current_ns": round(v.current_ns),
+            }
+            for v in c.leaders(a)
+        ]
+        return {"kind": a.kind.value, "name": a.name, "module": module, "ratio": round(a.ratio, 4), "led_by": leaders}
 
     def warns(j: Judgement) -> bool:
         return j.confirmed is False or j.verdict is Verdict.NOISY

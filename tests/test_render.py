@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from pytest_fxprof.decision import Comparison, Kind, Status, compare
+from pytest_fxprof.decision import Comparison, Kind, Status, Verdict, compare
 from pytest_fxprof.records import (
     BaselineEntry,
     Environment,
@@ -343,11 +343,28 @@ def test_regression_message_caps_the_aggregates() -> None:
     lines = regression_message("t", c).splitlines()
     aggregates = [line for line in lines if line.startswith("  slower: ")]
     assert len(aggregates) == AGGREGATES_SHOWN
-    assert lines[lines.index(aggregates[-1]) + 1] == "  ... 4 more"
+    # each aggregate is followed by the members that lost the most; then the count of those cut
+    assert lines[lines.index(aggregates[-1]) + 1].startswith("    most of it: ")
+    assert lines[lines.index(aggregates[-1]) + 2] == "  ... 4 more"
     # the most time lost first: the Linears' 840 us, each block's 105 us; the BatchNorms' 96 us are cut
     assert aggregates[0].startswith("  slower: every Linear node (8 nodes): 2.80 ms -> 3.64 ms = x1.30")
     assert [line.split(" (")[0] for line in aggregates[1:]] == [f"  slower: module blocks.{i}" for i in range(5)]
-    assert not any("BatchNorm2d" in line for line in lines)
+    assert not any(line.startswith("  slower: every BatchNorm2d") for line in lines)
+
+
+def test_an_aggregate_names_the_small_node_that_slowed_it() -> None:
+    # bn3 (40 us) x4: too small to fail alone, it fails its block and every BatchNorm, and both say so
+    c = compare(CNN_BASELINE, cnn_entry({"bn3": 4.0}), POLICY)
+    assert c.slower == ()
+    assert [f"{a.kind.value} {a.name}" for a in c.slower_aggregates] == ["op BatchNorm2d", "module blocks.3"]
+    lines = regression_message("t", c).splitlines()
+    led = "    most of it: bn3 (BatchNorm2d in blocks.3.bn) 40.0 us -> 160.0 us"
+    assert [lines[i + 1] for i, line in enumerate(lines) if line.startswith("  slower: ")] == [led, led]
+    # every BatchNorm +30 %: no member's own ratio shows it (its peers are BatchNorms), its raw time does
+    spread = compare(CNN_BASELINE, cnn_entry({"bn": 1.3, "bn5": 1.4}), POLICY)
+    (bn,) = spread.slower_aggregates
+    assert {v.verdict for v in spread.nodes if v.node.target == "BatchNorm2d"} == {Verdict.OK}
+    assert [v.node.name for v in spread.leaders(bn)] == ["bn5", "bn0", "bn1"]
 
 
 def test_regression_message_root_module_and_structure() -> None:

@@ -113,7 +113,13 @@ def test_report_of_a_confirmed_regression() -> None:
     assert (total["ratios"], total["verdict"], total["confirmed"]) == ([1.0, 1.0], "ok", None)
     assert report["flagged"] == [
         {"kind": "node", "name": "relu", "module": "stem", "ratio": 3.0},
-        {"kind": "module", "name": "stem", "module": "stem", "ratio": round(530 / 430, 4)},
+        {
+            "kind": "module",
+            "name": "stem",
+            "module": "stem",
+            "ratio": round(530 / 430, 4),
+            "led_by": [{"name": "relu", "module": "stem", "baseline_ns": 50_000, "current_ns": 150_000}],
+        },
     ]
     assert report["warned"] == [
         {"kind": "node", "name": "tiny", "module": "", "ratio": 3.0},

@@ -17,7 +17,7 @@ FLOAT_SETTINGS = ("node_tolerance", "total_tolerance", "floor_us")
 def test_defaults() -> None:
     s = Settings()
     assert s.protocol() == Protocol(warmup=4, passes=12, threads=1, processes=5)
-    assert s.tolerances() == Tolerances(node=0.08, total=0.08)
+    assert s.tolerances() == Tolerances(node=0.15, total=0.10)
     assert s.policy() == Policy()
     assert s.policy().floor_ns == DEFAULT_FLOOR_NS
     assert s.policy().spread_k == SPREAD_K  # not a setting: the policy's default
@@ -40,7 +40,7 @@ def test_later_apply_wins() -> None:
     marker = apply(cli, {"passes": 50, "node_tolerance": 0.5}, "@pytest.mark.fxprof")
     assert marker == Settings(
         node_tolerance=0.5,
-        total_tolerance=0.08,
+        total_tolerance=0.10,
         warmup=2,
         passes=50,
         threads=2,
@@ -166,7 +166,7 @@ def test_json_round_trip() -> None:
     raw = s.to_json()
     assert raw == {
         "node_tolerance": 0.3,
-        "total_tolerance": 0.08,
+        "total_tolerance": 0.10,
         "warmup": 4,
         "passes": 11,
         "threads": 1,
