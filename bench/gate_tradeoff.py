@@ -162,7 +162,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("keep", type=Path, nargs="+", help="directories written by gate_quality.py --keep")
     parser.add_argument("--k", type=float, nargs="+", default=[2.5, 3.0, 4.0])
-    parser.add_argument("--node-tolerance", type=float, nargs="+", default=[0.07, 0.08, 0.10, 0.15])
+    parser.add_argument("--node-tolerance", type=float, nargs="+", default=[0.07, 0.08, 0.10, 0.12, 0.15])
     parser.add_argument("--total-tolerance", type=float, nargs="+", default=[0.08, 0.10, 0.15])
     default = Policy()
     parser.add_argument(

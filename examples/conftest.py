@@ -26,9 +26,12 @@ def _parse(spec: str) -> dict[str, float]:
     out = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
         path, sep, fraction = part.partition("=")
-        if not sep:
-            raise pytest.UsageError(f"{ENV}={spec!r}: write path=fraction, e.g. layer3.0.conv2=0.5")
-        out[path.strip()] = float(fraction)
+        try:
+            if not sep:
+                raise ValueError(part)
+            out[path.strip()] = float(fraction)
+        except ValueError:
+            raise pytest.UsageError(f"{ENV}={spec!r}: write path=fraction, e.g. layer3.0.conv2=0.5") from None
     return out
 
 
