@@ -28,7 +28,7 @@ test: lint typecheck
 
 # The gate's error rates through the real command line, then the trade-off curve (BENCHMARKS.md; about an
 # hour here). Measured with stricter tolerances than any setting the curve shows, so that every check one
-# of them would confirm was confirmed, and each row is replayed exactly.
+# of them would confirm was confirmed, and each row at k >= 3 (the plugin's) is replayed exactly.
 QUALITY_DIR ?= /tmp/fxprof-gate-quality
 gate-quality: $(STAMP)
 	rm -rf $(QUALITY_DIR)

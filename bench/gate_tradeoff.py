@@ -20,8 +20,9 @@ Three rates per setting and condition:
   included, as the plugin would have judged it under this setting: it fails if its first measurement
   fails and so does the confirmation. Exact where the run recorded a confirmation whenever this setting
   asks for one; a check whose first measurement now fails but which recorded none (the run's own
-  settings did not ask) is *unknown* and counted apart. Measure with settings at least as strict as
-  every row to be replayed (``gate_quality.py -- --fxprof-node-tolerance 0.07 ...``) and none is.
+  settings did not ask) is *unknown* and counted apart. Measure with tolerances at least as strict as
+  every row to be replayed (``gate_quality.py -- --fxprof-node-tolerance 0.07 ...``) and none is at
+  k 3 or more; k is not a command-line setting, so rows at a smaller k can have unknowns.
 * *single*: a failure on one measurement (no confirmation).
 * *paired*: a failure on both of two measurements from consecutive check processes of the same test,
   standing in for a confirmation where none was recorded. Both come from processes that ran the
@@ -110,6 +111,7 @@ def classes(keep: Path) -> dict[tuple[str, str], str]:
     for model, planned in plan.get("models", {}).items():
         for condition, spec in planned.get("conditions", {}).items():
             if condition.startswith("node") and spec.get("slowed"):
+                # the targets are for nodes of 1 ms or more; a smaller one may still gate by its share
                 size = "big" if spec["slowed"][0]["baseline_ns"] >= GATING_NS else "small"
                 out[(model, condition)] = size + "+" + condition.rsplit("+", 1)[1]
             else:

@@ -34,7 +34,7 @@ for profile in report["profiles"]:
         where = f" in {f['module']}" if f["kind"] == "node" else ""
         led = ", ".join(f"{n['name']} {n['baseline_ns'] / 1e3:.0f} -> {n['current_ns'] / 1e3:.0f} us" for n in f.get("led_by", []))
         print(f"    {f['kind']} {f['name']}{where}: x{f['ratio']:.2f}" + (f" (most of it: {led})" if led else ""))
-        if "resnet18" in profile["test_id"]:
+        if "resnet18" in profile["test_id"] and profile["status"] == "regression":
             modules = [f["module"]] + [n["module"] for n in f.get("led_by", [])]
             named = named or "layer3.0.conv2" in modules
 if caught != 1 or not named:

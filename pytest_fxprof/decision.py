@@ -184,8 +184,9 @@ class Judgement:
 
     @property
     def confirmed(self) -> bool | None:
-        """None when measured once; else whether every measurement agreed with the first one's flag."""
-        if len(self.ratios) < 2 or not self.ratios[0] > 1.0 + self.band:
+        """Whether every measurement agreed with the first one's flag; None when measured once, when the
+        first measurement flagged nothing, or when the band was too noisy to decide anything."""
+        if len(self.ratios) < 2 or not self.ratios[0] > 1.0 + self.band or self.verdict is Verdict.NOISY:
             return None
         return self.verdict is Verdict.SLOWER
 

@@ -424,7 +424,8 @@ class ReferenceWorkload:
 
 
 PLAIN_EVERY = 4
-"""The plain forward is timed in one kept pass of this many: it serves the overhead figure, not the gate."""
+"""The plain forward is timed in one kept pass of this many: it serves the overhead figure and the model's
+time that the absolute floor takes its share of, not the compared total."""
 
 
 def _sync(device: torch.device) -> None:

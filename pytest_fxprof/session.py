@@ -218,7 +218,13 @@ class TestState:
                     f"fxprof: {self.label(key)}: the confirmation in a fresh process failed, so it was measured "
                     f"again in this process instead: {exc}"
                 )
-        return measure().run()
+        again = measure()
+        if [n.info.key for n in again.nodes] != [n.info.key for n in result.nodes]:
+            raise SamplingError(
+                f"fxprof: {self.label(key)}: measured again in this process, the model captured a different graph; "
+                "the capture must be deterministic (a model whose graph depends on state cannot be gated)"
+            )
+        return again.run()
 
     def label(self, key: str) -> str:
         return f"{self.test_id} [{key}]"

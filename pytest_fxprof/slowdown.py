@@ -1,4 +1,4 @@
-"""A controlled slowdown of one submodule: how to show that the gate catches what it should.
+"""A controlled slowdown of one leaf submodule: how to show that the gate catches what it should.
 
 Owns ``slow_down``, which the demo, the gate-quality bench and users' own checks of their gate use. Must
 not import torch or pytest at module level (a module's hooks are all it needs).
@@ -7,7 +7,11 @@ The slowdown is real CPU work, invisible to the model's code: a forward pre-hook
 forward hook busy-waits for ``fraction`` of the time the submodule's own forward took in that call. It
 waits on the thread's CPU clock by default, so a process that is descheduled meanwhile still does all
 of the work, and a slowdown is relative: ``fraction=0.25`` makes the submodule 25 % slower whatever its
-speed on the machine at hand.
+speed on the machine at hand. On the CPU: on a GPU the thread's clock sees only kernel launches.
+
+Only a module that the profiled graph calls as a whole runs its hooks: a leaf module (one without
+submodules), or one named in ``leaf_modules``. torch.fx traces through any other, so ``slow_down``
+refuses it unless ``whole=True`` says it is kept whole.
 """
 
 from __future__ import annotations
@@ -25,13 +29,14 @@ def slow_down(
     path: str,
     fraction: float,
     *,
+    whole: bool = False,
     clock: Callable[[], int] = time.thread_time_ns,
 ) -> tuple[Any, Any]:
     """Make ``model.<path>`` take ``1 + fraction`` times as long; return the two hook handles.
 
     ``handle.remove()`` on both undoes it. ``path`` is a submodule path as ``named_modules`` gives it
-    (``"layer3.0.conv1"``; ``""`` for the model itself). A path the model does not have, or a negative or
-    non-finite fraction, raises ``ValueError`` naming it.
+    (``"layer3.0.conv1"``). A path the model does not have, a module with submodules (unless ``whole``),
+    or a negative or non-finite fraction raises ``ValueError`` naming it.
     """
     if not fraction >= 0.0 or fraction == float("inf"):
         raise ValueError(f"slow_down: fraction must be a finite number of at least 0, not {fraction!r}")
@@ -40,6 +45,12 @@ def slow_down(
     except AttributeError:
         known = ", ".join(name for name, _ in list(model.named_modules())[1:8])
         raise ValueError(f"slow_down: {type(model).__name__} has no submodule {path!r} (it has {known}, ...)") from None
+    if not whole and (not path or next(target.children(), None) is not None):
+        raise ValueError(
+            f"slow_down: {path or 'the model itself'!s} has submodules, so torch.fx traces through it and its "
+            "hooks never run in the profiled graph; slow one of its leaves, or pass whole=True if it is kept "
+            "whole (leaf_modules=)"
+        )
     started: list[int] = []
 
     def before(_module: torch.nn.Module, _args: Any) -> None:

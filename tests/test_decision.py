@@ -1787,3 +1787,10 @@ def test_a_speed_up_elsewhere_never_makes_unchanged_nodes_slower() -> None:
     # crediting the peers' speed-up would call unchanged nodes slower
     credited = compare(BASELINE_1, current_entry(factors), replace(Policy(), faster_credit=1.0))
     assert credited.slower or credited.slower_small or credited.slower_aggregates
+
+
+def test_a_too_noisy_item_is_never_called_unconfirmed() -> None:
+    noisy = judge([5.0, 1.0], 1.5, BandSource.SPREAD)
+    assert noisy.verdict is Verdict.NOISY
+    assert noisy.confirmed is None
+    assert judge([5.0, 1.0], 0.5, BandSource.SPREAD).confirmed is False

@@ -102,3 +102,15 @@ def test_bad_arguments_name_the_cause(path: str, fraction: float, message: str) 
     with pytest.raises(ValueError, match=r"^slow_down: ") as info:
         slow_down(Net(FakeClock()), path, fraction)
     assert str(info.value).startswith(message)
+
+
+@pytest.mark.parametrize(("path", "shown"), [("block", "block"), ("", "the model itself")])
+def test_a_module_fx_traces_through_is_refused_unless_kept_whole(path: str, shown: str) -> None:
+    with pytest.raises(ValueError, match=r"^slow_down: ") as info:
+        slow_down(Net(FakeClock()), path, 0.5)
+    assert str(info.value).startswith(f"slow_down: {shown} has submodules, so torch.fx traces through it")
+    clock = FakeClock()
+    net = Net(clock)
+    plain = run_once(net, clock)
+    slow_down(net, path, 0.5, whole=True, clock=clock)  # kept whole (leaf_modules=): its hooks do run
+    assert run_once(net, clock) - plain >= 200
