@@ -394,11 +394,6 @@ class Peers:
         return [self.factor(i, ratios, excluded | {i}) for i in range(len(self.centres))]
 
 
-def peer_factors(centres: Sequence[float], current: Sequence[float]) -> list[float]:
-    """Each node's speed factor: the time-weighted median ratio of its peers (see module docstring)."""
-    return Peers(centres).factors(current)
-
-
 @dataclass(frozen=True)
 class NodeNoise:
     """A node's baseline centre and its between-process deviation on a log scale (None if unknown)."""
@@ -532,11 +527,6 @@ def _aggregate_sigma(
     # the members' own deviations, as if independent: what the sum would carry at the least
     prior = math.sqrt(sum((noise[i].centre_ns * (noise[i].sigma or 0.0)) ** 2 for i in idx)) / centre
     return shrink(own, len(runs) - 1, prior)
-
-
-def doubted(factor: float) -> float:
-    """What the default policy divides a slower item by (``Policy.divisor``)."""
-    return Policy().divisor(factor)
 
 
 def _aggregate_ns(

@@ -32,7 +32,6 @@ from pytest_fxprof.decision import (
     band_for,
     compare,
     conservative,
-    doubted,
     groups,
     judge,
     node_noise,
@@ -1733,8 +1732,8 @@ def test_drift_divided_out_is_in_doubt(small_ops: float, bn: float, verdict: Ver
     c = compare(baseline, make_entry([make_run(scaled(CNN, CNN_NS, factors))], CNN), POLICY)
     agg = aggregate_of(c, "op BatchNorm2d")
     assert agg.speed_factor == pytest.approx(small_ops)
-    assert agg.ratio == pytest.approx(bn / doubted(small_ops))
-    assert doubted(small_ops) == pytest.approx(small_ops**1.5)
+    assert agg.ratio == pytest.approx(bn / Policy().divisor(small_ops))
+    assert Policy().divisor(small_ops) == pytest.approx(small_ops**1.5)
     assert agg.verdict is verdict
 
 
