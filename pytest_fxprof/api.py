@@ -22,6 +22,9 @@ def profile(
     threads: int = _DEFAULTS.threads,
     leaf_modules: Sequence[Any] = (),
     tracer: Any = None,
+    capture: str = _DEFAULTS.capture,
+    engine: str = _DEFAULTS.engine,
+    flops: bool = True,
     name: str = "profile",
     **kwargs: Any,
 ) -> ProfileResult:
@@ -29,7 +32,9 @@ def profile(
 
     Options are keyword-only; every other keyword argument goes to the module. The module, its
     buffers, its mode and the inputs are left as they were. ``leaf_modules`` names submodules (by path
-    or class) to time whole; ``tracer`` replaces the default ``torch.fx.Tracer``.
+    or class) to time whole; ``tracer`` replaces the default ``torch.fx.Tracer``; ``capture`` is
+    ``auto``, ``symbolic``, ``export`` or ``dynamo``; ``engine`` is ``compiled`` or ``interpreter``;
+    ``flops`` counts each node's floating-point operations (one extra, untimed pass).
 
     >>> result = profile(model, torch.randn(1, 3, 224, 224))  # doctest: +SKIP
     >>> print(result.table(limit=10))  # doctest: +SKIP
@@ -37,7 +42,9 @@ def profile(
     from pytest_fxprof.profiler import profile_module
     from pytest_fxprof.settings import apply
 
-    settings = apply(_DEFAULTS, {"warmup": warmup, "passes": passes, "threads": threads, "processes": 1}, "profile()")
+    options: dict[str, object] = {"warmup": warmup, "passes": passes, "threads": threads, "processes": 1}
+    options |= {"capture": capture, "engine": engine}
+    settings = apply(_DEFAULTS, options, "profile()")
     return profile_module(
         module,
         args,
@@ -46,4 +53,7 @@ def profile(
         protocol=settings.protocol(),
         leaf_modules=leaf_modules,
         tracer=tracer,
+        capture=settings.capture,
+        engine=settings.engine,
+        flops=flops,
     )

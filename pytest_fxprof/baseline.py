@@ -57,6 +57,7 @@ class NodeJSON(TypedDict):
     op: str
     target: str
     module: str
+    source: str
 
 
 class RunJSON(TypedDict):
@@ -93,7 +94,12 @@ class BaselineFile:
 def entry_to_json(entry: BaselineEntry) -> EntryJSON:
     env = entry.environment
     return {
-        "capture": {"method": entry.capture.method, "leaf_modules": list(entry.capture.leaf_modules)},
+        "capture": {
+            "method": entry.capture.method,
+            "leaf_modules": list(entry.capture.leaf_modules),
+            "graphs": entry.capture.graphs,
+            "detail": entry.capture.detail,
+        },
         "environment": {
             "torch": env.torch,
             "python": env.python,
@@ -103,6 +109,7 @@ def entry_to_json(entry: BaselineEntry) -> EntryJSON:
             "device": env.device,
             "allocator": env.allocator,
             "clock": env.clock,
+            "engine": env.engine,
         },
         "protocol": {
             "warmup": entry.protocol.warmup,
@@ -112,7 +119,8 @@ def entry_to_json(entry: BaselineEntry) -> EntryJSON:
         },
         "tolerances": {"node": entry.tolerances.node, "total": entry.tolerances.total},
         "nodes": [
-            {"key": n.key, "name": n.name, "op": n.op, "target": n.target, "module": n.module} for n in entry.nodes
+            {"key": n.key, "name": n.name, "op": n.op, "target": n.target, "module": n.module, "source": n.source}
+            for n in entry.nodes
         ],
         "runs": [run_to_json(r) for r in entry.runs],
     }
@@ -201,7 +209,9 @@ def _entry_from_json(raw: object, where: str) -> BaselineEntry:
     nodes = []
     for i, n in enumerate(nodes_raw):
         w = f"{where}.nodes[{i}]"
-        nodes.append(NodeInfo(*(_get(n, k, str, w) for k in ("key", "name", "op", "target", "module"))))
+        key, name, op, target, module = (_get(n, k, str, w) for k in ("key", "name", "op", "target", "module"))
+        source = _get(n, "source", str, w) if "source" in n else ""  # older files have none
+        nodes.append(NodeInfo(key, name, op, target, module, source))
     runs_raw = _get(raw, "runs", list, where)
     if not runs_raw:
         raise _ShapeError(f"{where}.runs is empty")
@@ -211,6 +221,9 @@ def _entry_from_json(raw: object, where: str) -> BaselineEntry:
         capture=Capture(
             method=_get(cap, "method", str, f"{where}.capture"),
             leaf_modules=_strings(cap, "leaf_modules", f"{where}.capture"),
+            # older files: one symbolic graph
+            graphs=_count(cap, "graphs", f"{where}.capture", minimum=1) if "graphs" in cap else 1,
+            detail=_get(cap, "detail", str, f"{where}.capture") if "detail" in cap else "",
         ),
         environment=Environment(
             torch=_get(env, "torch", str, w_env),
@@ -222,6 +235,8 @@ def _entry_from_json(raw: object, where: str) -> BaselineEntry:
             allocator=_get(env, "allocator", str, w_env),
             # files written before the clock was recorded were timed on the wall clock
             clock=_get(env, "clock", str, w_env) if isinstance(env, dict) and "clock" in env else "wall",
+            # and before the engine was, by the interpreter
+            engine=_get(env, "engine", str, w_env) if isinstance(env, dict) and "engine" in env else "interpreter",
         ),
         protocol=Protocol(
             warmup=_count(proto, "warmup", f"{where}.protocol"),

@@ -33,7 +33,7 @@ from pytest_fxprof.session import (
     UsageError,
     WorkerPayload,
 )
-from pytest_fxprof.settings import SETTING_NAMES, Mode, Settings, SettingsError, apply, from_json
+from pytest_fxprof.settings import SETTING_NAMES, TEXT_CHOICES, Mode, Settings, SettingsError, apply, from_json
 
 RUN_KEY = pytest.StashKey[RunState]()
 SETTINGS_KEY = pytest.StashKey[Settings]()
@@ -56,6 +56,10 @@ _SETTING_HELP = {
     "passes": "Measured passes per profile (default 12)",
     "threads": "torch intra-op threads while profiling (default 1)",
     "processes": "Processes a baseline is recorded from: this one plus fresh ones (default 5)",
+    "engine": "How nodes are timed: compiled (timestamps compiled into the graph's code, almost free) or "
+    "interpreter (torch.fx.Interpreter, the slower reference) (default compiled)",
+    "capture": "How the model becomes graphs: auto (symbolic tracing, then with the submodule that broke it kept "
+    "whole, then torch.export, then a torch.compile backend), symbolic, export or dynamo (default auto)",
     "floor_us": f"Node and aggregate changes smaller than this many microseconds (or {FLOOR_SHARE * 100:g} percent of "
     f"the model's time, if larger) never fail (default {DEFAULT_FLOOR_NS / 1e3:g})",
 }
@@ -113,6 +117,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     parser.addini("fxprof_report", "Like --fxprof-report, relative to the ini file", default=None)
     for name in SETTING_NAMES:
+        if name in TEXT_CHOICES:
+            group.addoption(
+                _flag(name), dest=f"fxprof_{name}", choices=TEXT_CHOICES[name], default=None, help=_SETTING_HELP[name]
+            )
+            parser.addini(f"fxprof_{name}", _SETTING_HELP[name], default=None)
+            continue
         metavar = "N" if isinstance(getattr(Settings, name), int) else "X"
         group.addoption(_flag(name), dest=f"fxprof_{name}", metavar=metavar, default=None, help=_SETTING_HELP[name])
         parser.addini(f"fxprof_{name}", _SETTING_HELP[name], default=None)

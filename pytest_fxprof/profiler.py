@@ -12,12 +12,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import ctypes
-import inspect
 import platform
 import sys
 import time
-import traceback
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,160 +23,27 @@ import torch
 import torch.fx
 from torch.utils._pytree import tree_flatten, tree_map
 
+from pytest_fxprof.capture import (
+    Captured,
+    CaptureError,
+    LeafSpec,
+    ProfileError,
+    _graph_failure,
+    capture_module,
+    describe_nodes,
+)
+from pytest_fxprof.engine import ClockTimer, DeviceSide, Engine, EventTimer, PassTimes, Timer, make_engine
 from pytest_fxprof.records import (
-    Capture,
     Environment,
-    NodeInfo,
     NodeStats,
     ProfileResult,
     Protocol,
     iqr_int,
     median_int,
-    node_key,
 )
+from pytest_fxprof.settings import ENGINES
 
-LeafSpec = str | type
-_TORCH_DIR = str(Path(torch.__file__).parent)
-_OWN_DIR = str(Path(__file__).parent)
-
-
-class CaptureError(Exception):
-    """The module could not be captured as a graph. The message says what broke and what to do."""
-
-
-class ProfileError(Exception):
-    """Profiling would have changed the module, or the inputs do not fit it."""
-
-
-# Capture ---------------------------------------------------------------------------------------------
-
-
-class _LeafTracer(torch.fx.Tracer):
-    """symbolic_trace's tracer, plus user-named leaf modules and a note of the submodule that broke."""
-
-    def __init__(self, leaf_modules: Sequence[LeafSpec]) -> None:
-        super().__init__()
-        self.leaf_types = tuple(spec for spec in leaf_modules if isinstance(spec, type))
-        self.leaf_paths = {spec for spec in leaf_modules if isinstance(spec, str)}
-        self.failed_in: tuple[str, str] | None = None
-
-    def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
-        if module_qualified_name in self.leaf_paths or isinstance(m, self.leaf_types):
-            return True
-        return super().is_leaf_module(m, module_qualified_name)
-
-    def call_module(
-        self, m: torch.nn.Module, forward: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
-        try:
-            return super().call_module(m, forward, args, kwargs)
-        except Exception:
-            if self.failed_in is None:  # the innermost module records itself first
-                self.failed_in = (self.path_of_module(m), type(m).__name__)
-            raise
-
-
-def _user_frame(exc: BaseException) -> str | None:
-    """The innermost traceback line in the user's code (outside torch and this plugin)."""
-    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        if not frame.filename.startswith((_TORCH_DIR, _OWN_DIR)):
-            return f"{frame.filename}:{frame.lineno}: {(frame.line or '').strip()}"
-    return None
-
-
-def capture(
-    module: torch.nn.Module, leaf_modules: Sequence[LeafSpec] = (), tracer: torch.fx.Tracer | None = None
-) -> tuple[torch.fx.GraphModule, Capture]:
-    """Trace ``module`` into a GraphModule that shares its parameters, buffers and submodules."""
-    active = tracer if tracer is not None else _LeafTracer(leaf_modules)
-    before = set(vars(module))
-    try:
-        try:
-            graph = active.trace(module)
-        except Exception as exc:
-            raise CaptureError(_capture_advice(module, exc, active)) from exc
-        gm = torch.fx.GraphModule(active.root, graph, type(module).__name__)  # copies what it needs
-    finally:
-        for name in set(vars(module)) - before:  # tensor constants torch.fx parks on the traced module
-            delattr(module, name)
-    names = tuple(sorted(s if isinstance(s, str) else f"{s.__module__}.{s.__qualname__}" for s in leaf_modules))
-    method = "symbolic_trace" if tracer is None else f"tracer:{type(tracer).__name__}"
-    return gm, Capture(method=method, leaf_modules=names)
-
-
-def _capture_advice(module: torch.nn.Module, exc: Exception, tracer: torch.fx.Tracer) -> str:
-    cause = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
-    lines = [f"torch.fx.symbolic_trace could not capture {type(module).__name__}: {cause}"]
-    failed = tracer.failed_in if isinstance(tracer, _LeafTracer) else None
-    if failed and failed[0]:
-        lines.append(f"  while tracing submodule {failed[0]!r} ({failed[1]})")
-    where = _user_frame(exc)
-    if where:
-        lines.append(f"  at {where}")
-    lines.append(
-        "  Data-dependent control flow (if/for on tensor values), len()/int() of a traced value and "
-        "submodules kept in plain lists cannot be traced symbolically."
-    )
-    if failed and failed[0]:
-        lines.append(
-            f"  Fix: keep that submodule whole as one timed node: fxprof(model, ..., leaf_modules=[{failed[0]!r}]) "
-            f"or leaf_modules=[{failed[1]}]; or pass tracer= a torch.fx.Tracer that handles it."
-        )
-    else:
-        lines.append(
-            "  Fix: pass tracer= a torch.fx.Tracer that handles the construct, or make the failing code "
-            "traceable (torch.fx.wrap a function to keep it as one node)."
-        )
-    return "\n".join(lines)
-
-
-def _graph_failure(module: torch.nn.Module, exc: Exception) -> str:
-    """Why the captured graph failed where the module itself ran: usually a value traced as a tensor."""
-    cause = f"{type(exc).__name__}: {exc}".strip().splitlines()
-    return (
-        f"the captured graph of {type(module).__name__} failed: {' '.join(cause[:1])} {' '.join(cause[-1:])}\n"
-        "  Tracing treats every input as a tensor, so a branch on an input that is None or a Python value "
-        "(if mask is not None: ...) is fixed at trace time.\n"
-        "  Fix: pass tracer= a torch.fx.Tracer whose trace() gets concrete_args for those inputs, or keep "
-        "the submodule that branches whole with leaf_modules=[...]."
-    )
-
-
-def _target_name(gm: torch.fx.GraphModule, node: torch.fx.Node) -> str:
-    if node.op == "call_module":
-        return type(gm.get_submodule(str(node.target))).__name__
-    if node.op == "call_function":
-        try:
-            return str(torch.fx.node._get_qualified_name(node.target))  # type: ignore[arg-type]
-        except Exception:  # noqa: BLE001  # pragma: no cover - exotic callables
-            return getattr(node.target, "__name__", repr(node.target))
-    return str(node.target)
-
-
-def _module_path(node: torch.fx.Node) -> str:
-    if node.op == "call_module":
-        return str(node.target)
-    stack = node.meta.get("nn_module_stack")
-    if stack:
-        path = list(stack.values())[-1][0]
-        return str(path)
-    if node.op == "get_attr":
-        return str(node.target).rpartition(".")[0]
-    return ""
-
-
-def describe_nodes(gm: torch.fx.GraphModule) -> list[tuple[torch.fx.Node, NodeInfo]]:
-    """Every node that does work, with its stable identity, in execution order."""
-    seen: Counter[tuple[str, str, str]] = Counter()
-    out = []
-    for node in gm.graph.nodes:
-        if node.op in ("placeholder", "output"):
-            continue
-        op, module, target = node.op, _module_path(node), _target_name(gm, node)
-        occurrence = seen[(op, module, target)]
-        seen[(op, module, target)] += 1
-        out.append((node, NodeInfo(node_key(op, module, target, occurrence), node.name, op, target, module)))
-    return out
+__all__ = ["ENGINES", "CaptureError", "ProfileError", "profile_module"]
 
 
 # Environment -------------------------------------------------------------------------------------------
@@ -202,7 +66,9 @@ def device_of(module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, An
     return torch.device("cpu")
 
 
-def environment(threads: int, device: torch.device, allocator: str, clock: str = "wall") -> Environment:
+def environment(
+    threads: int, device: torch.device, allocator: str, clock: str = "wall", engine: str = "compiled"
+) -> Environment:
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         dev = f"cuda:{torch.cuda.get_device_name(index)} (CUDA {torch.version.cuda})"
@@ -217,6 +83,7 @@ def environment(threads: int, device: torch.device, allocator: str, clock: str =
         device=dev,
         allocator=allocator,
         clock=clock,
+        engine=engine,
     )
 
 
@@ -301,31 +168,6 @@ def fresh_copy(value: Any) -> Any:
         return tree_map(_clone, value)
 
 
-def placeholder_args(
-    gm: torch.fx.GraphModule, module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any]
-) -> list[Any]:
-    """The graph's positional inputs, bound from the call's args and kwargs like ``module(...)`` would."""
-    try:
-        bound = inspect.signature(module.forward).bind(*args, **kwargs)
-    except TypeError as exc:
-        raise ProfileError(f"the inputs do not fit {type(module).__name__}.forward: {exc}") from None
-    bound.apply_defaults()
-    out: list[Any] = []
-    for node in gm.graph.nodes:
-        if node.op != "placeholder":
-            continue
-        target = str(node.target)
-        name = target.lstrip("*")
-        if target.startswith("**"):
-            raise ProfileError(f"{type(module).__name__}.forward takes **{name}; pass those inputs by name")
-        value = bound.arguments.get(name, node.args[0] if node.args else None)
-        if target.startswith("*"):
-            out.extend(value or ())
-        else:
-            out.append(value)
-    return out
-
-
 # Timing ----------------------------------------------------------------------------------------------
 
 
@@ -342,55 +184,6 @@ def clock_for(threads: int, device: torch.device) -> tuple[str, Clock]:
     if device.type == "cpu" and threads == 1:
         return "thread-cpu", time.thread_time_ns
     return "wall", time.perf_counter_ns
-
-
-class _TimingInterpreter(torch.fx.Interpreter):
-    """Runs the graph and notes each timed node's time on ``clock`` per pass."""
-
-    def __init__(
-        self, gm: torch.fx.GraphModule, nodes: Sequence[torch.fx.Node], clock: Clock = time.perf_counter_ns
-    ) -> None:
-        super().__init__(gm)
-        self.index = {node: i for i, node in enumerate(nodes)}
-        self.times = [0] * len(nodes)
-        self.clock = clock
-
-    def run_node(self, n: torch.fx.Node) -> Any:
-        i = self.index.get(n)
-        if i is None:
-            return super().run_node(n)
-        start = self.clock()
-        out = super().run_node(n)
-        self.times[i] = self.clock() - start
-        return out
-
-
-class _CudaTimingInterpreter(_TimingInterpreter):
-    """Device time per node from CUDA events; one synchronisation per pass (``collect``)."""
-
-    def __init__(self, gm: torch.fx.GraphModule, nodes: Sequence[torch.fx.Node]) -> None:
-        super().__init__(gm, nodes)
-        self.events = [
-            (
-                torch.cuda.Event(enable_timing=True),  # type: ignore[no-untyped-call]
-                torch.cuda.Event(enable_timing=True),  # type: ignore[no-untyped-call]
-            )
-            for _ in nodes
-        ]
-
-    def run_node(self, n: torch.fx.Node) -> Any:
-        i = self.index.get(n)
-        if i is None:
-            return super(_TimingInterpreter, self).run_node(n)
-        begin, end = self.events[i]
-        begin.record()
-        out = super(_TimingInterpreter, self).run_node(n)
-        end.record()
-        return out
-
-    def collect(self) -> None:
-        torch.cuda.synchronize()
-        self.times = [round(b.elapsed_time(e) * 1e6) for b, e in self.events]
 
 
 class ReferenceWorkload:
@@ -443,75 +236,232 @@ def profile_module(
     measured: bool = True,
     leaf_modules: Sequence[LeafSpec] = (),
     tracer: torch.fx.Tracer | None = None,
+    capture: str = "auto",
+    engine: str = "compiled",
+    flops: bool = True,
 ) -> ProfileResult:
     """Capture ``module``, run ``protocol.warmup`` discarded and ``protocol.passes`` kept passes.
 
     Each pass times the reference workload and the instrumented forward, so that both see the same
     machine state; every ``PLAIN_EVERY``-th kept pass (and the last warm-up pass) also times the plain
-    forward between them, for the profiler's overhead. With ``measured=False`` the module runs once,
-    instrumented and cold, and nothing else is timed.
+    forward between them, for the profiler's overhead. Where nodes are stamped on the wall clock and
+    passes on the thread's CPU clock, a kept pass whose thread was preempted is measured again
+    (``chosen_passes``). With ``measured=False`` the module runs once,
+    instrumented and cold, and nothing else is timed. ``flops`` counts each node's floating-point
+    operations in the first warm-up pass (run under torch's flop counter instead of the engine), or in
+    one more pass without warm-up; not in an unmeasured profile.
     """
     if not isinstance(module, torch.nn.Module):
         raise ProfileError(f"fxprof profiles a torch.nn.Module, got {type(module).__name__}")
+    if engine not in ENGINES:
+        raise ProfileError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     allocator = tune_allocator() if measured else "not measured"
-    gm, cap = capture(module, leaf_modules, tracer)
-    described = describe_nodes(gm)
-    nodes = [node for node, _ in described]
     device = device_of(module, args, kwargs)
-    cuda = device.type == "cuda"
-    graph_inputs = placeholder_args(gm, module, args, kwargs)
     clock_name, clock = clock_for(protocol.threads, device)
-    interp = _CudaTimingInterpreter(gm, nodes) if cuda else _TimingInterpreter(gm, nodes, clock)
+    node_clock_name, timer = _node_timer(engine, device, clock_name, clock)
     reference = ReferenceWorkload() if measured else None
     warmup, passes = (protocol.warmup, protocol.passes) if measured else (0, 1)
-    node_samples: list[list[int]] = [[] for _ in nodes]
-    totals: list[int] = []
-    instrumented: list[int] = []
-    references: list[int] = []
     with preserved(module, protocol.threads):
-        for i in range(warmup + passes):
+        captured = capture_module(module, args, kwargs, mode=capture, leaf_modules=leaf_modules, tracer=tracer)
+        described = describe_nodes(captured.graphs)
+        nodes = [node for node, _ in described]
+        timing = make_engine(engine, captured.graphs, nodes, timer)
+        samples = _Samples(len(nodes))
+        counted = None
+        if flops and measured and warmup == 0:  # otherwise the first warm-up pass counts them
+            counted = count_flops(module, captured, nodes, args, kwargs)
+        watch = measured and node_clock_name == "wall" and clock_name == "thread-cpu"
+        budget = warmup + passes * (2 if watch else 1)  # a preempted pass is measured again, up to passes more
+        i = 0
+        while i < budget and not (i >= warmup + passes and samples.enough(passes)):
             keep = i >= warmup
             if measured:
                 ref = reference(clock) if reference is not None else 0
                 if keep:
-                    references.append(ref)
+                    samples.references.append(ref)
             if measured and ((i - warmup) % PLAIN_EVERY == 0 if keep else i == warmup - 1):
                 call_args, call_kwargs = fresh_copy((list(args), kwargs))
                 _sync(device)
                 start = clock()
                 module(*call_args, **call_kwargs)
                 _sync(device)
-                plain = clock() - start
                 if keep:
-                    totals.append(plain)
-            graph_args = fresh_copy(graph_inputs)
-            _sync(device)
-            start = clock()
-            try:
-                interp.run(*graph_args)
-            except Exception as exc:
-                raise ProfileError(_graph_failure(module, exc)) from exc
-            if isinstance(interp, _CudaTimingInterpreter):
-                interp.collect()
-            whole = clock() - start
-            if keep:
-                instrumented.append(whole)
-                for k, t in enumerate(interp.times):
-                    node_samples[k].append(t)
-    medians = [median_int(s) for s in node_samples]
+                    samples.totals.append(clock() - start)
+            if i == 0 and flops and measured and warmup > 0:  # a warm-up pass that also counts FLOPs
+                counted = count_flops(module, captured, nodes, args, kwargs)
+            else:
+                whole, wall, times = _timed_pass(
+                    module, captured=captured, timing=timing, args=args, kwargs=kwargs, clock=clock, device=device
+                )
+                if keep:
+                    samples.keep(whole, times, off_cpu=off_cpu_share(whole, wall) if watch else 0.0)
+            i += 1
+        samples.choose(passes)
+    medians = [median_int(s) for s in samples.nodes]
     busy = sum(medians) or 1
     stats = tuple(
-        NodeStats(info=info, median_ns=m, spread_ns=iqr_int(s), share=m / busy, samples_ns=tuple(s))
-        for (_, info), m, s in zip(described, medians, node_samples, strict=True)
+        NodeStats(
+            info=info,
+            median_ns=m,
+            spread_ns=iqr_int(s),
+            share=m / busy,
+            samples_ns=tuple(s),
+            host_ns=median_int(h) if h else None,
+            memory_bytes=samples.memory[k] if samples.memory is not None else None,
+            peak_bytes=samples.peaks[k] if samples.peaks is not None else None,
+            flops=counted[k] if counted is not None else None,
+        )
+        for k, ((_, info), m, s, h) in enumerate(zip(described, medians, samples.nodes, samples.host, strict=True))
     )
+    used_clock = clock_name if node_clock_name == clock_name else f"{node_clock_name} nodes, {clock_name} passes"
     return ProfileResult(
         name=name,
         nodes=stats,
-        total_samples_ns=tuple(totals),
-        instrumented_samples_ns=tuple(instrumented),
-        reference_samples_ns=tuple(references),
-        environment=environment(protocol.threads, device, allocator, clock_name if measured else "not measured"),
+        total_samples_ns=tuple(samples.totals),
+        instrumented_samples_ns=tuple(samples.instrumented),
+        reference_samples_ns=tuple(samples.references),
+        environment=environment(
+            protocol.threads, device, allocator, used_clock if measured else "not measured", engine=engine
+        ),
         protocol=protocol,
-        capture=cap,
+        capture=captured.capture,
         measured=measured,
     )
+
+
+def _node_timer(engine: str, device: torch.device, clock_name: str, clock: Clock) -> tuple[str, Timer]:
+    """The timer of each node, and its clock's name.
+
+    CUDA: device events. CPU, compiled engine: ``perf_counter_ns``, whose call costs about 50 ns where the
+    thread's CPU clock costs several hundred (a system call), which would slow a graph of small ops by
+    more than it measures; the passes keep ``clock``. CPU, interpreter: ``clock``, which its per-node
+    Python overhead dwarfs anyway.
+    """
+    if device.type == "cuda":
+        return "cuda-events", EventTimer(DeviceSide.cuda(device))
+    if engine == "compiled":
+        return "wall", ClockTimer(time.perf_counter_ns)
+    return clock_name, ClockTimer(clock)
+
+
+OFF_CPU_LIMIT = 0.01
+"""A pass whose thread was off the CPU (preempted by a neighbour) for more than this share of its wall time
+is measured again, where nodes are stamped on the wall clock and passes on the thread's CPU clock."""
+
+
+PREEMPTED_NS = 50_000
+"""Less time than this off the CPU in a pass is the clocks' own cost, not a neighbour's time slice."""
+
+
+def off_cpu_share(cpu_ns: int, wall_ns: int) -> float:
+    """The share of a pass's wall time its thread spent off the CPU (0 when under ``PREEMPTED_NS``)."""
+    off = wall_ns - cpu_ns
+    return off / wall_ns if off > PREEMPTED_NS and wall_ns > 0 else 0.0
+
+
+def chosen_passes(off_cpu: Sequence[float], wanted: int) -> list[int]:
+    """The passes whose node times count: the first ``wanted`` that ran with the thread on the CPU (off it
+    at most ``OFF_CPU_LIMIT`` of the time), or, where too few did, the ``wanted`` least disturbed, in order."""
+    clean = [i for i, f in enumerate(off_cpu) if f <= OFF_CPU_LIMIT]
+    if len(clean) >= wanted:
+        return clean[:wanted]
+    return sorted(sorted(range(len(off_cpu)), key=lambda i: (off_cpu[i], i))[:wanted])
+
+
+class _Samples:
+    """What the kept passes measured, per node and per pass."""
+
+    def __init__(self, count: int) -> None:
+        self.nodes: list[list[int]] = [[] for _ in range(count)]
+        self.host: list[list[int]] = [[] for _ in range(count)]
+        self.memory: list[int] | None = None
+        self.peaks: list[int] | None = None
+        self.totals: list[int] = []
+        self.instrumented: list[int] = []
+        self.references: list[int] = []
+        self.off_cpu: list[float] = []
+
+    def enough(self, wanted: int) -> bool:
+        """Whether ``wanted`` kept passes ran with the thread on the CPU throughout."""
+        return sum(f <= OFF_CPU_LIMIT for f in self.off_cpu) >= wanted
+
+    def choose(self, wanted: int) -> None:
+        """Keep the node times (and instrumented totals) of the passes ``chosen_passes`` picks."""
+        picked = chosen_passes(self.off_cpu, wanted)
+        self.nodes = [[s[i] for i in picked] for s in self.nodes]
+        self.host = [[s[i] for i in picked] if s else s for s in self.host]
+        self.instrumented = [self.instrumented[i] for i in picked]
+
+    def keep(self, whole: int, times: PassTimes, off_cpu: float = 0.0) -> None:
+        self.instrumented.append(whole)
+        self.off_cpu.append(off_cpu)
+        for k, t in enumerate(times.node_ns):
+            self.nodes[k].append(t)
+        if times.host_ns is not None:
+            for k, t in enumerate(times.host_ns):
+                self.host[k].append(t)
+        self.memory = times.memory_bytes if times.memory_bytes is not None else self.memory
+        self.peaks = times.peak_bytes if times.peak_bytes is not None else self.peaks
+
+
+def _timed_pass(
+    module: torch.nn.Module,
+    *,
+    captured: Captured,
+    timing: Engine,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    clock: Clock,
+    device: torch.device,
+) -> tuple[int, int, PassTimes]:
+    """One instrumented pass on fresh copies of the inputs: its whole time on ``clock`` and on the wall
+    clock, and its times per node."""
+    prepared = captured.prepare(*fresh_copy((list(args), kwargs)))
+    runners = timing.runners()
+    _sync(device)
+    timing.begin_pass()
+    wall = time.perf_counter_ns()
+    start = clock()
+    try:
+        captured.forward(runners, prepared)
+    except ProfileError:  # the capture's own account (dynamo would recompile, another path ran)
+        raise
+    except Exception as exc:
+        raise ProfileError(_graph_failure(module, exc)) from exc
+    _sync(device)
+    whole = clock() - start
+    wall = time.perf_counter_ns() - wall
+    return whole, wall, timing.end_pass()
+
+
+def count_flops(
+    module: torch.nn.Module,
+    captured: Captured,
+    nodes: Sequence[torch.fx.Node],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+) -> list[int]:
+    """Floating-point operations per node, from torch's flop counter, in one pass of the graphs."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    index = {node: k for k, node in enumerate(nodes)}
+    out = [0] * len(nodes)
+
+    class Counting(torch.fx.Interpreter):
+        def run_node(self, n: torch.fx.Node) -> Any:
+            k = index.get(n)
+            if k is None:
+                return super().run_node(n)
+            with FlopCounterMode(display=False) as counter:
+                result = super().run_node(n)
+            out[k] += counter.get_total_flops()
+            return result
+
+    runners = [Counting(gm).run for gm in captured.graphs]
+    try:
+        captured.forward(runners, captured.prepare(*fresh_copy((list(args), kwargs))))
+    except ProfileError:
+        raise
+    except Exception as exc:
+        raise ProfileError(_graph_failure(module, exc)) from exc
+    return out

@@ -7,6 +7,7 @@ pandas is imported only inside ``ProfileResult.to_dataframe``.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -22,7 +23,8 @@ class NodeInfo:
 
     ``key`` is the node's stable identity (op, module path, target and its occurrence among nodes with
     the same three), which does not shift when an op is inserted elsewhere in the graph. ``name`` is
-    the generated FX node name, shown to people but never used for matching.
+    the generated FX node name and ``source`` the ``file:line`` of the user's code that made the node
+    (empty when the capture did not record it); both are shown to people but never used for matching.
     """
 
     key: str
@@ -30,6 +32,7 @@ class NodeInfo:
     op: str
     target: str
     module: str
+    source: str = ""
 
     @property
     def signature(self) -> tuple[str, str, str]:
@@ -59,8 +62,9 @@ class Environment:
     device: str
     allocator: str
     clock: str = "wall"
+    engine: str = "interpreter"
 
-    MATCH_FIELDS = ("torch", "cpu", "threads", "device", "allocator", "clock")
+    MATCH_FIELDS = ("torch", "cpu", "threads", "device", "allocator", "clock", "engine")
 
     def differences(self, other: Environment) -> list[str]:
         """Readable ``field: ours != theirs`` lines for each field that must match but does not."""
@@ -84,10 +88,15 @@ class Protocol:
 
 @dataclass(frozen=True)
 class Capture:
-    """How the module became a graph."""
+    """How the module became a graph: the capture ``method`` (``symbolic_trace``, ``export``, ``dynamo`` or
+    a user's tracer), the submodules kept whole, how many graphs it made, and in ``detail`` why an
+    automatic capture chose this method (what failed before it). ``detail`` and ``graphs`` are reported,
+    never compared."""
 
     method: str
     leaf_modules: tuple[str, ...] = ()
+    graphs: int = 1
+    detail: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -129,13 +138,23 @@ class BaselineEntry:
 
 @dataclass(frozen=True)
 class NodeStats:
-    """Timing of one node within one profile."""
+    """Timing of one node within one profile.
+
+    ``flops`` is what torch's flop counter counted in the node (None when not counted). On CUDA,
+    ``median_ns`` is device time from events, ``host_ns`` the host's time in the node (its launch
+    cost), ``memory_bytes`` what the allocator held after the node and ``peak_bytes`` the most it held
+    while the node ran; None on devices that do not report them.
+    """
 
     info: NodeInfo
     median_ns: int
     spread_ns: int
     share: float
     samples_ns: tuple[int, ...]
+    host_ns: int | None = None
+    memory_bytes: int | None = None
+    peak_bytes: int | None = None
+    flops: int | None = None
 
     @property
     def name(self) -> str:
@@ -158,6 +177,13 @@ class NodeStats:
         """Spread across passes relative to the median (interquartile range / median)."""
         return self.spread_ns / self.median_ns if self.median_ns else 0.0
 
+    @property
+    def flops_per_s(self) -> float | None:
+        """Achieved floating-point operations per second (None when not counted, or for no work)."""
+        if not self.flops or not self.median_ns:
+            return None
+        return self.flops / (self.median_ns / 1e9)
+
 
 def median_int(values: tuple[int, ...] | list[int]) -> int:
     """Median rounded to a whole nanosecond (0 for no values)."""
@@ -170,6 +196,69 @@ def iqr_int(values: tuple[int, ...] | list[int]) -> int:
         return 0
     q = statistics.quantiles(values, n=4, method="inclusive")
     return round(q[2] - q[0])
+
+
+ROLLUPS = ("module", "op")
+ROOT = "<model>"
+
+
+@dataclass(frozen=True)
+class Rollup:
+    """The nodes of one module subtree (``by="module"``; ``<model>`` is the whole model) or of one
+    operator type (``by="op"``): their time per pass summed, then the median and spread over passes."""
+
+    by: str
+    name: str
+    depth: int
+    nodes: int
+    median_ns: int
+    spread_ns: int
+    share: float
+    flops: int | None
+
+    @property
+    def flops_per_s(self) -> float | None:
+        if not self.flops or not self.median_ns:
+            return None
+        return self.flops / (self.median_ns / 1e9)
+
+
+def rollups(nodes: Sequence[NodeStats], by: str) -> tuple[Rollup, ...]:
+    """Every module subtree, or every operator type, of ``nodes``, slowest first (the model first)."""
+    if by not in ROLLUPS:
+        raise ValueError(f"by must be one of {', '.join(ROLLUPS)}, not {by!r}")
+    members: dict[str, list[NodeStats]] = {}
+    for n in nodes:
+        if by == "op":
+            names = [n.target]
+        else:
+            parts = n.module.split(".") if n.module else []
+            names = [ROOT] + [".".join(parts[:d]) for d in range(1, len(parts) + 1)]
+        for name in names:
+            members.setdefault(name, []).append(n)
+    passes = min((len(n.samples_ns) for n in nodes), default=0)
+    whole = [sum(n.samples_ns[i] for n in nodes) for i in range(passes)]
+    busy = (median_int(whole) if whole else sum(n.median_ns for n in nodes)) or 1
+    out = []
+    for name, group in members.items():
+        passes = min(len(n.samples_ns) for n in group)
+        per_pass = [sum(n.samples_ns[i] for n in group) for i in range(passes)]
+        median = median_int(per_pass) if per_pass else sum(n.median_ns for n in group)
+        counted = [n.flops for n in group if n.flops is not None]
+        depth = 0 if name == ROOT or by == "op" else name.count(".") + 1
+        out.append(
+            Rollup(
+                by=by,
+                name=name,
+                depth=depth,
+                nodes=len(group),
+                median_ns=median,
+                spread_ns=iqr_int(per_pass),
+                share=median / busy,
+                flops=sum(counted) if len(counted) == len(group) else None,
+            )
+        )
+    return tuple(sorted(out, key=lambda r: (r.name != ROOT, -r.median_ns, r.name)))
 
 
 @dataclass(frozen=True)
@@ -239,16 +328,43 @@ class ProfileResult:
             runs=(self.run(), *extra_runs),
         )
 
-    def table(self, sort: str = "time", limit: int | None = None) -> str:
-        """A per-node table; ``sort`` is ``"time"`` (slowest first) or ``"graph"`` (execution order)."""
-        from pytest_fxprof.render import profile_table
+    def rollup(self, by: str = "module") -> tuple[Rollup, ...]:
+        """Time per module subtree (``"module"``: the model, ``layer1``, ``layer1.0``, ...) or per operator
+        type (``"op"``), slowest first."""
+        return rollups(self.nodes, by)
 
-        return profile_table(self, sort=sort, limit=limit)
+    def table(self, sort: str = "time", limit: int | None = None, by: str = "node") -> str:
+        """A per-node table (``by="node"``), or a roll-up table (``by="module"`` or ``"op"``); ``sort`` is
+        ``"time"`` (slowest first) or ``"graph"`` (execution order; nodes only)."""
+        from pytest_fxprof.render import profile_table, rollup_table
 
-    def to_dataframe(self) -> pd.DataFrame:
-        """One row per node, in execution order, with times in microseconds."""
+        if by == "node":
+            return profile_table(self, sort=sort, limit=limit)
+        return rollup_table(self, by=by, limit=limit)
+
+    def to_dataframe(self, by: str = "node") -> pd.DataFrame:
+        """One row per node in execution order (``by="node"``), or per roll-up (``"module"``, ``"op"``),
+        with times in microseconds; FLOP counts and achieved GFLOP/s where counted, and on CUDA the
+        host (launch) time and the memory allocated after each node and its peak while it ran."""
         import pandas as pd
 
+        if by != "node":
+            roll = [
+                {
+                    "by": r.by,
+                    "name": r.name,
+                    "depth": r.depth,
+                    "nodes": r.nodes,
+                    "median_us": r.median_ns / 1e3,
+                    "spread": r.spread_ns / r.median_ns if r.median_ns else 0.0,
+                    "share": r.share,
+                    "flops": r.flops,
+                    "gflops_per_s": r.flops_per_s / 1e9 if r.flops_per_s is not None else None,
+                }
+                for r in self.rollup(by)
+            ]
+            names = ["by", "name", "depth", "nodes", "median_us", "spread", "share", "flops", "gflops_per_s"]
+            return pd.DataFrame(roll, columns=names)
         rows = [
             {
                 "key": n.info.key,
@@ -256,12 +372,21 @@ class ProfileResult:
                 "op": n.op,
                 "target": n.target,
                 "module": n.module,
+                "source": n.info.source,
                 "median_us": n.median_ns / 1e3,
                 "spread": n.spread,
                 "share": n.share,
                 "samples": len(n.samples_ns),
+                "flops": n.flops,
+                "gflops_per_s": n.flops_per_s / 1e9 if n.flops_per_s is not None else None,
+                "host_us": n.host_ns / 1e3 if n.host_ns is not None else None,
+                "memory_bytes": n.memory_bytes,
+                "peak_bytes": n.peak_bytes,
             }
             for n in self.nodes
         ]
-        columns = ["key", "node", "op", "target", "module", "median_us", "spread", "share", "samples"]
+        columns = [
+            "key", "node", "op", "target", "module", "source", "median_us", "spread", "share", "samples",
+            "flops", "gflops_per_s", "host_us", "memory_bytes", "peak_bytes",
+        ]  # fmt: skip
         return pd.DataFrame(rows, columns=columns)

@@ -47,17 +47,67 @@ def profile_table(result: ProfileResult, sort: str = "time", limit: int | None =
     if sort not in ("time", "graph"):
         raise ValueError(f"sort must be 'time' or 'graph', not {sort!r}")
     nodes = list(result.nodes)
+    cuda = any(n.host_ns is not None for n in nodes)
     if sort == "time":
         nodes.sort(key=lambda n: (-n.median_ns, n.info.key))
     shown = nodes[:limit] if limit is not None else nodes
+    flops = any(n.flops for n in nodes)
+    sources = any(n.info.source for n in nodes)
     rows = [
-        [n.name, n.op, n.target, n.info.where, fmt_ns(n.median_ns), f"{n.spread:.0%}", f"{n.share:.1%}"] for n in shown
+        [
+            n.name,
+            n.op,
+            n.target,
+            n.info.where,
+            fmt_ns(n.median_ns),
+            f"{n.spread:.0%}",
+            f"{n.share:.1%}",
+            *([fmt_rate(n.flops_per_s)] if flops else []),
+            *([fmt_ns(n.host_ns or 0), _fmt_bytes(n.peak_bytes)] if cuda else []),
+            *([n.info.source] if sources else []),
+        ]
+        for n in shown
     ]
     header = ["node", "op", "target", "module", "median", "spread", "share"]
-    lines = _grid(header, rows, right={4, 5, 6})
+    header += [
+        *(["GFLOP/s"] if flops else []),
+        *(["host", "peak mem"] if cuda else []),
+        *(["source"] if sources else []),
+    ]
+    numeric = set(range(4, len(header) - (1 if sources else 0)))
+    lines = _grid(header, rows, right=numeric)
     if len(shown) < len(nodes):
         lines.append(f"... {len(nodes) - len(shown)} more nodes")
     lines.append(_totals_line(result))
+    return "\n".join(lines)
+
+
+def _fmt_bytes(size: int | None) -> str:
+    if size is None:
+        return ""
+    for unit in ("B", "KiB", "MiB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}"
+        size /= 1024  # type: ignore[assignment]
+    return f"{size:.1f} GiB"
+
+
+def fmt_rate(flops_per_s: float | None) -> str:
+    return "" if flops_per_s is None else f"{flops_per_s / 1e9:.1f}"
+
+
+def rollup_table(result: ProfileResult, by: str = "module", limit: int | None = None) -> str:
+    """Time per module subtree (indented by depth) or per operator type, slowest first."""
+    groups = result.rollup(by)
+    shown = groups[:limit] if limit is not None else groups
+    rows = [
+        ["  " * r.depth + r.name, str(r.nodes), fmt_ns(r.median_ns), f"{r.share:.1%}", fmt_rate(r.flops_per_s)]
+        for r in shown
+    ]
+    header = ["module" if by == "module" else "operator", "nodes", "median", "share", "GFLOP/s"]
+    lines = _grid(header, rows, right={1, 2, 3, 4})
+    if len(shown) < len(groups):
+        lines.append(f"... {len(groups) - len(shown)} more")
     return "\n".join(lines)
 
 
@@ -86,10 +136,14 @@ def _factor(f: float, divisor: float) -> str:
     return f"x{f:.2f}"
 
 
+def _at(n: NodeInfo) -> str:
+    return f", {n.source}" if n.source else ""
+
+
 def node_line(v: NodeVerdict) -> str:
     n = v.node
     return (
-        f"{n.name} ({n.op} {n.target} in {n.where}): {fmt_ns(v.baseline_ns)} -> {fmt_ns(v.current_ns)}"
+        f"{n.name} ({n.op} {n.target} in {n.where}{_at(n)}): {fmt_ns(v.baseline_ns)} -> {fmt_ns(v.current_ns)}"
         f" = x{v.ratio:.2f} after speed factor {_factor(v.speed_factor, v.divisor)}, "
         f"band +{v.band:.0%} ({v.band_source.value}), {'+' if v.delta_ns >= 0 else '-'}{fmt_ns(abs(v.delta_ns))}"
         f"{_measured(v.judgement.ratios)}"
@@ -140,7 +194,8 @@ def _led_by(c: Comparison, a: AggregateVerdict) -> str:
     if not leaders:
         return ""
     shown = "; ".join(
-        f"{v.node.name} ({v.node.target} in {v.node.where}) {fmt_ns(v.baseline_ns)} -> {fmt_ns(v.current_ns)}"
+        f"{v.node.name} ({v.node.target} in {v.node.where}{_at(v.node)}) "
+        f"{fmt_ns(v.baseline_ns)} -> {fmt_ns(v.current_ns)}"
         for v in leaders
     )
     return f"\n    most of it: {shown}"

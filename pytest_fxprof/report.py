@@ -13,7 +13,7 @@ from typing import Any, TypedDict
 
 from pytest_fxprof.baseline import dumps, run_to_json, write_atomic
 from pytest_fxprof.decision import AggregateVerdict, Comparison, Judgement, Kind, NodeVerdict, Verdict
-from pytest_fxprof.records import NodeInfo, ProfileResult
+from pytest_fxprof.records import ROLLUPS, NodeInfo, NodeStats, ProfileResult
 
 REPORT_VERSION = 1
 
@@ -29,7 +29,39 @@ class ProfileRecord(TypedDict):
 
 
 def _node_ref(n: NodeInfo) -> dict[str, str]:
-    return {"key": n.key, "name": n.name, "op": n.op, "target": n.target, "module": n.module}
+    return {"key": n.key, "name": n.name, "op": n.op, "target": n.target, "module": n.module, "source": n.source}
+
+
+def _optional(n: NodeStats) -> dict[str, Any]:
+    """FLOPs where counted; host time and memory where the device reports them."""
+    out: dict[str, Any] = {}
+    if n.flops is not None:
+        out["flops"] = n.flops
+        out["flops_per_s"] = round(n.flops_per_s) if n.flops_per_s is not None else None
+    if n.host_ns is not None:
+        out["host_ns"] = n.host_ns
+    if n.memory_bytes is not None:
+        out["memory_bytes"] = n.memory_bytes
+        out["peak_bytes"] = n.peak_bytes
+    return out
+
+
+def _rollups(result: ProfileResult) -> dict[str, list[dict[str, Any]]]:
+    return {
+        by: [
+            {
+                "name": r.name,
+                "depth": r.depth,
+                "nodes": r.nodes,
+                "current_ns": r.median_ns,
+                "spread_ns": r.spread_ns,
+                "share": round(r.share, 5),
+                "flops": r.flops,
+            }
+            for r in result.rollup(by)
+        ]
+        for by in ROLLUPS
+    }
 
 
 def profile_report(
@@ -44,6 +76,7 @@ def profile_report(
             "current_ns": n.median_ns,
             "spread": round(n.spread, 4),
             "share": round(n.share, 5),
+            **_optional(n),
         }
         v = verdicts.get(n.info.key)
         if v is not None:
@@ -61,7 +94,12 @@ def profile_report(
         "key": key,
         "status": status,
         "environment": asdict(result.environment),
-        "capture": {"method": result.capture.method, "leaf_modules": list(result.capture.leaf_modules)},
+        "capture": {
+            "method": result.capture.method,
+            "leaf_modules": list(result.capture.leaf_modules),
+            "graphs": result.capture.graphs,
+            "detail": result.capture.detail,
+        },
         "protocol": asdict(result.protocol),
         # current_ns and baseline_ns are instrumented passes (what the total verdict compares)
         "total": {
@@ -74,6 +112,7 @@ def profile_report(
         "seconds": round(result.seconds, 3),
         "runs": [run_to_json(r) for r in (result.run(), *result.confirmations)],
         "nodes": nodes,
+        "rollups": _rollups(result),
     }
     if comparison is not None:
         out["speed_factor"] = round(comparison.speed_factor, 4)

@@ -191,6 +191,8 @@ class TestState:
                 measured=self.mode is not Mode.OFF,
                 leaf_modules=leaf_modules,
                 tracer=tracer,
+                capture=self.settings.capture,
+                engine=self.settings.engine,
             )
 
         started = time.perf_counter()

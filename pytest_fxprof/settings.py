@@ -24,6 +24,14 @@ class Mode(StrEnum):
     SAMPLE = "sample"
 
 
+ENGINES = ("compiled", "interpreter")
+"""How nodes are timed: timestamps compiled into the graph's code, or torch.fx's Interpreter (the reference)."""
+CAPTURES = ("auto", "symbolic", "export", "dynamo")
+"""How a module becomes graphs: ``auto`` tries symbolic tracing (then with the submodule that broke it kept
+whole), then ``torch.export``, then a ``torch.compile`` (dynamo) backend."""
+TEXT_CHOICES = {"engine": ENGINES, "capture": CAPTURES}
+
+
 class SettingsError(ValueError):
     """A setting with a value it cannot take; the message names the setting, where it came from and why."""
 
@@ -39,6 +47,8 @@ class Settings:
     threads: int = 1
     processes: int = 5
     floor_us: float = DEFAULT_FLOOR_NS / 1e3
+    engine: str = ENGINES[0]
+    capture: str = CAPTURES[0]
 
     def protocol(self) -> Protocol:
         return Protocol(warmup=self.warmup, passes=self.passes, threads=self.threads, processes=self.processes)
@@ -68,7 +78,12 @@ _MINIMUM: dict[str, float] = {
 }
 
 
-def _coerce(name: str, value: object, source: str) -> float | int:
+def _coerce(name: str, value: object, source: str) -> float | int | str:
+    if name in TEXT_CHOICES:
+        choices = TEXT_CHOICES[name]
+        if value not in choices:
+            raise SettingsError(f"{source}: {name} must be one of {', '.join(choices)}, not {value!r}")
+        return str(value)
     kind = int if isinstance(getattr(Settings, name), int) else float
     if isinstance(value, bool):
         raise SettingsError(f"{source}: {name} must be a number, not {value!r}")

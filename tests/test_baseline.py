@@ -221,12 +221,13 @@ def test_golden_file_parses() -> None:
         device="cpu",
         allocator="glibc-tuned",
         clock="wall",
+        engine="compiled",
     )
     assert entry.protocol == Protocol(warmup=5, passes=20, threads=1, processes=2)
     assert entry.tolerances == Tolerances(node=0.2, total=0.1)
     assert entry.nodes == (
-        NodeInfo("call_module:fc1:fc1#0", "fc1", "call_module", "fc1", "fc1"),
-        NodeInfo("call_function:<root>:torch.relu#0", "relu", "call_function", "torch.relu", ""),
+        NodeInfo("call_module:fc1:fc1#0", "fc1", "call_module", "fc1", "fc1", "models.py:14"),
+        NodeInfo("call_function:<root>:torch.relu#0", "relu", "call_function", "torch.relu", "", "models.py:15"),
     )
     assert entry.runs == (
         Run(152_340, 201_777, 498_812, (101_200, 40_315), (2_210, 905)),
@@ -246,6 +247,20 @@ def test_a_file_from_before_the_clock_was_recorded_was_timed_on_the_wall_clock()
     baseline = parse(older, GOLDEN)
     assert baseline.entries["forward"].environment.clock == "wall"
     assert render(baseline) == text  # written again, it says so
+
+
+def test_a_file_from_before_engines_and_source_lines_was_timed_by_the_interpreter() -> None:
+    raw = golden_raw()
+    del raw["entries"]["forward"]["environment"]["engine"]
+    del raw["entries"]["forward"]["capture"]["graphs"]
+    del raw["entries"]["forward"]["capture"]["detail"]
+    for node in raw["entries"]["forward"]["nodes"]:
+        del node["source"]
+    entry = parse(json.dumps(raw), GOLDEN).entries["forward"]
+    assert entry.environment.engine == "interpreter"
+    assert entry.capture.graphs == 1
+    assert [n.source for n in entry.nodes] == ["", ""]
+    assert [n.key for n in entry.nodes] == [n["key"] for n in golden_raw()["entries"]["forward"]["nodes"]]
 
 
 def test_the_clock_is_kept() -> None:

@@ -28,7 +28,8 @@ import torch
 import pytest_fxprof.profiler  # noqa: F401  (kept imported across in-process runs, like torch)
 from pytest_fxprof.session import Confirm, OnFaster, OnGraphChange, OnMismatch, OnMissing, OnUnused, Reactions
 
-FAST = ("--fxprof-processes=1", "--fxprof-warmup=1", "--fxprof-passes=3")
+# symbolic capture: no check of the graph against the module, so the module runs only in the passes counted
+FAST = ("--fxprof-processes=1", "--fxprof-warmup=1", "--fxprof-passes=3", "--fxprof-capture=symbolic")
 LOOSE = ("--fxprof-node-tolerance=3", "--fxprof-total-tolerance=3")
 BANDS = ("--fxprof-node-tolerance=1", "--fxprof-total-tolerance=1", "--fxprof-floor-us=500")
 DECIDE = (*BANDS, "--fxprof-confirm=same")  # a confirmation in this process: no fresh interpreter to start
@@ -199,14 +200,23 @@ def test_plain_run_profiles_once_and_writes_nothing(pytester: pytest.Pytester) -
             assert fxprof.mode == "off"
             model = Counted()
             result = fxprof(model, torch.randn(4, 8), leaf_modules=[Count])
-            assert model.count.calls == 1
+            # the automatic capture checks its graph against the module (one call each), then one cold pass
+            assert model.count.calls == 3
             assert result.measured is False
+            assert all(n.flops is None for n in result.nodes)  # counting FLOPs would be another pass
+
+
+        @pytest.mark.fxprof(capture="symbolic")
+        def test_once_as_traced(fxprof):
+            model = Counted()
+            result = fxprof(model, torch.randn(4, 8), leaf_modules=[Count])
+            assert model.count.calls == 1
             assert [n.name for n in result.nodes] == ["fc", "count"]
         """,
     )
     result = runp(pytester)
     assert result.ret == pytest.ExitCode.OK
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=2)
     assert not (pytester.path / "baselines").exists()
     result.stdout.no_fnmatch_line("*= fxprof =*")
 
@@ -270,7 +280,8 @@ def test_slowdown_fails_only_the_slowed_test(
     # node name, its op and target, its module path, baseline -> current, the ratio, both measurements
     time_ = r"[\d.]+ [mun]?s"
     node_line = (
-        rf"slower node: slow \(call_module Slow in slow\): {time_} -> {time_} = x[\d.]+ after speed factor "
+        rf"slower node: slow \(call_module Slow in slow, test_perf.py:\d+\): {time_} -> {time_} = x[\d.]+ "
+        rf"after speed factor "
         rf"x[\d.]+(?: \(divided by x[\d.]+, [a-z -]+\))?, band \+100% \(tolerance\), \+{time_} "
         rf"\(measurements x[\d.]+, x[\d.]+\)"
     )
@@ -462,7 +473,8 @@ def test_a_model_that_got_faster(
     text = result.stdout.str()
     message = "fxprof: test_perf.py::test_a [call0] got faster than its baseline"
     faster_node = (
-        r"faster node: slow \(call_module Slow in slow\): [\d.]+ ms -> [\d.]+ ms = x0\.\d\d after speed factor"
+        r"faster node: slow \(call_module Slow in slow, test_perf.py:\d+\): [\d.]+ ms -> [\d.]+ ms = x0\.\d\d "
+        r"after speed factor"
     )
     if ret == pytest.ExitCode.TESTS_FAILED:
         result.stdout.fnmatch_lines(["FAILED test_perf.py::test_a - *"])

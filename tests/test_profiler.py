@@ -12,7 +12,15 @@ import torch
 from torch import nn
 
 from pytest_fxprof import ProfileResult, profile
-from pytest_fxprof.profiler import PLAIN_EVERY, CaptureError, ProfileError, capture, describe_nodes
+from pytest_fxprof.capture import describe_nodes, trace_symbolic
+from pytest_fxprof.profiler import (
+    OFF_CPU_LIMIT,
+    PLAIN_EVERY,
+    CaptureError,
+    ProfileError,
+    chosen_passes,
+    off_cpu_share,
+)
 
 
 class Block(nn.Module):
@@ -96,7 +104,7 @@ def test_profile_reports_every_node_with_module_paths() -> None:
 @pytest.mark.parametrize(
     ("warmup", "passes", "plain", "calls"),
     [
-        pytest.param(0, 1, 1, 2, id="no-warmup-one-pass"),
+        pytest.param(0, 1, 1, 3, id="no-warmup-one-pass-and-one-to-count-flops"),
         pytest.param(1, 3, 1, 6, id="plain-in-the-last-warmup-and-the-first-kept-pass"),
         pytest.param(2, 9, 3, 15, id="kept-passes-0-4-8"),
         pytest.param(4, 12, 3, 20, id="defaults"),
@@ -115,7 +123,9 @@ def test_plain_forward_is_timed_in_one_kept_pass_of_plain_every(
             seen.append(1)
             return x
 
-    result = profile(nn.Sequential(Count()), torch.ones(1), warmup=warmup, passes=passes, leaf_modules=[Count])
+    result = profile(
+        nn.Sequential(Count()), torch.ones(1), warmup=warmup, passes=passes, leaf_modules=[Count], capture="symbolic"
+    )
     assert len(result.instrumented_samples_ns) == passes
     assert len(result.reference_samples_ns) == passes
     assert len(result.total_samples_ns) == plain
@@ -188,8 +198,8 @@ def test_keyword_inputs_are_bound_like_a_call() -> None:
 
 
 def test_node_keys_survive_an_op_inserted_early() -> None:
-    plain = [info for _, info in describe_nodes(capture(Net())[0])]
-    extra = [info for _, info in describe_nodes(capture(Net(extra_op=True))[0])]
+    plain = [info for _, info in describe_nodes([trace_symbolic(Net())[0]])]
+    extra = [info for _, info in describe_nodes([trace_symbolic(Net(extra_op=True))[0]])]
     assert len(extra) == len(plain) + 1
     assert {n.key for n in plain} <= {n.key for n in extra}
     # the generated names shift, the keys do not
@@ -198,12 +208,20 @@ def test_node_keys_survive_an_op_inserted_early() -> None:
 
 def test_untraceable_model_names_the_submodule_and_the_fix() -> None:
     with pytest.raises(CaptureError) as info:
-        quick(DataDependent(), torch.randn(2, 3))
+        quick(DataDependent(), torch.randn(2, 3), capture="symbolic")
     text = str(info.value)
     assert "'inner' (Branchy)" in text
     assert "leaf_modules=['inner']" in text
     assert "if x.sum() > 0:" in text  # the user's line that broke tracing
     assert info.value.__cause__ is not None
+
+
+def test_auto_keeps_the_submodule_that_broke_tracing_whole_and_says_so() -> None:
+    result = quick(DataDependent(), torch.randn(2, 3))
+    assert result.capture.method == "symbolic_trace"
+    assert result.capture.leaf_modules == ("inner",)
+    assert "failed in 'inner' (Branchy)" in result.capture.detail
+    assert [n.target for n in result.nodes] == ["Linear", "Branchy"]
 
 
 @pytest.mark.parametrize("leaf", ["inner", Branchy])
@@ -246,11 +264,21 @@ def test_threads_are_pinned_while_profiling() -> None:
     assert set(seen) == {1}
 
 
-@pytest.mark.parametrize(("threads", "clock"), [(1, "thread-cpu"), (2, "wall")])
-def test_one_thread_on_the_cpu_is_timed_on_its_cpu_clock(threads: int, clock: str) -> None:
-    """With one intra-op thread every op runs on the calling thread: its CPU time leaves out preemption."""
-    result = profile(nn.Sequential(nn.ReLU()), torch.ones(2), warmup=0, passes=1, threads=threads)
+@pytest.mark.parametrize(
+    ("threads", "engine", "clock"),
+    [
+        (1, "interpreter", "thread-cpu"),
+        (2, "interpreter", "wall"),
+        (1, "compiled", "wall nodes, thread-cpu passes"),
+        (2, "compiled", "wall"),
+    ],
+)
+def test_one_thread_on_the_cpu_times_passes_on_its_cpu_clock(threads: int, engine: str, clock: str) -> None:
+    """With one intra-op thread every op runs on the calling thread: its CPU time leaves out preemption.
+    The compiled engine stamps nodes on the wall clock, whose call costs a tenth of the thread's CPU clock."""
+    result = profile(nn.Sequential(nn.ReLU()), torch.ones(2), warmup=0, passes=1, threads=threads, engine=engine)
     assert result.environment.clock == clock
+    assert result.environment.engine == engine
     assert result.environment.threads == threads
 
 
@@ -307,6 +335,26 @@ def test_a_graph_that_fails_where_the_module_runs_gets_a_hint() -> None:
             return x
 
     with pytest.raises(ProfileError, match=r"captured graph of Masked failed") as info:
-        quick(Masked(), torch.ones(2))
+        quick(Masked(), torch.ones(2), capture="symbolic")
     assert "concrete_args" in str(info.value)
     assert info.value.__cause__ is not None
+
+
+@pytest.mark.parametrize(
+    ("off_cpu", "wanted", "chosen"),
+    [
+        pytest.param([0.0, 0.002, 0.001], 3, [0, 1, 2], id="all-clean"),
+        pytest.param([0.0, 0.4, 0.001, 0.0, 0.0], 3, [0, 2, 3], id="a-preempted-pass-is-replaced"),
+        pytest.param([0.3, 0.05, 0.5, 0.0, 0.2, 0.6], 3, [1, 3, 4], id="too-few-clean-the-least-disturbed"),
+    ],
+)
+def test_passes_whose_thread_was_preempted_do_not_count(off_cpu: list[float], wanted: int, chosen: list[int]) -> None:
+    """Nodes stamped on the wall clock: a pass in which a neighbour had the core would inflate a node."""
+    assert chosen_passes(off_cpu, wanted) == chosen
+    assert OFF_CPU_LIMIT == 0.01
+
+
+def test_only_a_time_slice_off_the_cpu_counts_as_preemption() -> None:
+    assert off_cpu_share(cpu_ns=9_000, wall_ns=10_000) == 0.0  # 1 us: what reading two clocks costs
+    assert off_cpu_share(cpu_ns=2_000_000, wall_ns=4_000_000) == 0.5
+    assert off_cpu_share(cpu_ns=0, wall_ns=0) == 0.0

@@ -610,7 +610,7 @@ def test_summary_line_graph_changed() -> None:
 
 def test_to_dataframe() -> None:
     df = make_result().to_dataframe()
-    assert list(df.columns) == ["key", "node", "op", "target", "module", "median_us", "spread", "share", "samples"]
+    assert list(df.columns) == [*NODE_COLUMNS]
     assert len(df) == len(TABLE_NODES)
     assert list(df["node"]) == ["x", "conv1", "relu", "fc", "softmax"]  # execution order
     assert list(df["median_us"]) == [0.0, 400.0, 50.0, 500.0, 50.0]
@@ -624,7 +624,13 @@ def test_to_dataframe() -> None:
 def test_to_dataframe_of_an_empty_graph() -> None:
     df = make_result(nodes=()).to_dataframe()
     assert len(df) == 0
-    assert list(df.columns) == ["key", "node", "op", "target", "module", "median_us", "spread", "share", "samples"]
+    assert list(df.columns) == [*NODE_COLUMNS]
+
+
+NODE_COLUMNS = (
+    "key", "node", "op", "target", "module", "source", "median_us", "spread", "share", "samples",
+    "flops", "gflops_per_s", "host_us", "memory_bytes", "peak_bytes",
+)  # fmt: skip
 
 
 def test_profile_result_summaries() -> None:
@@ -664,3 +670,63 @@ def test_confirmations_join_the_entry_as_further_measurements() -> None:
     entry = confirmed.entry(Tolerances(0.2, 0.1), confirmed.confirmations)
     assert entry.runs == (first.run(), confirmation)
     assert entry.runs[1].node_ns[1] == 1_200_000
+
+
+def _stats(key: str, module: str, target: str, samples: tuple[int, ...], flops: int | None = None) -> NodeStats:
+    info = node(key, target, module, op="call_function")
+    return NodeStats(info, sorted(samples)[len(samples) // 2], 0, 0.0, samples, flops=flops)
+
+
+ROLL_NODES = (
+    _stats("a", "layer1.0.conv", "conv", (100, 100, 100), flops=1000),
+    _stats("b", "layer1.0", "relu", (10, 50, 10), flops=0),
+    _stats("c", "layer1.1", "conv", (200, 200, 200), flops=3000),
+    _stats("d", "", "add", (5, 5, 5)),
+)
+
+
+def test_module_rollups_sum_each_pass_then_take_the_median() -> None:
+    result = replace(make_result(), nodes=ROLL_NODES)
+    rows = {r.name: r for r in result.rollup("module")}
+    assert list(rows) == ["<model>", "layer1", "layer1.1", "layer1.0", "layer1.0.conv"]  # the model, then slowest
+    assert rows["<model>"].median_ns == 315  # passes 315, 355, 315
+    assert rows["<model>"].share == pytest.approx(1.0)
+    assert (rows["layer1"].nodes, rows["layer1"].median_ns, rows["layer1"].depth) == (3, 310, 1)
+    assert (rows["layer1.0"].median_ns, rows["layer1.0"].spread_ns) == (110, 20)  # passes 110, 150, 110
+    assert rows["layer1.0.conv"].depth == 3
+    assert rows["layer1"].flops == 4000
+    assert rows["<model>"].flops is None  # "add" was not counted, so the model's total is unknown
+    assert rows["layer1.0.conv"].flops_per_s == pytest.approx(1000 / 100e-9)
+
+
+def test_operator_rollups_and_their_views() -> None:
+    result = replace(make_result(), nodes=ROLL_NODES)
+    ops = {r.name: (r.nodes, r.median_ns) for r in result.rollup("op")}
+    assert ops == {"conv": (2, 300), "relu": (1, 10), "add": (1, 5)}
+    table = result.table(by="op").splitlines()
+    assert table[0].split() == ["operator", "nodes", "median", "share", "GFLOP/s"]
+    assert [line.split()[0] for line in table[2:]] == ["conv", "relu", "add"]
+    modules = result.table(by="module", limit=2).splitlines()
+    assert modules[2:] == [modules[2], modules[3], "... 3 more"]
+    assert modules[3].startswith("  layer1 ")  # indented by depth
+    frame = result.to_dataframe(by="module")
+    assert list(frame["name"]) == ["<model>", "layer1", "layer1.1", "layer1.0", "layer1.0.conv"]
+    assert list(frame["median_us"]) == [0.315, 0.31, 0.2, 0.11, 0.1]
+    with pytest.raises(ValueError, match="by must be one of module, op"):
+        result.rollup("layer")
+
+
+def test_the_node_table_shows_flops_and_source_lines_when_known() -> None:
+    result = replace(make_result(), nodes=ROLL_NODES)
+    assert "GFLOP/s" in result.table().splitlines()[0]
+    sourced = replace(ROLL_NODES[0], info=replace(ROLL_NODES[0].info, source="model.py:12"))
+    lines = replace(make_result(), nodes=(sourced,)).table().splitlines()
+    assert lines[0].split()[-1] == "source"
+    assert lines[2].split()[-1] == "model.py:12"
+
+
+def test_a_node_with_a_recorded_source_line_names_it_in_the_failure() -> None:
+    c = compare(BASELINE, entry({"conv2": 1 / 3}), POLICY)
+    (v,) = c.faster
+    sourced = replace(v, node=replace(v.node, source="model.py:42"))
+    assert node_line(sourced).startswith("conv2 (call_module layer1.conv in layer1.conv, model.py:42): ")

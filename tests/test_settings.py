@@ -8,7 +8,7 @@ import pytest
 
 from pytest_fxprof.decision import DEFAULT_FLOOR_NS, SPREAD_K, Policy
 from pytest_fxprof.records import Protocol, Tolerances
-from pytest_fxprof.settings import SETTING_NAMES, Mode, Settings, SettingsError, apply, from_json
+from pytest_fxprof.settings import SETTING_NAMES, TEXT_CHOICES, Mode, Settings, SettingsError, apply, from_json
 
 INT_SETTINGS = ("warmup", "passes", "threads", "processes")
 FLOAT_SETTINGS = ("node_tolerance", "total_tolerance", "floor_us")
@@ -21,7 +21,15 @@ def test_defaults() -> None:
     assert s.policy() == Policy()
     assert s.policy().floor_ns == DEFAULT_FLOOR_NS
     assert s.policy().spread_k == SPREAD_K  # not a setting: the policy's default
-    assert set(SETTING_NAMES) == {*INT_SETTINGS, *FLOAT_SETTINGS}
+    assert set(SETTING_NAMES) == {*INT_SETTINGS, *FLOAT_SETTINGS, *TEXT_CHOICES}
+    assert (s.engine, s.capture) == ("compiled", "auto")
+
+
+@pytest.mark.parametrize(("name", "good"), [("engine", "interpreter"), ("capture", "dynamo")])
+def test_text_settings_take_only_their_choices(name: str, good: str) -> None:
+    assert getattr(apply(Settings(), {name: good}, "command line"), name) == good
+    with pytest.raises(SettingsError, match=rf"^ini file: {name} must be one of .*{good}.*, not 'fast'$"):
+        apply(Settings(), {name: "fast"}, "ini file")
 
 
 def test_mode_values() -> None:
@@ -172,6 +180,8 @@ def test_json_round_trip() -> None:
         "threads": 1,
         "processes": 5,
         "floor_us": 2.5,
+        "engine": "compiled",
+        "capture": "auto",
     }
     assert from_json(raw) == s
 
@@ -203,4 +213,6 @@ def test_command_line_help_states_the_defaults() -> None:
     from pytest_fxprof.plugin import _SETTING_HELP
 
     for name in SETTING_NAMES:
-        assert f"(default {getattr(Settings(), name):g})" in _SETTING_HELP[name], name
+        default = getattr(Settings(), name)
+        shown = default if isinstance(default, str) else f"{default:g}"
+        assert f"(default {shown})" in _SETTING_HELP[name], name

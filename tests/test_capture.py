@@ -1,0 +1,659 @@
+"""Capturing modules as graphs by every mode: what the graphs compute, what their nodes are called, that the
+runners stand in for the graphs, what the capture leaves untouched, and how it fails."""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import pytest
+import torch
+import torch.fx
+from torch import nn
+from torch.fx._symbolic_trace import PH
+
+from pytest_fxprof import capture as capture_mod
+from pytest_fxprof.capture import (
+    MAX_LEAF_RETRIES,
+    Captured,
+    CaptureError,
+    ProfileError,
+    capture_module,
+    describe_nodes,
+    normalise_module_path,
+    output_difference,
+    plain_runners,
+)
+from tests.test_profiler import ParamMutator
+
+MODES = ("symbolic", "export", "dynamo", "auto")
+
+
+class Block(nn.Module):
+    def __init__(self, branch: bool = False) -> None:
+        super().__init__()
+        self.branch = branch
+        self.conv = nn.Conv2d(4, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.bn(self.conv(x)))
+        if self.branch and y.sum() > 0:  # data-dependent: symbolic tracing fails, dynamo breaks the graph
+            y = y * 2
+        return y + x
+
+
+class Net(nn.Module):
+    def __init__(self, branch: bool = False, blocks: int = 2) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 4, 3, padding=1)
+        self.layer = nn.Sequential(*(Block(branch) for _ in range(blocks)))
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        x = self.layer(self.stem(x))
+        out: torch.Tensor = self.head(x.mean(dim=(2, 3))) * scale
+        return out
+
+
+class RootBranch(nn.Module):
+    """Branches on a tensor's value in its own forward: no submodule can be kept whole."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.out = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x)
+        y = torch.relu(y) if y.sum() > 0 else torch.sigmoid(y)
+        out: torch.Tensor = self.out(y)
+        return out
+
+
+class ShapeBranch(nn.Module):
+    """Branches on a shape in its own forward: fixed for export, a Proxy for symbolic tracing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] > 1:
+            x = x - x.mean(dim=0)
+        out: torch.Tensor = self.fc(x)
+        return out
+
+
+class Masked(nn.Module):
+    """``mask is not None`` is true for every traced input: the symbolic graph fails where the module runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        if mask is not None:
+            x = x * mask
+        out: torch.Tensor = self.fc(x)
+        return out
+
+
+class NotATensorWhileTraced(nn.Module):
+    """A Proxy is not a Tensor: the symbolic graph bakes in the other branch and runs, with another result."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.fc(x)
+        if isinstance(x, torch.Tensor):
+            return out
+        return out * 0
+
+
+class Untraceable(nn.Module):
+    """Fails every mode: a data-dependent branch that dynamo is told to skip."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    @torch._dynamo.disable  # type: ignore[untyped-decorator]
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y: torch.Tensor = self.fc(x)
+        if y.sum() > 0:
+            return y
+        return -y
+
+
+def net(seed: int = 0, **kwargs: Any) -> Net:
+    torch.manual_seed(seed)
+    return Net(**kwargs).eval()
+
+
+def image() -> torch.Tensor:
+    return torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+
+
+def capture(module: nn.Module, *args: Any, mode: str = "auto", options: Any = None, **kwargs: Any) -> Captured:
+    """``capture_module`` as the engine calls it (under no_grad); ``options`` go to it, ``kwargs`` to the module."""
+    options = {"mode": mode, **(options or {})}
+    with torch.no_grad():
+        return capture_module(module, args, kwargs, **options)
+
+
+def run(captured: Captured, *args: Any, runners: Any = None, **kwargs: Any) -> Any:
+    """One pass of the capture on copies of the inputs, each graph run by ``runners`` (plain by default)."""
+    with torch.no_grad():
+        prepared = captured.prepare([a.clone() for a in args], dict(kwargs))
+        return captured.forward(runners if runners is not None else plain_runners(captured), prepared)
+
+
+def eager(module: nn.Module, *args: Any, **kwargs: Any) -> Any:
+    with torch.no_grad():
+        return module(*args, **kwargs)
+
+
+def assert_runs_like(module: nn.Module, captured: Captured, *args: Any, **kwargs: Any) -> None:
+    expected = eager(module, *args, **kwargs)
+    actual = run(captured, *args, **kwargs)
+    assert output_difference(expected, actual) is None
+    assert output_difference(expected, torch.zeros_like(expected)) is not None  # a check that can fail
+
+
+def paths(captured: Captured) -> list[tuple[str, str]]:
+    """``(module path, target)`` of every node that computes (not parameters fetched by ``get_attr``)."""
+    return [(info.module, info.target) for _, info in describe_nodes(captured.graphs) if info.op != "get_attr"]
+
+
+# Each mode -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mode", "method"),
+    [("symbolic", "symbolic_trace"), ("export", "export"), ("dynamo", "dynamo"), ("auto", "symbolic_trace")],
+)
+def test_each_mode_runs_like_the_module(mode: str, method: str) -> None:
+    model, x = net(), image()
+    captured = capture(model, x, mode=mode, scale=3.0)
+    assert captured.capture.method == method
+    assert captured.capture.graphs == len(captured.graphs) == 1
+    assert captured.capture.detail == ""
+    assert_runs_like(model, captured, x, scale=3.0)
+
+
+def test_module_paths_and_ops_agree_across_modes() -> None:
+    model, x = net(), image()
+    found = {mode: paths(capture(model, x, mode=mode)) for mode in ("symbolic", "export", "dynamo")}
+    # symbolic keeps torch.nn layers as call_module nodes; export and dynamo record the same module paths
+    expected = ["stem", "layer.0.conv", "layer.0.bn", "layer.0", "layer.0", "layer.1.conv", "layer.1.bn"]
+    expected += ["layer.1", "layer.1", "", "head", ""]
+    for mode, nodes in found.items():
+        assert [module for module, _ in nodes] == expected, mode
+    relus = {mode: [t for m, t in nodes if m == "layer.1" and "relu" in t] for mode, nodes in found.items()}
+    assert relus == {"symbolic": ["torch.relu"], "export": ["aten.relu.default"], "dynamo": ["torch.relu"]}
+    convs = {mode: next(t for m, t in nodes if m == "layer.0.conv") for mode, nodes in found.items()}
+    assert convs == {"symbolic": "Conv2d", "export": "aten.conv2d.default", "dynamo": "torch.conv2d"}
+
+
+def test_a_sequential_gets_index_paths_in_every_mode() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Sequential(nn.Conv2d(4, 4, 3), nn.ReLU())).eval()
+    x = image()
+    for mode in ("symbolic", "export", "dynamo"):
+        captured = capture(model, x, mode=mode)
+        assert [m for m, _ in paths(captured)] == ["0", "1", "2.0", "2.1"], mode
+        assert_runs_like(model, captured, x)
+
+
+@pytest.mark.parametrize(
+    ("spelling", "path"),
+    [
+        ("layer1.0.conv1", "layer1.0.conv1"),
+        ("L['self'].layer1[0].conv1", "layer1.0.conv1"),
+        ("L['self']._modules['layer1']._modules['0'].conv1", "layer1.0.conv1"),
+        ("L['self'].blocks['a']", "blocks.a"),
+        ("L__self___layer1_0_conv1", "layer1.0.conv1"),
+        ("L['self']", ""),
+        ("", ""),
+    ],
+)
+def test_module_path_spellings_normalise_to_the_qualified_name(spelling: str, path: str) -> None:
+    assert normalise_module_path(spelling) == path
+
+
+def test_outputs_are_compared_within_float_rounding_and_otherwise_exactly() -> None:
+    t = torch.randn(3, 4)
+    same = {"a": [t, t.argmax(1)], "b": (1, None)}
+    assert output_difference(same, {"a": [t * (1 + 1e-6), t.argmax(1)], "b": (1, None)}) is None
+    assert "differs from the module's by up to" in str(output_difference(t, t * 1.01))
+    tiny = t * 1e-10  # randomly initialised models can output values this small: relative, not absolute
+    assert output_difference(tiny, torch.zeros_like(tiny)) is not None
+    assert output_difference(t.argmax(1), t.argmax(1) + 1) == "output differs from the module's"
+    assert output_difference([t], [t, t]) == "output has 2 items, the module's has 1"
+    assert output_difference({"a": t}, {"b": t}) == "output has keys ['b'], the module's has ['a']"
+    assert output_difference(t, t.double()) == "output is torch.float64 (3, 4), the module's is torch.float32 (3, 4)"
+    assert output_difference((t,), [t]) == "output is a list, the module returns a tuple"
+    assert output_difference(collections.OrderedDict(out=t), {"out": t}) is None  # symbolic tracing's dicts
+
+
+# Dynamo ----------------------------------------------------------------------------------------------------
+
+
+def test_dynamo_graph_breaks_make_several_graphs_with_the_right_module_paths() -> None:
+    model, x = net(branch=True), image()
+    captured = capture(model, x, mode="dynamo")
+    assert captured.capture.method == "dynamo"
+    assert captured.capture.graphs == len(captured.graphs) > 2
+    assert_runs_like(model, captured, x)
+    # both blocks run the same compiled code (one class); each block's nodes carry its own path
+    modules = [m for m, _ in paths(captured)]
+    for block in ("layer.0", "layer.1"):
+        assert f"{block}.conv" in modules
+        assert f"{block}.bn" in modules
+        assert (block, "torch.relu") in paths(captured)
+    assert not any(m.startswith(("L[", "L__")) for m in modules)
+
+
+def test_runners_stand_in_for_every_graph() -> None:
+    x = image()
+    for mode in ("symbolic", "export", "dynamo"):
+        model = net(branch=mode == "dynamo")  # several graphs with dynamo
+        captured = capture(model, x, mode=mode)
+        counting = Counting(plain_runners(captured))
+        out = run(captured, x, runners=counting.runners())
+        assert output_difference(eager(model, x), out) is None
+        assert all(c >= 1 for c in counting.calls), (mode, counting.calls)
+        assert len(counting.calls) == captured.capture.graphs
+
+
+class Counting:
+    def __init__(self, plain: list[Any]) -> None:
+        self.plain = plain
+        self.calls = [0] * len(plain)
+
+    def runners(self) -> list[Any]:
+        return [self.runner(i) for i in range(len(self.plain))]
+
+    def runner(self, i: int) -> Any:
+        def run(*inputs: Any) -> Any:
+            self.calls[i] += 1
+            return self.plain[i](*inputs)
+
+        return run
+
+
+def test_the_output_comes_from_the_runners() -> None:
+    model, x = net(branch=True), image()
+    captured = capture(model, x, mode="dynamo")
+    plain = plain_runners(captured)
+    last = len(plain) - 1
+
+    def doubled(*inputs: Any) -> Any:
+        return tuple(t * 2 for t in plain[last](*inputs))
+
+    out = run(captured, x, runners=[*plain[:last], doubled])
+    assert torch.allclose(out, eager(model, x) * 2)
+
+
+def test_dynamo_refuses_a_pass_that_would_recompile() -> None:
+    model = net(branch=True)
+    captured = capture(model, image(), mode="dynamo")
+    with pytest.raises(ProfileError, match=r"dynamo would recompile Net.*size") as info:
+        run(captured, torch.randn(3, 3, 8, 8))
+    assert "Fix:" in str(info.value)
+
+
+def test_dynamo_refuses_a_graph_it_did_not_capture() -> None:
+    torch.manual_seed(0)
+    model = RootBranch().eval()
+    x = torch.randn(2, 4)
+    positive = x if eager(model.fc, x).sum() > 0 else -x
+    captured = capture(model, positive, mode="dynamo")
+    assert_runs_like(model, captured, positive)
+    negative = -positive  # same shapes, no guard fails: the other side of the branch was never compiled
+    assert eager(model.fc, negative).sum() <= 0
+    with pytest.raises(ProfileError, match=r"not captured"):
+        run(captured, negative)
+
+
+def test_two_captures_of_one_class_run_their_own_weights() -> None:
+    """Dynamo shares compiled code across instances of a class: each capture must still run its own module."""
+    first, second, x = net(seed=1, branch=True), net(seed=2, branch=True), image()
+    a = capture(first, x, mode="dynamo")
+    b = capture(second, x, mode="dynamo")  # reuses what the first compiled
+    assert a.capture.graphs == b.capture.graphs
+    assert_runs_like(first, a, x)
+    assert_runs_like(second, b, x)
+    assert output_difference(eager(first, x), eager(second, x)) is not None
+
+
+def test_the_users_own_torch_compile_is_left_alone() -> None:
+    compiled_by_user: list[torch.fx.GraphModule] = []
+
+    def user_backend(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        compiled_by_user.append(gm)
+        return gm.forward
+
+    torch.manual_seed(0)
+    users, ours, x = RootBranch().eval(), RootBranch().eval(), torch.randn(2, 4)
+    compiled = torch.compile(users, backend=user_backend)
+    with torch.no_grad():
+        compiled(x)
+    before = len(compiled_by_user)
+    assert before >= 2
+    captured = capture(ours, x, mode="dynamo")  # the same code: dynamo must not hand us the user's graphs
+    assert captured.capture.graphs >= 2
+    assert_runs_like(ours, captured, x)
+    with torch.no_grad():
+        assert output_difference(eager(users, x), compiled(x)) is None
+    assert len(compiled_by_user) == before  # nothing of theirs recompiled or dropped
+
+
+def test_dynamo_without_a_graph_is_a_capture_error() -> None:
+    with pytest.raises(CaptureError, match=r"(?s)made no graph of Identity.*Fix:"):
+        capture(nn.Identity(), image(), mode="dynamo")
+
+
+def test_dynamo_recompile_limit_is_a_capture_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Limited(nn.Module):  # a class of its own: its code has no cache entries yet
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+    monkeypatch.setattr(capture_mod, "RECOMPILE_LIMIT", 1)
+    with torch._dynamo.config.patch(recompile_limit=1):
+        capture(Limited(), torch.ones(2), mode="dynamo")
+        with pytest.raises(CaptureError, match=r"(?s)recompilation limit.*'forward'.*size mismatch.*reset\(\)"):
+            capture(Limited(), torch.ones(3), mode="dynamo")
+
+
+def test_dynamo_compiles_a_function_once_per_shape_beyond_its_default_limit() -> None:
+    """With static shapes, a function called with many shapes (nms per class in a detector) compiles each."""
+
+    class Part(nn.Module):
+        def forward(self, y: torch.Tensor) -> torch.Tensor:
+            y = torch.relu(y)
+            torch._dynamo.graph_break()
+            return y.sum()
+
+    class PerShape(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.part = Part()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            total = x.sum()
+            for n in range(1, 12):  # more shapes than dynamo's default limit of 8
+                total = total + self.part(x[:n])
+            return total
+
+    model, x = PerShape(), torch.randn(12)
+    assert torch._dynamo.config.recompile_limit < 11
+    captured = capture(model, x, mode="dynamo")
+    assert_runs_like(model, captured, x)
+
+
+# Export ----------------------------------------------------------------------------------------------------
+
+
+def test_export_inputs_must_have_the_captured_structure_shapes_and_values() -> None:
+    model, x = net(), image()
+    captured = capture(model, x, mode="export", scale=3.0)
+    assert_runs_like(model, captured, x, scale=3.0)
+    with pytest.raises(ProfileError, match=r"(?s)do not match the graph torch\.export captured.*Fix:"):
+        captured.prepare([x], {})
+    with pytest.raises(ProfileError, match=r"torch\.float32 \(1, 3, 8, 8\); torch\.export captured it as"):
+        captured.prepare([torch.randn(1, 3, 8, 8)], {"scale": 3.0})
+    with pytest.raises(ProfileError, match=r"'scale' of Net is 2\.0; torch\.export specialised the graph to 3\.0"):
+        captured.prepare([x], {"scale": 2.0})
+
+
+def test_export_uses_the_export_codegen_but_runners_take_flat_inputs() -> None:
+    model, x = net(), image()
+    captured = capture(model, x, mode="export", scale=3.0)
+    prepared = captured.prepare([x], {"scale": 3.0})
+    placeholders = captured.graphs[0].graph.find_nodes(op="placeholder")
+    assert len(prepared) == len(placeholders) == 2
+    assert isinstance(captured.graphs[0].graph._codegen, torch.fx.graph._PyTreeCodeGen)
+
+
+# Auto ------------------------------------------------------------------------------------------------------
+
+
+def test_auto_keeps_a_submodule_that_breaks_tracing_whole() -> None:
+    model, x = net(branch=True), image()
+    captured = capture(model, x)
+    cap = captured.capture
+    assert (cap.method, cap.leaf_modules, cap.graphs) == ("symbolic_trace", ("layer.0", "layer.1"), 1)
+    assert "symbolic_trace failed in 'layer.0' (Block): TraceError" in cap.detail
+    assert "if self.branch and y.sum() > 0:" in cap.detail
+    assert cap.detail.endswith("kept it whole")
+    assert ("layer.0", "Block") in paths(captured)
+    assert_runs_like(model, captured, x)
+
+
+def test_auto_gives_up_keeping_submodules_whole_after_the_cap() -> None:
+    model, x = net(branch=True, blocks=MAX_LEAF_RETRIES + 1), image()
+    captured = capture(model, x)
+    assert captured.capture.method == "dynamo"
+    assert f"after keeping {MAX_LEAF_RETRIES} submodules whole" in captured.capture.detail
+    assert_runs_like(model, captured, x)
+
+
+def test_auto_starts_with_the_users_leaf_modules_and_tracer() -> None:
+    model, x = net(branch=True), image()
+    captured = capture(model, x, options={"leaf_modules": ["layer.0"]})
+    assert captured.capture.leaf_modules == ("layer.0", "layer.1")
+    assert "'layer.0'" not in captured.capture.detail
+
+    class KeepBlocks(torch.fx.Tracer):
+        def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+            return isinstance(m, Block) or super().is_leaf_module(m, module_qualified_name)
+
+    captured = capture(model, x, options={"tracer": KeepBlocks()})
+    assert captured.capture.method == "tracer:KeepBlocks"
+    assert_runs_like(model, captured, x)
+
+
+def test_a_tracer_with_pytree_concrete_args_gets_flat_inputs() -> None:
+    class TakesADict(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+            return {"a": self.fc(batch["x"]) + batch["y"], "b": batch["y"] * 2}
+
+    class DictTracer(torch.fx.Tracer):
+        def trace(self, root: Any, concrete_args: Any = None) -> torch.fx.Graph:
+            return super().trace(root, concrete_args={"batch": {"x": PH, "y": PH}})
+
+    torch.manual_seed(0)
+    model, batch = TakesADict().eval(), {"x": torch.randn(2, 4), "y": torch.randn(2, 4)}
+    captured = capture(model, batch, mode="symbolic", options={"tracer": DictTracer()})
+    assert isinstance(captured.graphs[0].graph._codegen, torch.fx.graph._PyTreeCodeGen)
+    prepared = captured.prepare([batch], {})
+    assert [id(t) for t in prepared] == [id(batch["x"]), id(batch["y"])]
+    with torch.no_grad():
+        out = captured.forward(plain_runners(captured), prepared)
+    assert output_difference(eager(model, batch), out) is None
+
+
+def test_a_fallback_prints_nothing(capfd: pytest.CaptureFixture[str]) -> None:
+    """export prints the partial graph and torch logs warnings when they fail: auto reports that in detail."""
+    torch.manual_seed(0)
+    capture(RootBranch().eval(), torch.randn(2, 4))
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")
+
+
+def test_auto_falls_back_to_export_when_the_root_branches_on_a_shape() -> None:
+    torch.manual_seed(0)
+    model, x = ShapeBranch().eval(), torch.randn(3, 4)
+    captured = capture(model, x)
+    assert captured.capture.method == "export"
+    assert captured.capture.detail.startswith("symbolic_trace failed: TraceError")
+    assert "if x.shape[0] > 1:" in captured.capture.detail
+    assert captured.capture.detail.endswith("captured with export")
+    assert_runs_like(model, captured, x)
+
+
+def test_auto_falls_back_to_dynamo_when_the_root_branches_on_a_value() -> None:
+    torch.manual_seed(0)
+    model, x = RootBranch().eval(), torch.randn(2, 4)
+    captured = capture(model, x)
+    cap = captured.capture
+    assert cap.method == "dynamo"
+    assert cap.graphs == len(captured.graphs) >= 2  # the graph break splits it
+    assert "symbolic_trace failed: TraceError" in cap.detail
+    assert "export: torch.export could not capture RootBranch" in cap.detail
+    assert_runs_like(model, captured, x)
+    assert [m for m, _ in paths(captured) if m] == ["fc", "out"]
+
+
+@pytest.mark.parametrize(
+    ("model", "why"),
+    [(Masked(), "fails where the module runs: TypeError"), (NotATensorWhileTraced(), "output differs")],
+)
+def test_auto_rejects_a_symbolic_graph_that_does_not_run_like_the_module(model: nn.Module, why: str) -> None:
+    x = torch.randn(2, 4)
+    captured = capture(model.eval(), x)
+    assert captured.capture.method == "export"
+    assert why in captured.capture.detail
+    assert_runs_like(model, captured, x)
+
+
+def test_everything_failing_is_one_error_with_a_line_per_mode() -> None:
+    with pytest.raises(CaptureError) as info:
+        capture(Untraceable(), torch.randn(2, 4))
+    lines = str(info.value).splitlines()
+    assert lines[0] == "could not capture Untraceable as graphs with any mode:"
+    assert lines[1].startswith("  symbolic_trace failed: TraceError")
+    assert lines[2].startswith("  export: torch.export could not capture Untraceable")
+    assert lines[3].startswith("  dynamo: torch.compile (dynamo) made no graph of Untraceable")
+    assert "leaf_modules=" in lines[4]
+    assert "tracer=" in lines[4]
+    assert 'capture="dynamo"' in lines[4]
+
+
+# The module is left as it was ------------------------------------------------------------------------------
+
+
+class Trainable(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.bn = nn.BatchNorm2d(4)
+        self.drop = nn.Dropout(0.5)
+        self.fc = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.drop(torch.relu(self.bn(self.conv(x))))
+        out: torch.Tensor = self.fc(y.mean(dim=(2, 3)))
+        return out
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("training", [True, False])
+def test_the_module_is_left_as_it_was(mode: str, training: bool) -> None:
+    torch.manual_seed(0)
+    model = Trainable().train(training)
+    model.bn.eval()  # a mix of modes must come back as it was, too
+    x = image()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    tensors = {k: id(v) for k, v in model.state_dict(keep_vars=True).items()}
+    attrs = {name: set(vars(m)) for name, m in model.named_modules()}
+    modes = {name: m.training for name, m in model.named_modules()}
+    rng = torch.random.get_rng_state()
+    captured = capture(model, x, mode=mode)
+    assert {k: id(v) for k, v in model.state_dict(keep_vars=True).items()} == tensors
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+    assert {name: set(vars(m)) for name, m in model.named_modules()} == attrs
+    assert {name: m.training for name, m in model.named_modules()} == modes
+    assert torch.equal(torch.random.get_rng_state(), rng)
+    torch.manual_seed(5)
+    expected = eager(model, x)
+    torch.manual_seed(5)
+    assert output_difference(expected, run(captured, x)) is None  # dropout draws the same mask
+
+
+# Bad requests ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"mode": "trace"}, CaptureError, r"unknown capture mode 'trace'; choose one of auto, symbolic"),
+        ({"leaf_modules": ["layer.2"]}, CaptureError, r"names 'layer\.2', which is not a submodule of Net"),
+        ({"leaf_modules": ["conv"]}, CaptureError, r"did you mean 'layer\.0\.conv', 'layer\.1\.conv'\?"),
+        ({"leaf_modules": [""]}, CaptureError, r"cannot keep the root of Net whole"),
+        ({"leaf_modules": "layer"}, CaptureError, r"takes a list.*leaf_modules=\['layer'\]"),
+        ({"leaf_modules": [3]}, CaptureError, r"submodule paths \(str\) or nn\.Module classes, got 3"),
+        ({"tracer": "fx"}, CaptureError, r"tracer= takes a torch\.fx\.Tracer instance, got str"),
+        ({"mode": "export", "leaf_modules": ["layer"]}, CaptureError, r'(?s)capture="export" cannot use them.*Fix:'),
+    ],
+)
+def test_bad_requests_say_the_cause_and_the_fix(kwargs: dict[str, Any], error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        capture(net(), image(), options=kwargs)
+
+
+def test_inputs_that_do_not_fit_are_refused() -> None:
+    with pytest.raises(ProfileError, match=r"the inputs do not fit Net\.forward"):
+        capture(net(), image(), bogus=1)
+    with pytest.raises(ProfileError, match=r"(?s)Net itself fails on these inputs: RuntimeError.*Fix:"):
+        capture(net(), torch.randn(2, 5, 8, 8))
+    with pytest.raises(ProfileError, match=r"profiles a torch\.nn\.Module, got function"):
+        capture(lambda x: x, image())  # type: ignore[arg-type]
+
+
+def test_a_module_that_changes_its_parameters_is_refused_not_blamed_on_a_mode() -> None:
+    with pytest.raises(ProfileError, match=r"changed its parameters in place during forward \(w\).*deepcopy"):
+        capture(ParamMutator(), torch.ones(3))
+
+
+# torchvision -----------------------------------------------------------------------------------------------
+
+torchvision = pytest.importorskip("torchvision")
+
+
+def torchvision_model(name: str, **kwargs: Any) -> nn.Module:
+    torch.manual_seed(0)
+    return torchvision.models.get_model(name, weights=None, **kwargs).eval()  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v3_small"])
+def test_torchvision_classification(name: str) -> None:
+    model, x = torchvision_model(name), torch.rand(1, 3, 96, 96, generator=torch.Generator().manual_seed(0))
+    captured = capture(model, x)
+    assert captured.capture.method == "symbolic_trace"
+    assert_runs_like(model, captured, x)
+
+
+def test_torchvision_detection_falls_back_past_symbolic_tracing() -> None:
+    # a score threshold of 0 keeps every detection, so there are boxes to compare
+    model = torchvision_model("fasterrcnn_mobilenet_v3_large_320_fpn", weights_backbone=None, box_score_thresh=0.0)
+    images = [torch.rand(3, 160, 200, generator=torch.Generator().manual_seed(0))]
+    captured = capture(model, images)
+    assert captured.capture.method in {"export", "dynamo"}
+    assert captured.capture.detail.startswith("symbolic_trace failed: TraceError: Proxy object cannot be iterated")
+    expected = eager(model, images)
+    with torch.no_grad():
+        actual = captured.forward(plain_runners(captured), captured.prepare([[images[0].clone()]], {}))
+    assert expected[0]["boxes"].shape[0] > 0
+    assert output_difference(expected, actual) is None
+    assert any(info.module.startswith("backbone.body") for _, info in describe_nodes(captured.graphs))
+
+
+def test_torchvision_raft_falls_back_past_symbolic_tracing() -> None:
+    model = torchvision_model("raft_small")
+    gen = torch.Generator().manual_seed(0)
+    first, second = torch.rand(1, 3, 128, 128, generator=gen), torch.rand(1, 3, 128, 128, generator=gen)
+    captured = capture(model, first, second)
+    assert captured.capture.method in {"export", "dynamo"}
+    assert "raft.py" in captured.capture.detail
+    flows = eager(model, first, second)
+    assert len(flows) > 1
+    assert output_difference(flows, run(captured, first, second)) is None

@@ -1,0 +1,224 @@
+"""The timing engines, on a deterministic fake clock: which node each stamp's time lands on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.fx
+from torch import nn
+
+from pytest_fxprof import profile
+from pytest_fxprof.capture import describe_nodes, trace_symbolic
+from pytest_fxprof.engine import (
+    ClockTimer,
+    CompiledEngine,
+    DeviceSide,
+    EventTimer,
+    InterpreterEngine,
+    instrument,
+    make_engine,
+)
+from pytest_fxprof.settings import SettingsError
+
+
+class FakeClock:
+    """Time that passes only when a node does its (fake) work, and by one tick per reading."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.readings = 0
+
+    def __call__(self) -> int:
+        self.readings += 1
+        return self.now
+
+
+CLOCK = FakeClock()
+
+
+@torch.fx.wrap
+def work(x: torch.Tensor, cost: int) -> torch.Tensor:
+    """A node that takes ``cost`` nanoseconds of fake time."""
+    CLOCK.now += cost
+    return x + cost
+
+
+class Costly(nn.Module):
+    """Nodes of known cost: 100, 2000, 30 and 4000 fake nanoseconds; ``inner`` runs twice."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = work(x, 100)
+        x = work(x, 2000)
+        x = work(self.inner(x), 30)
+        return work(x, 4000)
+
+
+EXPECTED = {"work#0": 100, "work#1": 2000, "work#2": 30, "work#3": 4000, "Identity#0": 0}
+
+
+def _by_target(
+    engine_name: str, graphs: list[torch.fx.GraphModule], inputs: list[Any], calls: int = 1
+) -> dict[str, int]:
+    described = describe_nodes(graphs)
+    nodes = [n for n, _ in described]
+    engine = make_engine(engine_name, graphs, nodes, ClockTimer(CLOCK))
+    engine.begin_pass()
+    runners = engine.runners()
+    for _ in range(calls):
+        for runner in runners:
+            runner(*inputs)
+    times = engine.end_pass()
+    return {
+        info.key.rpartition(":")[2].rpartition(".")[2]: t for (_, info), t in zip(described, times.node_ns, strict=True)
+    }
+
+
+@pytest.mark.parametrize("engine", ["compiled", "interpreter"])
+def test_each_node_gets_exactly_its_own_time(engine: str) -> None:
+    gm, _ = trace_symbolic(Costly())
+    assert _by_target(engine, [gm], [torch.zeros(1)]) == EXPECTED
+
+
+@pytest.mark.parametrize("engine", ["compiled", "interpreter"])
+def test_a_graph_run_several_times_in_a_pass_adds_up(engine: str) -> None:
+    gm, _ = trace_symbolic(Costly())
+    assert _by_target(engine, [gm], [torch.zeros(1)], calls=3) == {k: 3 * v for k, v in EXPECTED.items()}
+
+
+def test_instrumented_graph_computes_the_same_and_stamps_every_node_once() -> None:
+    gm, _ = trace_symbolic(Costly())
+    nodes = [n for n, _ in describe_nodes([gm])]
+    program = instrument(gm, nodes, CLOCK)
+    before = CLOCK.readings
+    out, stamps = program(torch.zeros(1))
+    assert torch.equal(out, gm(torch.zeros(1)))
+    assert len(stamps) == len(nodes) + 1 == CLOCK.readings - before
+
+
+def test_the_compiled_engine_stamps_with_the_bare_clock_call() -> None:
+    """On the CPU the stamp is the clock itself: no Python frame of ours between the nodes."""
+    import time
+
+    gm, _ = trace_symbolic(Costly())
+    nodes = [n for n, _ in describe_nodes([gm])]
+    engine = CompiledEngine([gm], nodes, ClockTimer(time.perf_counter_ns))
+    program = engine.programs[0][0]
+    stamp_nodes = [n for n in program.graph.nodes if n.target is time.perf_counter_ns]
+    assert len(stamp_nodes) == len(nodes) + 1
+
+
+def test_engines_report_the_same_nodes_and_outputs_on_a_real_model() -> None:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.LazyLinear(4)).eval()
+    x = torch.randn(2, 3, 8, 8)
+    net(x)
+    compiled = profile(net, x, warmup=0, passes=2, engine="compiled")
+    reference = profile(net, x, warmup=0, passes=2, engine="interpreter")
+    assert [n.info for n in compiled.nodes] == [n.info for n in reference.nodes]
+    assert compiled.environment.engine == "compiled"
+    assert reference.environment.engine == "interpreter"
+    assert all(len(n.samples_ns) == 2 for n in compiled.nodes)
+
+
+def test_an_unknown_engine_names_the_choices() -> None:
+    with pytest.raises(SettingsError, match=r"engine must be one of compiled, interpreter, not 'fast'"):
+        profile(nn.ReLU(), torch.ones(1), engine="fast")
+
+
+class FakeEvent:
+    def __init__(self, device: FakeDevice) -> None:
+        self.device = device
+        self.at: int | None = None
+
+    def record(self) -> None:
+        self.at = self.device.now
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        assert self.device.synced, "elapsed_time before the pass synchronised"
+        assert self.at is not None
+        assert end.at is not None
+        return (end.at - self.at) / 1e6  # milliseconds, like torch.cuda.Event
+
+
+class FakeDevice:
+    """A device whose queue time and allocator the test drives."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.allocated = 0
+        self.peak = 0
+        self.syncs = 0
+        self.synced = False
+        self.events = 0
+
+    def side(self) -> DeviceSide:
+        def event() -> FakeEvent:
+            self.events += 1
+            return FakeEvent(self)
+
+        def sync() -> None:
+            self.syncs += 1
+            self.synced = True
+
+        def reset() -> None:
+            self.peak = self.allocated
+
+        return DeviceSide(event, sync, lambda: self.allocated, lambda: self.peak, reset)
+
+
+DEVICE = FakeDevice()
+
+
+@torch.fx.wrap
+def launch(x: torch.Tensor, device_ns: int, host_ns: int, scratch: int, keep: int) -> torch.Tensor:
+    """A fake kernel: ``device_ns`` on the device, ``host_ns`` to launch, a temporary and a kept allocation."""
+    DEVICE.now += device_ns
+    CLOCK.now += host_ns
+    DEVICE.peak = max(DEVICE.peak, DEVICE.allocated + scratch + keep)
+    DEVICE.allocated += keep
+    return x
+
+
+class Kernels(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = launch(x, 5000, 300, 1024, 0)
+        return launch(x, 700, 900, 0, 4096)
+
+
+@pytest.mark.parametrize("engine", [CompiledEngine, InterpreterEngine])
+def test_device_events_give_device_time_host_time_and_memory_with_one_sync_per_pass(engine: type) -> None:
+    gm, _ = trace_symbolic(Kernels())
+    nodes = [n for n, _ in describe_nodes([gm])]
+    DEVICE.events = 0
+    timing = engine([gm], nodes, EventTimer(DEVICE.side(), host_clock=CLOCK))
+    for _ in range(2):  # the event pool is reused by the second pass
+        DEVICE.allocated, DEVICE.syncs, DEVICE.synced = 100, 0, False
+        timing.begin_pass()
+        runner = timing.runners()[0]
+        runner(torch.zeros(1))
+        assert DEVICE.syncs == 0  # nothing waits for the device while the pass runs
+        times = timing.end_pass()
+        assert DEVICE.syncs == 1
+        assert times.node_ns == [5000, 700]
+        assert times.host_ns == [300, 900]
+        assert times.memory_bytes == [100, 4196]
+        assert times.peak_bytes == [1124, 4196]
+    # events are made once: the compiled engine's stamps are shared by neighbours, the interpreter's are not
+    assert DEVICE.events == (3 if engine is CompiledEngine else 4)
+
+
+def test_flops_are_counted_per_node_and_give_achieved_rate() -> None:
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU())
+    result = profile(net, torch.ones(2, 4), warmup=0, passes=1)
+    linear, relu = result.nodes
+    assert linear.flops == 2 * 2 * 4 * 8  # a multiply and an add per weight, per row
+    assert relu.flops == 0
+    assert relu.flops_per_s is None
+    assert linear.flops_per_s == pytest.approx(linear.flops / (linear.median_ns / 1e9))
+    assert profile(net, torch.ones(2, 4), warmup=0, passes=1, flops=False).nodes[0].flops is None
