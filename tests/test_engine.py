@@ -222,3 +222,30 @@ def test_flops_are_counted_per_node_and_give_achieved_rate() -> None:
     assert relu.flops_per_s is None
     assert linear.flops_per_s == pytest.approx(linear.flops / (linear.median_ns / 1e9))
     assert profile(net, torch.ones(2, 4), warmup=0, passes=1, flops=False).nodes[0].flops is None
+
+
+def test_models_that_symbolic_tracing_rejects_are_timed_node_by_node() -> None:
+    """A detection model (dynamo: several graphs) and RAFT (export), through ``profile`` and the compiled engine."""
+    import torchvision
+
+    torch.manual_seed(0)
+    detector = torchvision.models.get_model(
+        "fasterrcnn_mobilenet_v3_large_320_fpn", weights=None, weights_backbone=None, box_score_thresh=0.0
+    ).eval()
+    images = [torch.rand(3, 160, 200, generator=torch.Generator().manual_seed(0))]
+    flow = torchvision.models.get_model("raft_small", weights=None).eval()
+    frames = [torch.rand(1, 3, 128, 128, generator=torch.Generator().manual_seed(i)) for i in (1, 2)]
+    results = {}
+    for model, inputs, method in ((detector, (images,), "dynamo"), (flow, frames, "export")):
+        result = results[method] = profile(model, *inputs, warmup=1, passes=2)
+        assert result.capture.method == method
+        assert result.capture.detail.startswith("symbolic_trace failed")
+        assert result.environment.engine == "compiled"
+        assert len(result.nodes) > 100
+        assert all(len(n.samples_ns) == 2 for n in result.nodes)
+        assert sum(n.median_ns for n in result.nodes) > 0
+        assert any(n.flops for n in result.nodes)
+        assert all(n.info.module for n in result.nodes if "conv" in n.target)  # mapped back to their modules
+    assert results["dynamo"].capture.graphs > 1  # graph breaks: the timed nodes of every graph are there
+    assert any(r.name == "backbone.body" for r in results["dynamo"].rollup("module"))
+    assert any(r.name == "feature_encoder" for r in results["export"].rollup("module"))
