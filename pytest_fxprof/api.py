@@ -34,7 +34,7 @@ def profile(
     buffers, its mode and the inputs are left as they were. ``leaf_modules`` names submodules (by path
     or class) to time whole; ``tracer`` replaces the default ``torch.fx.Tracer``; ``capture`` is
     ``auto``, ``symbolic``, ``export`` or ``dynamo``; ``engine`` is ``compiled`` or ``interpreter``;
-    ``flops`` counts each node's floating-point operations (one extra, untimed pass).
+    ``flops`` counts each node's floating-point operations (in one more, untimed pass).
 
     >>> result = profile(model, torch.randn(1, 3, 224, 224))  # doctest: +SKIP
     >>> print(result.table(limit=10))  # doctest: +SKIP

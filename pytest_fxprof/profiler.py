@@ -28,6 +28,7 @@ from pytest_fxprof.capture import (
     CaptureError,
     LeafSpec,
     ProfileError,
+    Runner,
     _graph_failure,
     capture_module,
     describe_nodes,
@@ -248,8 +249,8 @@ def profile_module(
     passes on the thread's CPU clock, a kept pass whose thread was preempted is measured again
     (``chosen_passes``). With ``measured=False`` the module runs once,
     instrumented and cold, and nothing else is timed. ``flops`` counts each node's floating-point
-    operations in the first warm-up pass (run under torch's flop counter instead of the engine), or in
-    one more pass without warm-up; not in an unmeasured profile.
+    operations in one more, untimed pass under torch's flop counter (not in an unmeasured profile): a
+    warm-up pass of its own would leave the engine's code cold in the first kept pass.
     """
     if not isinstance(module, torch.nn.Module):
         raise ProfileError(f"fxprof profiles a torch.nn.Module, got {type(module).__name__}")
@@ -267,9 +268,8 @@ def profile_module(
         nodes = [node for node, _ in described]
         timing = make_engine(engine, captured.graphs, nodes, timer)
         samples = _Samples(len(nodes))
-        counted = None
-        if flops and measured and warmup == 0:  # otherwise the first warm-up pass counts them
-            counted = count_flops(module, captured, nodes, args, kwargs)
+        # one untimed pass under torch's flop counter, before the warm-up passes that the engine runs
+        counted = count_flops(module, captured, nodes, args, kwargs) if flops and measured else None
         watch = measured and node_clock_name == "wall" and clock_name == "thread-cpu"
         budget = warmup + passes * (2 if watch else 1)  # a preempted pass is measured again, up to passes more
         i = 0
@@ -287,14 +287,11 @@ def profile_module(
                 _sync(device)
                 if keep:
                     samples.totals.append(clock() - start)
-            if i == 0 and flops and measured and warmup > 0:  # a warm-up pass that also counts FLOPs
-                counted = count_flops(module, captured, nodes, args, kwargs)
-            else:
-                whole, wall, times = _timed_pass(
-                    module, captured=captured, timing=timing, args=args, kwargs=kwargs, clock=clock, device=device
-                )
-                if keep:
-                    samples.keep(whole, times, off_cpu=off_cpu_share(whole, wall) if watch else 0.0)
+            whole, wall, times = _timed_pass(
+                module, captured=captured, timing=timing, args=args, kwargs=kwargs, clock=clock, device=device
+            )
+            if keep:
+                samples.keep(whole, times, off_cpu=off_cpu_share(whole, wall) if watch else 0.0)
             i += 1
         samples.choose(passes)
     medians = [median_int(s) for s in samples.nodes]
@@ -386,11 +383,13 @@ class _Samples:
         return sum(f <= OFF_CPU_LIMIT for f in self.off_cpu) >= wanted
 
     def choose(self, wanted: int) -> None:
-        """Keep the node times (and instrumented totals) of the passes ``chosen_passes`` picks."""
+        """Keep the node times, instrumented totals and reference times of the passes ``chosen_passes`` picks."""
         picked = chosen_passes(self.off_cpu, wanted)
         self.nodes = [[s[i] for i in picked] for s in self.nodes]
         self.host = [[s[i] for i in picked] if s else s for s in self.host]
         self.instrumented = [self.instrumented[i] for i in picked]
+        if self.references:  # none in an unmeasured profile
+            self.references = [self.references[i] for i in picked]
 
     def keep(self, whole: int, times: PassTimes, off_cpu: float = 0.0) -> None:
         self.instrumented.append(whole)
@@ -457,7 +456,11 @@ def count_flops(
             out[k] += counter.get_total_flops()
             return result
 
-    runners = [Counting(gm).run for gm in captured.graphs]
+    def runner(gm: torch.fx.GraphModule) -> Runner:
+        counting = Counting(gm)
+        return lambda *inputs: counting.run(*inputs, enable_io_processing=False)  # forward packs the output
+
+    runners = [runner(gm) for gm in captured.graphs]
     try:
         captured.forward(runners, captured.prepare(*fresh_copy((list(args), kwargs))))
     except ProfileError:

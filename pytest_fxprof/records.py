@@ -95,7 +95,7 @@ class Capture:
 
     method: str
     leaf_modules: tuple[str, ...] = ()
-    graphs: int = 1
+    graphs: int = field(default=1, compare=False)
     detail: str = field(default="", compare=False)
 
 
@@ -340,6 +340,8 @@ class ProfileResult:
 
         if by == "node":
             return profile_table(self, sort=sort, limit=limit)
+        if sort != "time":
+            raise ValueError(f"roll-ups are sorted by time; sort={sort!r} is for the node table (by='node')")
         return rollup_table(self, by=by, limit=limit)
 
     def to_dataframe(self, by: str = "node") -> pd.DataFrame:

@@ -24,7 +24,7 @@ from pytest_fxprof.settings import SettingsError
 
 
 class FakeClock:
-    """Time that passes only when a node does its (fake) work, and by one tick per reading."""
+    """Time that passes only when a node does its (fake) work; readings are counted."""
 
     def __init__(self) -> None:
         self.now = 0
@@ -249,3 +249,20 @@ def test_models_that_symbolic_tracing_rejects_are_timed_node_by_node() -> None:
     assert results["dynamo"].capture.graphs > 1  # graph breaks: the timed nodes of every graph are there
     assert any(r.name == "backbone.body" for r in results["dynamo"].rollup("module"))
     assert any(r.name == "feature_encoder" for r in results["export"].rollup("module"))
+
+
+class Structured(nn.Module):
+    """An output of containers, which an exported graph returns flat and its capture packs again."""
+
+    def forward(self, x: torch.Tensor) -> dict[str, Any]:
+        y = x * 2
+        return {"a": y, "b": (y.relu(), [y.sigmoid()])}
+
+
+@pytest.mark.parametrize("engine", ["compiled", "interpreter"])
+@pytest.mark.parametrize("capture", ["export", "dynamo", "symbolic"])
+def test_structured_outputs_are_packed_once_by_every_engine_and_the_flop_count(engine: str, capture: str) -> None:
+    result = profile(Structured(), torch.ones(3), warmup=1, passes=1, engine=engine, capture=capture)
+    assert result.capture.method == ("symbolic_trace" if capture == "symbolic" else capture)
+    assert all(n.flops is not None for n in result.nodes)
+    assert [n.samples_ns != () for n in result.nodes] == [True] * len(result.nodes)

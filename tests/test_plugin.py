@@ -28,8 +28,15 @@ import torch
 import pytest_fxprof.profiler  # noqa: F401  (kept imported across in-process runs, like torch)
 from pytest_fxprof.session import Confirm, OnFaster, OnGraphChange, OnMismatch, OnMissing, OnUnused, Reactions
 
-# symbolic capture: no check of the graph against the module, so the module runs only in the passes counted
-FAST = ("--fxprof-processes=1", "--fxprof-warmup=1", "--fxprof-passes=3", "--fxprof-capture=symbolic")
+# symbolic capture: no check of the graph against the module; the interpreter engine: no pass measured again
+# for preemption (the compiled engine's wall-clock stamps); so the module runs only in the passes counted
+FAST = (
+    "--fxprof-processes=1",
+    "--fxprof-warmup=1",
+    "--fxprof-passes=3",
+    "--fxprof-capture=symbolic",
+    "--fxprof-engine=interpreter",
+)
 LOOSE = ("--fxprof-node-tolerance=3", "--fxprof-total-tolerance=3")
 BANDS = ("--fxprof-node-tolerance=1", "--fxprof-total-tolerance=1", "--fxprof-floor-us=500")
 DECIDE = (*BANDS, "--fxprof-confirm=same")  # a confirmation in this process: no fresh interpreter to start
@@ -337,11 +344,11 @@ CALLS = []
 
 
 class Burst(nn.Module):
-    \"\"\"Spins 2 ms of CPU time per call, 30 ms more in its first 6 calls when {SLOW_ENV} is set.\"\"\"
+    \"\"\"Spins 2 ms of CPU time per call, 30 ms more in its first 7 calls when {SLOW_ENV} is set.\"\"\"
 
     def forward(self, x):
         CALLS.append(1)
-        spin = os.environ.get("{SLOW_ENV}") and len(CALLS) <= 6
+        spin = os.environ.get("{SLOW_ENV}") and len(CALLS) <= 7
         until = time.thread_time() + (0.032 if spin else 0.002)
         while time.thread_time() < until:
             pass
@@ -351,7 +358,7 @@ class Burst(nn.Module):
 def test_burst(fxprof):
     net = nn.Sequential(nn.Linear(8, 8), Burst(), nn.Linear(8, 4))
     result = fxprof(net, torch.randn(4, 8), leaf_modules=[Burst])
-    assert len(CALLS) == (12 if result.remeasured else 6)  # 6 calls a measurement: the burst is the first
+    assert len(CALLS) == (14 if result.remeasured else 7)  # 7 calls a measurement: the burst is the first
     assert result.remeasured == bool(os.environ.get("{SLOW_ENV}"))
 """
 
@@ -361,8 +368,8 @@ def test_a_slowdown_in_one_measurement_only_is_not_a_failure(
 ) -> None:
     """Contention hits one measurement; the confirmation measures again and does not see it: a warning."""
     pytester.makepyfile(test_perf=BURST)
-    # 1 warm-up + 3 measured passes, each an instrumented forward; the plain forward in the warm-up pass and
-    # the first measured one (one pass in PLAIN_EVERY): 6 calls per measurement
+    # one pass to count FLOPs, then 1 warm-up + 3 measured passes, each an instrumented forward; the plain
+    # forward in the warm-up pass and the first measured one (one pass in PLAIN_EVERY): 7 calls per measurement
     args = (*FAST, *DECIDE, "--fxprof-report=r.json")
     assert runp(pytester, "--fxprof-update", *args).ret == pytest.ExitCode.OK
     monkeypatch.setenv(SLOW_ENV, "1")
@@ -1112,7 +1119,7 @@ def test_update_with_two_processes_stores_two_runs(pytester: pytest.Pytester) ->
     for recorded in entry["runs"]:
         assert len(recorded["node_ns"]) == 4
 
-    result = run(pytester, "--fxprof")
+    result = runp(pytester, "--fxprof", "--fxprof-warmup=1", "--fxprof-passes=3", *LOOSE)  # as recorded
     assert result.ret == pytest.ExitCode.OK
     result.assert_outcomes(passed=1)
     assert any("test_perf.py::test_a [call0]: pass" in line for line in fxprof_section(result))
@@ -1218,8 +1225,8 @@ def test_profiles_under_no_grad(pytester: pytest.Pytester) -> None:
             model = Probed()
             x = torch.randn(4, 8, requires_grad=True)
             fxprof(model, x, leaf_modules=[Probe])
-            # 1 warm-up + 3 passes instrumented; plain in the last warm-up and the first kept pass
-            assert len(model.probe.seen) == 6
+            # FLOPs counted, 1 warm-up + 3 passes instrumented; plain in the last warm-up and the first kept pass
+            assert len(model.probe.seen) == 7
             assert set(model.probe.seen) == {(False, False)}
             assert torch.is_grad_enabled()
             assert x.grad is None

@@ -707,8 +707,11 @@ def test_operator_rollups_and_their_views() -> None:
     assert table[0].split() == ["operator", "nodes", "median", "share", "GFLOP/s"]
     assert [line.split()[0] for line in table[2:]] == ["conv", "relu", "add"]
     modules = result.table(by="module", limit=2).splitlines()
-    assert modules[2:] == [modules[2], modules[3], "... 3 more"]
+    assert [line.split()[:2] for line in modules[2:4]] == [["<model>", "4"], ["layer1", "3"]]
+    assert modules[4:] == ["... 3 more"]
     assert modules[3].startswith("  layer1 ")  # indented by depth
+    with pytest.raises(ValueError, match="roll-ups are sorted by time"):
+        result.table(sort="graph", by="module")
     frame = result.to_dataframe(by="module")
     assert list(frame["name"]) == ["<model>", "layer1", "layer1.1", "layer1.0", "layer1.0.conv"]
     assert list(frame["median_us"]) == [0.315, 0.31, 0.2, 0.11, 0.1]
@@ -730,3 +733,10 @@ def test_a_node_with_a_recorded_source_line_names_it_in_the_failure() -> None:
     (v,) = c.faster
     sourced = replace(v, node=replace(v.node, source="model.py:42"))
     assert node_line(sourced).startswith("conv2 (call_module layer1.conv in layer1.conv, model.py:42): ")
+
+
+def test_the_node_table_shows_host_time_and_peak_memory_on_cuda() -> None:
+    node = replace(ROLL_NODES[0], host_ns=12_000, memory_bytes=4096, peak_bytes=3 * 1024 * 1024)
+    lines = replace(make_result(), nodes=(node,)).table().splitlines()
+    assert lines[0].split()[-4:] == ["GFLOP/s", "host", "peak", "mem"]
+    assert lines[2].split()[-4:] == ["12.0", "us", "3", "MiB"]
