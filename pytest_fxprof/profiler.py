@@ -440,31 +440,33 @@ def count_flops(
     args: Sequence[Any],
     kwargs: dict[str, Any],
 ) -> list[int]:
-    """Floating-point operations per node, from torch's flop counter, in one pass of the graphs."""
+    """Floating-point operations per node, in one pass of the graphs under torch's flop counter.
+
+    The compiled engine runs the pass with the counter's running total as its clock, so a node's count
+    is the difference of two readings, and the graphs run as their own generated code (an Interpreter
+    would hand nodes immutable argument lists, which some models mutate).
+    """
     from torch.utils.flop_counter import FlopCounterMode
 
-    index = {node: k for k, node in enumerate(nodes)}
-    out = [0] * len(nodes)
+    counter = FlopCounterMode(display=False)
 
-    class Counting(torch.fx.Interpreter):
-        def run_node(self, n: torch.fx.Node) -> Any:
-            k = index.get(n)
-            if k is None:
-                return super().run_node(n)
-            with FlopCounterMode(display=False) as counter:
-                result = super().run_node(n)
-            out[k] += counter.get_total_flops()
-            return result
+    def flops_so_far() -> int:
+        return int(counter.get_total_flops())
 
-    def runner(gm: torch.fx.GraphModule) -> Runner:
-        counting = Counting(gm)
-        return lambda *inputs: counting.run(*inputs, enable_io_processing=False)  # forward packs the output
+    engine = make_engine("compiled", captured.graphs, nodes, ClockTimer(flops_so_far))
 
-    runners = [runner(gm) for gm in captured.graphs]
+    def counted(runner: Runner) -> Runner:
+        def run(*inputs: Any) -> Any:
+            with counter:  # entered per graph call: dynamo runs the Python between graphs outside it
+                return runner(*inputs)
+
+        return run
+
+    engine.begin_pass()
     try:
-        captured.forward(runners, captured.prepare(*fresh_copy((list(args), kwargs))))
+        captured.forward([counted(r) for r in engine.runners()], captured.prepare(*fresh_copy((list(args), kwargs))))
     except ProfileError:
         raise
     except Exception as exc:
         raise ProfileError(_graph_failure(module, exc)) from exc
-    return out
+    return engine.end_pass().node_ns
