@@ -281,7 +281,7 @@ def describe_nodes(graphs: Sequence[torch.fx.GraphModule]) -> list[tuple[torch.f
 # Keeping the module as it was, and checking a capture against it -----------------------------------------
 
 
-class _Kept:
+class Kept:
     """What a capture may disturb in the module, noted on entry: put back with ``restore`` (buffers and torch's
     random state, between trial runs) and ``close`` (also modes, attributes a capture added, registrations)."""
 
@@ -334,8 +334,10 @@ class _Kept:
 
 
 @contextlib.contextmanager
-def _kept_as_is(module: torch.nn.Module) -> Iterator[_Kept]:
-    kept = _Kept(module)
+def kept_as_is(module: torch.nn.Module) -> Iterator[Kept]:
+    """The body may disturb the module; afterwards it is put back (``Kept.close``), and a forward that
+    changed its own parameters is refused, unless the body raised (its error says more)."""
+    kept = Kept(module)
     try:
         yield kept
     except BaseException:
@@ -345,12 +347,19 @@ def _kept_as_is(module: torch.nn.Module) -> Iterator[_Kept]:
     kept.close()
 
 
-def _fresh(args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
-    """Copies of the example inputs whose tensors are new (the module may change its inputs in place)."""
+def fresh_copy(value: Any) -> Any:
+    """A copy whose tensors are new, wherever they sit (lists, dicts, dataclasses, objects): the module may
+    change its inputs in place. ``copy.deepcopy`` reaches tensors inside any container; values it cannot
+    copy fall back to cloning the tensors that torch's pytree reaches (lists, tuples, dicts, named tuples)."""
     try:
-        a, k = copy.deepcopy((list(args), dict(kwargs)))
+        return copy.deepcopy(value)
     except Exception:  # noqa: BLE001 - an uncopyable input: clone what pytree reaches
-        a, k = pytree.tree_map(lambda v: v.clone() if isinstance(v, torch.Tensor) else v, (list(args), dict(kwargs)))
+        return pytree.tree_map(lambda v: v.clone() if isinstance(v, torch.Tensor) else v, value)
+
+
+def _fresh(args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    """Copies of the example inputs, as ``(args, kwargs)``, whose tensors are new."""
+    a, k = fresh_copy((list(args), dict(kwargs)))
     return a, k
 
 
@@ -509,7 +518,7 @@ def _quiet() -> Iterator[_Recorder]:
 class _Checker:
     """Runs the module once, eagerly, and checks a capture against it on copies of the same inputs."""
 
-    def __init__(self, module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any], kept: _Kept) -> None:
+    def __init__(self, module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any], kept: Kept) -> None:
         self.module, self.args, self.kwargs, self.kept = module, args, kwargs, kept
         self._expected: list[Any] = []
 
@@ -929,7 +938,7 @@ def capture_module(
     if mode not in MODES:
         raise CaptureError(f"unknown capture mode {mode!r}; choose one of {', '.join(MODES)}")
     _check_request(module, args, kwargs, mode=mode, leaf_modules=leaf_modules, tracer=tracer)
-    with _kept_as_is(module) as kept:
+    with kept_as_is(module) as kept:
         if mode == "symbolic":
             return _symbolic(module, leaf_modules, tracer)
         checker = _Checker(module, args, kwargs, kept)

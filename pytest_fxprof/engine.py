@@ -20,6 +20,7 @@ A graph that runs several times in one pass (a loop across graph breaks) adds it
 from __future__ import annotations
 
 import itertools
+import operator
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -159,34 +160,25 @@ class Engine:
         """The pass's times per node (summed over the calls of a graph that ran more than once)."""
         targets = [k for idx, _ in self.calls for k in idx]
         pairs = [p for _, stamps in self.calls for p in self.pairs(stamps)]
-        out = PassTimes(node_ns=self._sum(targets, self.timer.durations(pairs)))
+        out = PassTimes(node_ns=self._per_node(targets, self.timer.durations(pairs)))
         if isinstance(self.timer, EventTimer):
-            out.host_ns = self._sum(targets, self.timer.host_durations(pairs))
+            out.host_ns = self._per_node(targets, self.timer.host_durations(pairs))
             memory = self.timer.memory(pairs)
-            out.memory_bytes = self._last(targets, [m for m, _ in memory])
-            out.peak_bytes = self._max(targets, [p for _, p in memory])
+            out.memory_bytes = self._per_node(targets, [m for m, _ in memory], lambda _, last: last)
+            out.peak_bytes = self._per_node(targets, [p for _, p in memory], max)
         return out
 
     def pairs(self, stamps: Sequence[Any]) -> Sequence[tuple[Any, Any]]:
         """One call's (start, end) stamps per timed node, from what the call kept."""
         raise NotImplementedError
 
-    def _sum(self, targets: Sequence[int], values: Sequence[int]) -> list[int]:
+    def _per_node(
+        self, targets: Sequence[int], values: Sequence[int], combine: Callable[[int, int], int] = operator.add
+    ) -> list[int]:
+        """``values`` folded per node with ``combine`` (added up by default: a graph run twice counts twice)."""
         out = [0] * self.count
         for k, v in zip(targets, values, strict=True):
-            out[k] += v
-        return out
-
-    def _last(self, targets: Sequence[int], values: Sequence[int]) -> list[int]:
-        out = [0] * self.count
-        for k, v in zip(targets, values, strict=True):
-            out[k] = v
-        return out
-
-    def _max(self, targets: Sequence[int], values: Sequence[int]) -> list[int]:
-        out = [0] * self.count
-        for k, v in zip(targets, values, strict=True):
-            out[k] = max(out[k], v)
+            out[k] = combine(out[k], v)
         return out
 
 

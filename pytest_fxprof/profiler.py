@@ -10,7 +10,6 @@ is refused.
 from __future__ import annotations
 
 import contextlib
-import copy
 import ctypes
 import platform
 import sys
@@ -21,7 +20,7 @@ from typing import Any
 
 import torch
 import torch.fx
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_flatten
 
 from pytest_fxprof.capture import (
     Captured,
@@ -32,6 +31,8 @@ from pytest_fxprof.capture import (
     _graph_failure,
     capture_module,
     describe_nodes,
+    fresh_copy,
+    kept_as_is,
 )
 from pytest_fxprof.engine import ClockTimer, DeviceSide, Engine, EventTimer, PassTimes, Timer, make_engine
 from pytest_fxprof.records import (
@@ -42,9 +43,8 @@ from pytest_fxprof.records import (
     iqr_int,
     median_int,
 )
-from pytest_fxprof.settings import ENGINES
 
-__all__ = ["ENGINES", "CaptureError", "ProfileError", "profile_module"]
+__all__ = ["CaptureError", "ProfileError", "profile_module"]
 
 
 # Environment -------------------------------------------------------------------------------------------
@@ -117,56 +117,15 @@ def tune_allocator() -> str:
 
 @contextlib.contextmanager
 def preserved(module: torch.nn.Module, threads: int) -> Iterator[None]:
-    """Run the body with ``threads`` intra-op threads and no grad, then put everything back."""
-    modes = [(m, m.training) for m in module.modules()]
-    buffers = [
-        (owner, name, buf, buf.detach().clone())
-        for owner in module.modules()
-        for name, buf in owner._buffers.items()
-        if buf is not None
-    ]
-    versions = {name: p._version for name, p in module.named_parameters()}
-    rng = torch.random.get_rng_state()
-    cuda_ready = torch.cuda.is_available() and torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
-    cuda_rng = torch.cuda.get_rng_state_all() if cuda_ready else None
+    """Run the body with ``threads`` intra-op threads and no grad, then put everything back: the thread
+    count, and what ``kept_as_is`` keeps (modes, buffers, attributes, random state, parameters)."""
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        with torch.no_grad():
+        with kept_as_is(module), torch.no_grad():
             yield
     finally:
         torch.set_num_threads(previous_threads)
-        torch.random.set_rng_state(rng)
-        if cuda_rng is not None:
-            torch.cuda.set_rng_state_all(cuda_rng)
-        with torch.no_grad():
-            for owner, name, original, saved in buffers:
-                owner._buffers[name] = original
-                original.copy_(saved)
-        for m, training in modes:
-            m.training = training
-    changed = [name for name, p in module.named_parameters() if versions.get(name) != p._version]
-    if changed:
-        raise ProfileError(
-            f"the module changed its parameters in place during forward ({', '.join(changed[:5])}); "
-            "profiling it repeatedly would alter the model. Profile a copy (copy.deepcopy(model))."
-        )
-
-
-def _clone(value: Any) -> Any:
-    return value.clone() if isinstance(value, torch.Tensor) else value
-
-
-def fresh_copy(value: Any) -> Any:
-    """A copy whose tensors are new, wherever they sit (lists, dicts, dataclasses, objects).
-
-    ``copy.deepcopy`` reaches tensors inside any container; values it cannot copy fall back to
-    cloning the tensors that torch's pytree reaches (lists, tuples, dicts, named tuples).
-    """
-    try:
-        return copy.deepcopy(value)
-    except Exception:  # noqa: BLE001 - an uncopyable input: clone what can be reached
-        return tree_map(_clone, value)
 
 
 # Timing ----------------------------------------------------------------------------------------------
@@ -254,8 +213,6 @@ def profile_module(
     """
     if not isinstance(module, torch.nn.Module):
         raise ProfileError(f"fxprof profiles a torch.nn.Module, got {type(module).__name__}")
-    if engine not in ENGINES:
-        raise ProfileError(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
     allocator = tune_allocator() if measured else "not measured"
     device = device_of(module, args, kwargs)
     clock_name, clock = clock_for(protocol.threads, device)
@@ -267,6 +224,7 @@ def profile_module(
         described = describe_nodes(captured.graphs)
         nodes = [node for node, _ in described]
         timing = make_engine(engine, captured.graphs, nodes, timer)
+        runners = timing.runners()
         samples = _Samples(len(nodes))
         # one untimed pass under torch's flop counter, before the warm-up passes that the engine runs
         counted = count_flops(module, captured, nodes, args, kwargs) if flops and measured else None
@@ -288,7 +246,14 @@ def profile_module(
                 if keep:
                     samples.totals.append(clock() - start)
             whole, wall, times = _timed_pass(
-                module, captured=captured, timing=timing, args=args, kwargs=kwargs, clock=clock, device=device
+                module,
+                captured=captured,
+                timing=timing,
+                runners=runners,
+                args=args,
+                kwargs=kwargs,
+                clock=clock,
+                device=device,
             )
             if keep:
                 samples.keep(whole, times, off_cpu=off_cpu_share(whole, wall) if watch else 0.0)
@@ -403,11 +368,27 @@ class _Samples:
         self.peaks = times.peak_bytes if times.peak_bytes is not None else self.peaks
 
 
+def _prepared(captured: Captured, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    """What the capture's forward takes, from fresh copies of the inputs (outside any timing)."""
+    return captured.prepare(*fresh_copy((list(args), kwargs)))
+
+
+def _run(module: torch.nn.Module, captured: Captured, runners: Sequence[Runner], prepared: Any) -> None:
+    """One pass of the graphs; a graph that fails where the module runs becomes a ``ProfileError`` with a hint."""
+    try:
+        captured.forward(runners, prepared)
+    except ProfileError:  # the capture's own account (dynamo would recompile, another path ran)
+        raise
+    except Exception as exc:
+        raise ProfileError(_graph_failure(module, exc)) from exc
+
+
 def _timed_pass(
     module: torch.nn.Module,
     *,
     captured: Captured,
     timing: Engine,
+    runners: Sequence[Runner],
     args: Sequence[Any],
     kwargs: dict[str, Any],
     clock: Clock,
@@ -415,18 +396,12 @@ def _timed_pass(
 ) -> tuple[int, int, PassTimes]:
     """One instrumented pass on fresh copies of the inputs: its whole time on ``clock`` and on the wall
     clock, and its times per node."""
-    prepared = captured.prepare(*fresh_copy((list(args), kwargs)))
-    runners = timing.runners()
+    prepared = _prepared(captured, args, kwargs)
     _sync(device)
     timing.begin_pass()
     wall = time.perf_counter_ns()
     start = clock()
-    try:
-        captured.forward(runners, prepared)
-    except ProfileError:  # the capture's own account (dynamo would recompile, another path ran)
-        raise
-    except Exception as exc:
-        raise ProfileError(_graph_failure(module, exc)) from exc
+    _run(module, captured, runners, prepared)
     _sync(device)
     whole = clock() - start
     wall = time.perf_counter_ns() - wall
@@ -463,10 +438,5 @@ def count_flops(
         return run
 
     engine.begin_pass()
-    try:
-        captured.forward([counted(r) for r in engine.runners()], captured.prepare(*fresh_copy((list(args), kwargs))))
-    except ProfileError:
-        raise
-    except Exception as exc:
-        raise ProfileError(_graph_failure(module, exc)) from exc
+    _run(module, captured, [counted(r) for r in engine.runners()], _prepared(captured, args, kwargs))
     return engine.end_pass().node_ns
