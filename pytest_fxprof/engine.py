@@ -182,16 +182,25 @@ class Engine:
         return out
 
 
+Observer = Callable[[int, Any], None]
+
+
 def instrument(
-    gm: torch.fx.GraphModule, timed: Sequence[torch.fx.Node], stamp: Callable[[], Any]
+    gm: torch.fx.GraphModule,
+    timed: Sequence[torch.fx.Node],
+    stamp: Callable[[], Any],
+    observe: tuple[Observer, Sequence[int]] | None = None,
 ) -> torch.fx.GraphModule:
     """``gm`` regenerated with ``stamp()`` before each node of ``timed`` and once at the end.
 
     The new module takes the graph's placeholders as flat positional inputs (whatever codegen ``gm``
     had) and returns ``(output, stamps)``; it shares ``gm``'s parameters, buffers and submodules.
+    ``observe``, a function and the index of each timed node, is also called with that index and the
+    node's output right after each timed node (for an untimed pass that looks at what nodes make).
     """
-    if getattr(stamp, "__name__", None) is None:  # generated code names what it calls; a bound __call__ has one
-        stamp = getattr(stamp, "__call__")  # noqa: B004, B009  (mypy cannot type a callable's __call__)
+    stamp = _named(stamp)
+    watch = {node: k for node, k in zip(timed, observe[1], strict=True)} if observe else {}
+    look = _named(observe[0]) if observe else None
     wanted = set(timed)
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
@@ -205,18 +214,35 @@ def instrument(
         if node in wanted:
             stamps.append(graph.create_node("call_function", stamp, (), {}, name="stamp"))
         env[node] = graph.node_copy(node, lambda n: env[n])
+        if look is not None and node in watch:
+            graph.create_node("call_function", look, (watch[node], env[node]), {}, name="observe")
     return torch.fx.GraphModule(gm, graph, f"{type(gm).__name__}Timed")
+
+
+def _named(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, or its bound ``__call__``: generated code names what it calls, and a callable object has no name."""
+    if getattr(fn, "__name__", None) is None:
+        return getattr(fn, "__call__")  # type: ignore[no-any-return]  # noqa: B004, B009
+    return fn
 
 
 class CompiledEngine(Engine):
     """Timestamps compiled into each graph's generated code; a node's time runs from its stamp to the next."""
 
-    def __init__(self, graphs: Sequence[torch.fx.GraphModule], nodes: Sequence[torch.fx.Node], timer: Timer) -> None:
+    def __init__(
+        self,
+        graphs: Sequence[torch.fx.GraphModule],
+        nodes: Sequence[torch.fx.Node],
+        timer: Timer,
+        observe: Observer | None = None,
+    ) -> None:
         super().__init__(graphs, nodes, timer)
         self.programs = []
         for gm in graphs:
             timed = [n for n in gm.graph.nodes if n in self.index]
-            self.programs.append((instrument(gm, timed, timer.stamp), [self.index[n] for n in timed]))
+            idx = [self.index[n] for n in timed]
+            program = instrument(gm, timed, timer.stamp, (observe, idx) if observe else None)
+            self.programs.append((program, idx))
 
     def runners(self) -> list[Runner]:
         return [self._runner(program, idx) for program, idx in self.programs]

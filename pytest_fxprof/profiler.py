@@ -15,6 +15,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,16 @@ from pytest_fxprof.capture import (
     fresh_copy,
     kept_as_is,
 )
-from pytest_fxprof.engine import ClockTimer, DeviceSide, Engine, EventTimer, PassTimes, Timer, make_engine
+from pytest_fxprof.engine import (
+    ClockTimer,
+    CompiledEngine,
+    DeviceSide,
+    Engine,
+    EventTimer,
+    PassTimes,
+    Timer,
+    make_engine,
+)
 from pytest_fxprof.records import (
     Environment,
     NodeStats,
@@ -227,7 +237,9 @@ def profile_module(
         runners = timing.runners()
         samples = _Samples(len(nodes))
         # one untimed pass under torch's flop counter, before the warm-up passes that the engine runs
-        counted = count_flops(module, captured, nodes, args, kwargs) if flops and measured else None
+        seen = count_flops(module, captured, nodes, args, kwargs) if flops and measured else None
+        counted = seen.flops if seen is not None else None
+        facts = graph_facts(captured.graphs, nodes)
         watch = measured and node_clock_name == "wall" and clock_name == "thread-cpu"
         budget = warmup + passes * (2 if watch else 1)  # a preempted pass is measured again, up to passes more
         i = 0
@@ -272,6 +284,10 @@ def profile_module(
             memory_bytes=samples.memory[k] if samples.memory is not None else None,
             peak_bytes=samples.peaks[k] if samples.peaks is not None else None,
             flops=counted[k] if counted is not None else None,
+            shape=seen.shapes[k] if seen is not None else "",
+            layout=seen.layouts[k] if seen is not None else "",
+            inputs=facts[k][0],
+            training=facts[k][1],
         )
         for k, ((_, info), m, s, h) in enumerate(zip(described, medians, samples.nodes, samples.host, strict=True))
     )
@@ -408,14 +424,24 @@ def _timed_pass(
     return whole, wall, timing.end_pass()
 
 
+@dataclass
+class Seen:
+    """What the untimed counting pass saw of each node: its floating-point operations, output and layout."""
+
+    flops: list[int]
+    shapes: list[str]
+    layouts: list[str]
+
+
 def count_flops(
     module: torch.nn.Module,
     captured: Captured,
     nodes: Sequence[torch.fx.Node],
     args: Sequence[Any],
     kwargs: dict[str, Any],
-) -> list[int]:
-    """Floating-point operations per node, in one pass of the graphs under torch's flop counter.
+) -> Seen:
+    """Floating-point operations per node, in one pass of the graphs under torch's flop counter, and the
+    shape and layout of what each node made.
 
     The compiled engine runs the pass with the counter's running total as its clock, so a node's count
     is the difference of two readings, and the graphs run as their own generated code (an Interpreter
@@ -424,11 +450,15 @@ def count_flops(
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)
+    shapes, layouts = [""] * len(nodes), [""] * len(nodes)
 
     def flops_so_far() -> int:
         return int(counter.get_total_flops())
 
-    engine = make_engine("compiled", captured.graphs, nodes, ClockTimer(flops_so_far))
+    def observe(k: int, value: Any) -> None:
+        shapes[k], layouts[k] = shape_of(value), layout_of(value)
+
+    engine = CompiledEngine(captured.graphs, nodes, ClockTimer(flops_so_far), observe)
 
     def counted(runner: Runner) -> Runner:
         def run(*inputs: Any) -> Any:
@@ -439,4 +469,65 @@ def count_flops(
 
     engine.begin_pass()
     _run(module, captured, [counted(r) for r in engine.runners()], _prepared(captured, args, kwargs))
-    return engine.end_pass().node_ns
+    return Seen(engine.end_pass().node_ns, shapes, layouts)
+
+
+SHAPES_SHOWN = 4
+"""Outputs described per node; a node that returns more is described as the first ones and a count."""
+
+
+def shape_of(value: Any) -> str:
+    """A node's output as text: ``float32[1, 64, 56, 56]``, several in parentheses, empty for no tensor."""
+    if isinstance(value, torch.Tensor):
+        return f"{str(value.dtype).removeprefix('torch.')}[{', '.join(str(d) for d in value.shape)}]"
+    if isinstance(value, list | tuple):
+        parts = [shape_of(v) for v in value]
+        parts = [p for p in parts if p]
+        if not parts:
+            return ""
+        more = f", ... {len(parts) - SHAPES_SHOWN} more" if len(parts) > SHAPES_SHOWN else ""
+        return f"({', '.join(parts[:SHAPES_SHOWN])}{more})"
+    return ""
+
+
+def layout_of(value: Any) -> str:
+    """The memory layout of a node's (first) output tensor: contiguous, channels_last or strided."""
+    if isinstance(value, list | tuple):
+        return next((lay for lay in (layout_of(v) for v in value) if lay), "")
+    if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
+        return ""
+    try:
+        if value.is_contiguous():
+            return "contiguous"
+        formats = {4: torch.channels_last, 5: torch.channels_last_3d}
+        if value.dim() in formats and value.is_contiguous(memory_format=formats[value.dim()]):
+            return "channels_last"
+    except RuntimeError:  # tensors that cannot say (some subclasses)
+        return ""
+    return "strided"
+
+
+def graph_facts(
+    graphs: Sequence[torch.fx.GraphModule], nodes: Sequence[torch.fx.Node]
+) -> list[tuple[tuple[int, ...], bool | None]]:
+    """Per node: the positions of the timed nodes it takes outputs of, and the training flag that applies to it
+    (its module's mode, or a batch norm's ``training`` argument)."""
+    index = {node: k for k, node in enumerate(nodes)}
+    owner = {node: gm for gm in graphs for node in gm.graph.nodes}
+    out = []
+    for node in nodes:
+        inputs = tuple(sorted({index[n] for n in node.all_input_nodes if n in index}))
+        out.append((inputs, _training(owner[node], node)))
+    return out
+
+
+def _training(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool | None:
+    if node.op == "call_module":
+        return bool(gm.get_submodule(str(node.target)).training)
+    name = str(getattr(node.target, "__name__", node.target))
+    if "batch_norm" not in name:
+        return None
+    if "no_training" in name:  # aten._native_batch_norm_legit_no_training
+        return False
+    flag = node.kwargs.get("training", node.args[5] if len(node.args) > 5 else None)
+    return flag if isinstance(flag, bool) else None

@@ -144,6 +144,13 @@ class NodeStats:
     ``median_ns`` is device time from events, ``host_ns`` the host's time in the node (its launch
     cost), ``memory_bytes`` what the allocator held after the node and ``peak_bytes`` the most it held
     while the node ran; None on devices that do not report them.
+
+    What the node made and from what, seen in the untimed counting pass (empty where it was not run):
+    ``shape`` its output (``float32[1, 64, 56, 56]``; several outputs in parentheses), ``layout`` that
+    output's memory layout (``contiguous``, ``channels_last`` or ``strided``; empty for no tensor),
+    ``inputs`` the positions (in the profile's nodes) of the timed nodes whose outputs it takes, and
+    ``training`` the train/eval mode of the module it calls or the ``training`` argument of a batch norm
+    (None where neither applies).
     """
 
     info: NodeInfo
@@ -155,6 +162,10 @@ class NodeStats:
     memory_bytes: int | None = None
     peak_bytes: int | None = None
     flops: int | None = None
+    shape: str = ""
+    layout: str = ""
+    inputs: tuple[int, ...] = ()
+    training: bool | None = None
 
     @property
     def name(self) -> str:

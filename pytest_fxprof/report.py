@@ -76,6 +76,9 @@ def profile_report(
             "current_ns": n.median_ns,
             "spread": round(n.spread, 4),
             "share": round(n.share, 5),
+            "samples_ns": list(n.samples_ns),
+            "shape": n.shape,
+            "layout": n.layout,
             **_optional(n),
         }
         v = verdicts.get(n.info.key)
@@ -106,6 +109,7 @@ def profile_report(
             "current_ns": result.instrumented_ns,
             "instrumented_ns": result.instrumented_ns,
             "plain_ns": result.total_ns,
+            "samples_ns": list(result.instrumented_samples_ns),
         },
         "overhead": round(result.overhead, 4) if result.overhead is not None else None,
         "remeasured": result.remeasured,
