@@ -9,6 +9,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from pytest_fxprof.api import profile
 from pytest_fxprof.decision import AggregateVerdict, Comparison, NodeVerdict, Policy, TotalVerdict, Verdict
+from pytest_fxprof.frames import read_report
 from pytest_fxprof.plugin import Fxprof
 from pytest_fxprof.records import NodeInfo, NodeStats, ProfileResult
 from pytest_fxprof.slowdown import slow_down
@@ -31,5 +32,6 @@ __all__ = [
     "Verdict",
     "__version__",
     "profile",
+    "read_report",
     "slow_down",
 ]

@@ -199,7 +199,7 @@ def instrument(
     node's output right after each timed node (for an untimed pass that looks at what nodes make).
     """
     stamp = _named(stamp)
-    watch = {node: k for node, k in zip(timed, observe[1], strict=True)} if observe else {}
+    watch = dict(zip(timed, observe[1], strict=True)) if observe else {}
     look = _named(observe[0]) if observe else None
     wanted = set(timed)
     graph = torch.fx.Graph()

@@ -12,9 +12,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import pandas as pd
 
     from pytest_fxprof.decision import Comparison
+    from pytest_fxprof.hints import Hint
 
 
 @dataclass(frozen=True)
@@ -355,51 +358,39 @@ class ProfileResult:
             raise ValueError(f"roll-ups are sorted by time; sort={sort!r} is for the node table (by='node')")
         return rollup_table(self, by=by, limit=limit)
 
+    @property
+    def hints(self) -> tuple[Hint, ...]:
+        """Where to look for speed (a convolution whose BatchNorm could be folded into it, memory-bound
+        nodes with a large share, nodes far below their peers' FLOP/s, layout copies); never failures."""
+        from pytest_fxprof.hints import find_hints
+
+        return find_hints(self.nodes)
+
     def to_dataframe(self, by: str = "node") -> pd.DataFrame:
-        """One row per node in execution order (``by="node"``), or per roll-up (``"module"``, ``"op"``),
-        with times in microseconds; FLOP counts and achieved GFLOP/s where counted, and on CUDA the
-        host (launch) time and the memory allocated after each node and its peak while it ran."""
+        """A table of the profile, times in microseconds.
+
+        - ``"node"``: one row per node in execution order, with its output shape and layout, FLOP counts
+          and achieved GFLOP/s where counted, on CUDA the host (launch) time and the memory allocated
+          after each node and its peak while it ran, and when compared with a baseline the baseline
+          time, the ratio after the speed factor, the band and the verdict;
+        - ``"module"`` or ``"op"``: one row per roll-up;
+        - ``"verdict"``: one row per decision of the comparison (each node, each aggregate, the total),
+          with its reason; empty when the profile was not compared.
+        """
         import pandas as pd
 
-        if by != "node":
-            roll = [
-                {
-                    "by": r.by,
-                    "name": r.name,
-                    "depth": r.depth,
-                    "nodes": r.nodes,
-                    "median_us": r.median_ns / 1e3,
-                    "spread": r.spread_ns / r.median_ns if r.median_ns else 0.0,
-                    "share": r.share,
-                    "flops": r.flops,
-                    "gflops_per_s": r.flops_per_s / 1e9 if r.flops_per_s is not None else None,
-                }
-                for r in self.rollup(by)
-            ]
-            names = ["by", "name", "depth", "nodes", "median_us", "spread", "share", "flops", "gflops_per_s"]
-            return pd.DataFrame(roll, columns=names)
-        rows = [
-            {
-                "key": n.info.key,
-                "node": n.name,
-                "op": n.op,
-                "target": n.target,
-                "module": n.module,
-                "source": n.info.source,
-                "median_us": n.median_ns / 1e3,
-                "spread": n.spread,
-                "share": n.share,
-                "samples": len(n.samples_ns),
-                "flops": n.flops,
-                "gflops_per_s": n.flops_per_s / 1e9 if n.flops_per_s is not None else None,
-                "host_us": n.host_ns / 1e3 if n.host_ns is not None else None,
-                "memory_bytes": n.memory_bytes,
-                "peak_bytes": n.peak_bytes,
-            }
-            for n in self.nodes
-        ]
-        columns = [
-            "key", "node", "op", "target", "module", "source", "median_us", "spread", "share", "samples",
-            "flops", "gflops_per_s", "host_us", "memory_bytes", "peak_bytes",
-        ]  # fmt: skip
+        from pytest_fxprof.frames import node_rows, rollup_rows, verdict_rows
+
+        if by == "node":
+            rows, columns = node_rows(self)
+        elif by == "verdict":
+            rows, columns = verdict_rows(self.comparison)
+        elif by in ROLLUPS:
+            rows, columns = rollup_rows(self.rollup(by))
+        else:
+            raise ValueError(f"by must be 'node', 'module', 'op' or 'verdict', not {by!r}")
         return pd.DataFrame(rows, columns=columns)
+
+    def to_csv(self, path: str | Path, by: str = "node") -> None:
+        """Write ``to_dataframe(by)`` as CSV (no index column)."""
+        self.to_dataframe(by).to_csv(path, index=False)

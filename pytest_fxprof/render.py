@@ -31,7 +31,7 @@ def fmt_ns(ns: float) -> str:
     return f"{ns / 1e9:.2f} s"
 
 
-def _grid(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
+def grid(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=True)]
 
     def line(cells: Sequence[str]) -> str:
@@ -75,7 +75,7 @@ def profile_table(result: ProfileResult, sort: str = "time", limit: int | None =
         *(["source"] if sources else []),
     ]
     numeric = set(range(4, len(header) - (1 if sources else 0)))
-    lines = _grid(header, rows, right=numeric)
+    lines = grid(header, rows, right=numeric)
     if len(shown) < len(nodes):
         lines.append(f"... {len(nodes) - len(shown)} more nodes")
     lines.append(_totals_line(result))
@@ -105,7 +105,7 @@ def rollup_table(result: ProfileResult, by: str = "module", limit: int | None = 
         for r in shown
     ]
     header = ["module" if by == "module" else "operator", "nodes", "median", "share", "GFLOP/s"]
-    lines = _grid(header, rows, right={1, 2, 3, 4})
+    lines = grid(header, rows, right={1, 2, 3, 4})
     if len(shown) < len(groups):
         lines.append(f"... {len(groups) - len(shown)} more")
     return "\n".join(lines)

@@ -89,7 +89,7 @@ def profile_report(
                 divisor=round(v.divisor, 4),
                 floor_ns=round(v.floor_ns),
                 gates=v.gates,
-                **_judgement(v.judgement),
+                **judgement_json(v.judgement),
             )
         nodes.append(row)
     out: dict[str, Any] = {
@@ -117,6 +117,17 @@ def profile_report(
         "runs": [run_to_json(r) for r in (result.run(), *result.confirmations)],
         "nodes": nodes,
         "rollups": _rollups(result),
+        "hints": [
+            {
+                "kind": h.kind,
+                "message": h.message,
+                "nodes": list(h.nodes),
+                "keys": list(h.keys),
+                "time_ns": h.time_ns,
+                "share": round(h.share, 5),
+            }
+            for h in (result.hints if result.measured else ())
+        ],
     }
     if comparison is not None:
         out["speed_factor"] = round(comparison.speed_factor, 4)
@@ -134,7 +145,7 @@ def profile_report(
                 "current_ns": round(a.current_ns),
                 "speed_factor": round(a.speed_factor, 4),
                 "divisor": round(a.divisor, 4),
-                **_judgement(a.judgement),
+                **judgement_json(a.judgement),
             }
             for a in comparison.aggregates
         ]
@@ -143,13 +154,13 @@ def profile_report(
             out["total"].update(
                 baseline_ns=round(t.baseline_ns),
                 machine_factor=round(t.machine_factor, 4),
-                **_judgement(t.judgement),
+                **judgement_json(t.judgement),
             )
         out["flagged"], out["warned"] = _flags(comparison)
     return out
 
 
-def _judgement(j: Judgement) -> dict[str, Any]:
+def judgement_json(j: Judgement) -> dict[str, Any]:
     return {
         "ratio": round(j.ratio, 4),
         "ratios": [round(r, 4) for r in j.ratios],

@@ -1,0 +1,527 @@
+"""Tests of the ``fxprof`` command (``pytest_fxprof.cli``) through ``main``, on hand-built baselines and reports.
+
+No torch: entries and reports come from hand-built ``ProfileResult``s; ``prune`` collects a pytester-made
+project in a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pytest_fxprof.baseline import BaselineStore, as_file, file_name
+from pytest_fxprof.cli import main
+from pytest_fxprof.records import BaselineEntry, Environment, NodeStats, ProfileResult, Tolerances
+from pytest_fxprof.report import profile_report, write_report
+from tests.records_for_tests import BASE_NS, CAPTURE, ENV, MODEL, PROTOCOL
+
+TEST_ID = "tests/test_model.py::test_speed"
+TOLERANCES = Tolerances(node=0.15, total=0.10)
+REF_NS = 500_000
+JITTER = (1.0, 1.01, 0.99, 1.02, 0.98)
+"""Five baseline processes, the unchanged model at their centre."""
+
+
+# Builders ------------------------------------------------------------------------------------------
+
+
+def result(factors: Mapping[str, float] | None = None, overall: float = 1.0, env: Environment = ENV) -> ProfileResult:
+    """A measured profile of ``MODEL``: each node's baseline time scaled by ``overall`` and its own factor."""
+    factors = factors or {}
+    times = [round(BASE_NS[n.name] * overall * factors.get(n.name, 1.0)) for n in MODEL]
+    busy = sum(times)
+    nodes = tuple(
+        NodeStats(info=info, median_ns=t, spread_ns=t // 20, share=t / busy, samples_ns=(t,) * 3)
+        for info, t in zip(MODEL, times, strict=True)
+    )
+    return ProfileResult(
+        name="Net",
+        nodes=nodes,
+        total_samples_ns=(busy,) * 3,
+        instrumented_samples_ns=(busy * 3 // 2,) * 3,
+        reference_samples_ns=(REF_NS,) * 3,
+        environment=env,
+        protocol=PROTOCOL,
+        capture=CAPTURE,
+    )
+
+
+def entry(factors: Mapping[str, float] | None = None, env: Environment = ENV) -> BaselineEntry:
+    """A baseline entry of five processes around the model scaled by ``factors``."""
+    first, *rest = (result(factors, j, env) for j in JITTER)
+    return first.entry(TOLERANCES, tuple(r.run() for r in rest))
+
+
+def write_baseline(directory: Path, entries: Mapping[str, BaselineEntry], test_id: str = TEST_ID) -> Path:
+    return BaselineStore(directory).write(as_file(test_id, entries))
+
+
+def write_profiles(path: Path, profiles: Sequence[tuple[str, str, ProfileResult]], mode: str = "check") -> Path:
+    """A ``--fxprof-report`` file of the given (test id, key, profile)s, as the plugin writes it."""
+    records = [
+        {"test_id": t, "key": k, "status": "pass", "summary": "", "report": profile_report(t, k, "pass", r, None)}
+        for t, k, r in profiles
+    ]
+    write_report(path, mode, records, [])  # type: ignore[arg-type]
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str | Path) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def table_rows(out: str, names: Sequence[str]) -> list[str]:
+    """The node names of the table's rows, in the order printed (rows start with a node name)."""
+    return [line.split()[0] for line in out.splitlines() if line.split() and line.split()[0] in names]
+
+
+NAMES = [n.name for n in MODEL]
+
+
+# fxprof show ----------------------------------------------------------------------------------------
+
+
+def test_show_prints_the_entry_and_its_nodes_slowest_first(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_baseline(tmp_path, {"call0": entry()})
+    code, out, err = run(capsys, "show", path)
+    assert (code, err) == (0, "")
+    assert f"{TEST_ID} [call0]" in out
+    assert f"environment: torch {ENV.torch}; python {ENV.python}" in out
+    assert "capture: symbolic_trace, 1 graph(s)" in out
+    assert "protocol: 5 warm-up + 20 passes, 1 thread(s), 5 process(es); 5 process(es) recorded" in out
+    assert table_rows(out, NAMES) == sorted(NAMES, key=lambda n: -BASE_NS[n])
+    (conv2,) = [line for line in out.splitlines() if line.startswith("conv2 ")]
+    # median over the processes (jitter 0.98 .. 1.02), the spread between them (IQR 1.01 - 0.99), the share
+    assert conv2.split()[1:4] == ["call_module", "layer1.conv", "layer1.conv"]
+    assert "300.0 us" in conv2
+    assert " 2% " in conv2
+    assert "30.0%" in conv2
+
+
+def test_show_sorts_in_graph_order_and_limits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_baseline(tmp_path, {"call0": entry()})
+    code, out, _ = run(capsys, "show", path, "--sort", "graph")
+    assert code == 0
+    assert table_rows(out, NAMES) == NAMES
+    code, out, _ = run(capsys, "show", path, "--limit", "3")
+    assert code == 0
+    assert table_rows(out, NAMES) == ["conv2", "fc", "conv1"]
+    assert "... 5 more nodes" in out
+
+
+def test_show_writes_every_node_as_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_baseline(tmp_path, {"call0": entry()})
+    csv = tmp_path / "out" / "nodes.csv"
+    code, out, _ = run(capsys, "show", path, "--limit", "2", "--csv", csv)
+    assert code == 0
+    assert f"wrote 8 rows to {csv}" in out
+    frame = pd.read_csv(csv, keep_default_na=False)
+    assert list(frame["node"]) == sorted(NAMES, key=lambda n: -BASE_NS[n])  # all nodes, whatever --limit
+    assert set(frame["test_id"]) == {TEST_ID}
+    conv2 = frame[frame["node"] == "conv2"].iloc[0]
+    assert (conv2["module"], conv2["op"], conv2["processes"]) == ("layer1.conv", "call_module", 5)
+    assert conv2["median_us"] == pytest.approx(300.0)
+    assert conv2["spread"] == pytest.approx(6_000 / 300_000)
+    assert conv2["share"] == pytest.approx(0.3)
+    assert frame["share"].sum() == pytest.approx(1.0)
+
+
+def test_show_resolves_a_test_id_in_the_baseline_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_baseline(tmp_path / "perf", {"call0": entry(), "large": entry({"fc": 4.0})})
+    code, out, _ = run(capsys, "show", TEST_ID, "--baseline-dir", tmp_path / "perf", "--key", "large")
+    assert code == 0
+    assert f"{TEST_ID} [large]" in out
+    assert "[call0]" not in out
+    assert table_rows(out, NAMES)[0] == "fc"  # 1 ms now, the slowest
+    assert file_name(TEST_ID) in out
+
+    code, _, err = run(capsys, "show", TEST_ID, "--baseline-dir", tmp_path / "perf", "--key", "nope")
+    assert code == 2
+    assert "has no entry 'nope' (its entries: call0, large)" in err
+
+    code, _, err = run(capsys, "show", "tests/other.py::test_x", "--baseline-dir", tmp_path / "perf")
+    assert code == 2
+    assert err == (
+        f"fxprof: error: tests/other.py::test_x: no such file, nor a baseline of a test with this id in "
+        f"{tmp_path / 'perf'}. Pass a baseline file's path, or a test id with --baseline-dir set to where its "
+        "baseline lives\n"
+    )
+
+
+def test_show_refuses_a_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = write_profiles(tmp_path / "report.json", [(TEST_ID, "call0", result())])
+    code, out, err = run(capsys, "show", report)
+    assert (code, out) == (2, "")
+    assert "it is a report of a pytest run, not a baseline" in err
+
+
+# fxprof diff ----------------------------------------------------------------------------------------
+
+
+def test_diff_of_an_unchanged_profile_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    baseline = write_baseline(tmp_path, {"call0": entry()})
+    report = write_profiles(tmp_path / "report.json", [(TEST_ID, "call0", result())])
+    code, out, err = run(capsys, "diff", baseline, report)
+    assert (code, err) == (0, "")
+    assert f"{TEST_ID} [call0]: pass, total x1.00" in out
+    assert "got slower" not in out
+    assert "1 compared: 1 pass; 0 only in A, 0 only in B" in out
+
+
+def test_diff_names_the_node_that_got_slower(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    baseline = write_baseline(tmp_path, {"call0": entry()})
+    report = write_profiles(tmp_path / "report.json", [(TEST_ID, "call0", result({"conv2": 1.5}))])
+    code, out, _ = run(capsys, "diff", baseline, report)
+    assert code == 1
+    assert f"fxprof: {TEST_ID} [call0] got slower than its baseline (5 process(es))" in out
+    (slower,) = [line for line in out.splitlines() if "slower node:" in line]
+    assert "conv2 (call_module layer1.conv in layer1.conv): 300.0 us -> 450.0 us = x1.50" in slower
+    assert "slower: module layer1 (2 nodes)" in out
+    # the node table, worst first: conv2, judged slower beyond its +15 % band
+    assert table_rows(out, NAMES)[0] == "conv2"
+    (row,) = [line for line in out.splitlines() if line.startswith("conv2 ") and "x1.50" in line]
+    assert row.split() == ["conv2", "layer1.conv", "300.0", "us", "450.0", "us", "x1.50", "+15%", "slower"]
+    assert "1 compared: 1 regression" in out
+
+
+def test_diff_of_two_baselines_judges_every_process_of_b(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    main_side = write_baseline(tmp_path / "main", {"call0": entry()})
+    slower = write_baseline(tmp_path / "branch", {"call0": entry({"conv2": 1.5})})
+    same = write_baseline(tmp_path / "same", {"call0": entry()})
+    code, out, _ = run(capsys, "diff", main_side, slower)
+    assert code == 1
+    assert "every one of 5 measurements agrees" in out
+    assert "slower node: conv2" in out
+    code, out, _ = run(capsys, "diff", main_side, same)
+    assert code == 0
+    assert f"{TEST_ID} [call0]: pass" in out
+    # and B got faster than A the other way round: reported, not failed
+    code, out, _ = run(capsys, "diff", slower, main_side)
+    assert code == 0
+    assert f"fxprof: {TEST_ID} [call0] got faster than its baseline" in out
+    assert "faster node: conv2" in out
+
+
+def test_diff_pairs_two_baselines_of_renamed_tests_by_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    old = write_baseline(tmp_path, {"call0": entry()}, "tests/test_a.py::test_old")
+    new = write_baseline(tmp_path, {"call0": entry({"conv2": 1.5})}, "tests/test_a.py::test_new")
+    code, out, _ = run(capsys, "diff", old, new)
+    assert code == 1
+    assert "different tests (tests/test_a.py::test_old and tests/test_a.py::test_new): paired by key" in out
+
+
+def test_diff_reports_a_changed_graph(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    full = entry()
+    keep = [i for i, n in enumerate(MODEL) if n.name != "softmax"]
+    runs = tuple(
+        replace(r, node_ns=tuple(r.node_ns[i] for i in keep), node_spread_ns=tuple(r.node_spread_ns[i] for i in keep))
+        for r in full.runs
+    )
+    smaller = write_baseline(tmp_path / "b", {"call0": replace(full, nodes=tuple(MODEL[i] for i in keep), runs=runs)})
+    csv = tmp_path / "diff.csv"
+    code, out, _ = run(capsys, "diff", write_baseline(tmp_path / "a", {"call0": full}), smaller, "--csv", csv)
+    assert code == 0
+    assert f"fxprof: {TEST_ID} [call0]: graph changed since the baseline: 0 node(s) added, 1 removed" in out
+    assert "  removed: softmax (softmax in <root>)" in out
+    assert "graph changed (+0/-1)" in out
+    assert sorted(table_rows(out, NAMES)) == sorted(set(NAMES) - {"softmax"})  # the matched nodes only
+    frame = pd.read_csv(csv)
+    removed = frame[frame["verdict"] == "removed"]
+    assert list(removed["node"]) == ["softmax"]
+    assert list(removed["a_us"]) == [pytest.approx(70.0)]
+    assert len(frame) == len(MODEL)
+
+
+def test_diff_reports_a_mismatched_environment_without_comparing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    baseline = write_baseline(tmp_path, {"call0": entry()})
+    other = replace(ENV, torch="2.5.0+cpu")
+    report = write_profiles(tmp_path / "report.json", [(TEST_ID, "call0", result({"conv2": 3.0}, env=other))])
+    code, out, _ = run(capsys, "diff", baseline, report)
+    assert code == 0  # not compared, so not failed
+    assert f"{TEST_ID} [call0]: mismatch (torch: baseline '2.4.1+cpu', this run '2.5.0+cpu')" in out
+    assert "were measured in different environments, so they were not compared" in out
+    assert "conv2" not in out
+
+
+def test_diff_lists_profiles_only_one_side_holds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = write_profiles(tmp_path / "a.json", [("t.py::test_kept", "call0", result()), ("t.py::test_old", "m", result())])
+    b = write_profiles(tmp_path / "b.json", [("t.py::test_kept", "call0", result()), ("t.py::test_new", "m", result())])
+    code, out, _ = run(capsys, "diff", a, b)
+    assert code == 0
+    assert f"only in A ({a}): t.py::test_old [m]" in out
+    assert f"only in B ({b}): t.py::test_new [m]" in out
+    assert "1 compared: 1 pass; 1 only in A, 1 only in B" in out
+    # a baseline against a whole run's report: the report's other tests are left out, not listed
+    baseline = write_baseline(tmp_path, {"call0": entry()}, "t.py::test_kept")
+    code, out, _ = run(capsys, "diff", baseline, b)
+    assert code == 0
+    assert "1 profile(s) of other tests" in out
+    assert not [line for line in out.splitlines() if line.startswith("only in")]
+
+
+def test_diff_with_nothing_in_common_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = write_profiles(tmp_path / "a.json", [("t.py::test_a", "call0", result())])
+    b = write_profiles(tmp_path / "b.json", [("t.py::test_b", "call0", result())])
+    code, _, err = run(capsys, "diff", a, b)
+    assert code == 2
+    assert "no profile is in both (same test id and key)" in err
+    code, _, err = run(capsys, "diff", a, a, "--key", "other")
+    assert code == 2
+    assert "key 'other'" in err
+
+
+@pytest.mark.parametrize(
+    ("change", "flags", "expected"),
+    [
+        pytest.param(({"conv2": 1.3}, 1.0), [], "slower node: conv2", id="node-default-band"),
+        pytest.param(({"conv2": 1.3}, 1.0), ["--node-tolerance", "0.5"], "", id="node-wider-band"),
+        pytest.param(({"conv2": 1.3}, 1.0), ["--floor-us", "200"], "", id="node-under-a-higher-floor"),
+        pytest.param(({"conv2": 1.1}, 1.0), [], "", id="node-within-the-default-band"),
+        pytest.param(({"conv2": 1.1}, 1.0), ["--node-tolerance", "0.05"], "slower node: conv2", id="narrower-band"),
+        pytest.param(({}, 1.3), [], "band +10% (tolerance): slower", id="total-default-band"),
+        pytest.param(({}, 1.3), ["--total-tolerance", "0.5"], "", id="total-wider-band"),
+    ],
+)
+def test_diff_tolerance_flags_change_the_outcome(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    change: tuple[dict[str, float], float],
+    flags: list[str],
+    expected: str,
+) -> None:
+    """``expected`` is what failed the pair, empty where it passes."""
+    baseline = write_baseline(tmp_path, {"call0": entry()})
+    report = write_profiles(tmp_path / "report.json", [(TEST_ID, "call0", result(*change))])
+    code, out, _ = run(capsys, "diff", baseline, report, *flags)
+    assert code == (1 if expected else 0)
+    assert f"{TEST_ID} [call0]: {'regression' if expected else 'pass'}, " in out
+    assert expected in out
+
+
+def test_diff_says_which_policy_it_judged_with(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    baseline = write_baseline(tmp_path, {"call0": entry()})
+    code, out, _ = run(capsys, "diff", baseline, baseline, "--node-tolerance", "0.25", "--floor-us", "50")
+    assert code == 0
+    assert "judged with node tolerance +25%, total tolerance +10%, floor 50.0 us" in out
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--node-tolerance", "-1", "--node-tolerance: node_tolerance must be at least 0, not '-1'"),
+        ("--total-tolerance", "abc", "--total-tolerance: total_tolerance must be a number, not 'abc'"),
+        ("--floor-us", "nan", "--floor-us: floor_us must be a finite number, not 'nan'"),
+    ],
+)
+def test_diff_refuses_a_bad_tolerance(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str, message: str
+) -> None:
+    baseline = write_baseline(tmp_path, {"call0": entry()})
+    code, out, err = run(capsys, "diff", baseline, baseline, flag, value)
+    assert (code, out) == (2, "")
+    assert err.startswith(f"fxprof: error: {message}. Pass ")
+    assert err.count("\n") == 1
+
+
+def test_diff_writes_the_node_comparisons_as_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    baseline = write_baseline(tmp_path, {"call0": entry(), "second": entry()})
+    report = write_profiles(
+        tmp_path / "report.json", [(TEST_ID, "call0", result({"conv2": 1.5})), (TEST_ID, "second", result())]
+    )
+    csv = tmp_path / "diff.csv"
+    code, out, _ = run(capsys, "diff", baseline, report, "--csv", csv)
+    assert code == 1
+    assert f"wrote 16 rows to {csv}" in out
+    frame = pd.read_csv(csv)
+    assert list(frame.groupby("key").size().items()) == [("call0", 8), ("second", 8)]
+    first = frame.iloc[0]
+    assert (first["key"], first["node"], first["module"], first["verdict"]) == (
+        "call0",
+        "conv2",
+        "layer1.conv",
+        "slower",
+    )
+    assert (first["a_us"], first["b_us"], first["ratio"]) == (pytest.approx(300.0), pytest.approx(450.0), 1.5)
+    assert set(frame[frame["key"] == "second"]["verdict"]) == {"ok"}
+
+
+def test_diff_skips_profiles_that_were_not_measured(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    baseline = write_baseline(tmp_path, {"call0": entry()})
+    report = write_profiles(tmp_path / "report.json", [(TEST_ID, "call0", result())])
+    data = json.loads(report.read_text())
+    data["profiles"][0]["status"] = "unmeasured"
+    report.write_text(json.dumps(data))
+    code, out, err = run(capsys, "diff", baseline, report)
+    assert code == 2
+    assert f"not compared: {TEST_ID} [call0]" in out
+    assert "no profile is in both" in err
+
+
+# Inputs that cannot be read ----------------------------------------------------------------------
+
+
+def _baseline_text(tmp_path: Path) -> str:
+    return write_baseline(tmp_path / "good", {"call0": entry()}).read_text()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        pytest.param(None, "no such file. Check the path", id="missing"),
+        pytest.param("", "the file is empty", id="empty"),
+        pytest.param('{"schema_version": 1, "test_id": ', "not valid JSON (Expecting value at line 1", id="truncated"),
+        pytest.param(
+            '{"coverage": 3}', "neither a pytest-fxprof baseline (it has no schema_version) nor a report", id="other"
+        ),
+        pytest.param("[1, 2]", "neither a pytest-fxprof baseline", id="a-list"),
+        pytest.param("conflict", "the file contains git merge-conflict markers. Resolve the conflict", id="conflict"),
+        pytest.param('{"schema_version": 7}', "it has schema version 7, newer than the 1", id="newer-baseline"),
+        pytest.param(
+            '{"report_version": 9, "profiles": []}', "it has report version 9, newer than the 1", id="newer-report"
+        ),
+        pytest.param(
+            '{"report_version": 1, "profiles": {}}', "the report's 'profiles' should be a list", id="report-shape"
+        ),
+        pytest.param("no-runs", "the report is malformed: profiles[0].runs is missing", id="report-profile"),
+    ],
+)
+@pytest.mark.parametrize("command", ["show", "diff-a", "diff-b"])
+def test_unreadable_input_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str | None, message: str, command: str
+) -> None:
+    bad = tmp_path / "bad.json"
+    good = write_baseline(tmp_path / "good", {"call0": entry()})
+    if content == "conflict":
+        content = "<<<<<<< HEAD\n" + good.read_text() + "=======\n" + good.read_text() + ">>>>>>> branch\n"
+    elif content == "no-runs":
+        report = write_profiles(tmp_path / "r.json", [(TEST_ID, "call0", result())])
+        data = json.loads(report.read_text())
+        del data["profiles"][0]["runs"]
+        content = json.dumps(data)
+    if content is not None:
+        bad.write_text(content)
+    argvs: dict[str, list[str | Path]] = {
+        "show": ["show", bad],
+        "diff-a": ["diff", bad, good],
+        "diff-b": ["diff", good, bad],
+    }
+    code, out, err = run(capsys, *argvs[command])
+    assert (code, out) == (2, "")
+    assert err.startswith(f"fxprof: error: {bad}: ")
+    assert message in err
+    assert err.count("\n") == 1
+    assert "Traceback" not in err
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert "show" in capsys.readouterr().err
+    assert main(["show"]) == 2
+    assert "the following arguments are required: BASELINE" in capsys.readouterr().err
+    assert main(["show", "x.json", "--limit", "0"]) == 2
+    assert "--limit: must be at least 1" in capsys.readouterr().err
+    for command, option in (("show", "--sort"), ("diff", "--node-tolerance"), ("prune", "--yes")):
+        assert main([command, "--help"]) == 0
+        assert option in capsys.readouterr().out
+
+
+# fxprof prune ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def project(pytester: pytest.Pytester) -> pytest.Pytester:
+    """A project whose ``baselines/`` holds baselines of existing, removed and module-skipped tests."""
+    pytester.makepyfile(
+        test_kept="def test_a():\n    pass\n\ndef test_b():\n    pass\n",
+        test_skipped="import pytest\npytest.skip('no GPU', allow_module_level=True)\n\ndef test_gpu():\n    pass\n",
+    )
+    directory = pytester.path / "baselines"
+    for test_id in (
+        "test_kept.py::test_a",
+        "test_kept.py::test_removed",
+        "test_gone.py::test_x",
+        "test_skipped.py::test_gpu",
+    ):
+        write_baseline(directory, {"call0": entry()}, test_id)
+    (directory / "broken.json").write_text("{")
+    (directory / ".test_kept.py_test_a-0123.abc.tmp").write_text("half")
+    pytester.chdir()
+    return pytester
+
+
+def _files(pytester: pytest.Pytester) -> set[str]:
+    return {p.name for p in (pytester.path / "baselines").iterdir()}
+
+
+def test_prune_lists_and_keeps_without_yes(project: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _files(project)
+    code, out, err = run(capsys, "prune")
+    assert (code, err) == (0, "")
+    assert _files(project) == before
+    assert "2 baseline(s) in baselines belong to tests that exist" in out  # test_a, and the skipped file's
+    assert f"{file_name('test_kept.py::test_removed')}  (test_kept.py::test_removed: not collected" in out
+    assert f"{file_name('test_gone.py::test_x')}  (test_gone.py::test_x: its test file test_gone.py is gone)" in out
+    assert ".test_kept.py_test_a-0123.abc.tmp" in out
+    assert "1 unreadable (fix or delete by hand; never removed here):" in out
+    assert "broken.json: not valid JSON" in out
+    assert "nothing was removed; to remove these 3 file(s): fxprof prune --yes" in out
+
+
+def test_prune_with_yes_removes_only_what_it_listed(
+    project: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "prune", "--yes", "--", "-p", "no:randomly")
+    assert code == 0
+    assert "removed 3 file(s)" in out
+    assert _files(project) == {
+        file_name("test_kept.py::test_a"),
+        file_name("test_skipped.py::test_gpu"),
+        "broken.json",
+    }
+
+
+def test_prune_refuses_when_collection_fails(project: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
+    project.makepyfile(test_broken="import no_such_module\n\ndef test_c():\n    pass\n")
+    before = _files(project)
+    code, out, err = run(capsys, "prune", "--yes")
+    assert code == 2
+    assert _files(project) == before
+    assert "no_such_module" in err  # the tail of pytest's output
+    assert "fxprof: error: the collection failed (pytest exit code 2)" in err
+    assert err.rstrip().endswith("no baseline was removed")
+    assert "removed" not in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-k", "test_a"], "the collection deselected tests"),
+        (["test_kept.py::test_a"], "select single tests"),
+    ],
+)
+def test_prune_refuses_a_partial_collection(
+    project: pytest.Pytester, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    before = _files(project)
+    code, _, err = run(capsys, "prune", "--yes", "--", *args)
+    assert code == 2
+    assert message in err
+    assert _files(project) == before
+
+
+def test_prune_of_a_missing_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "prune", "--baseline-dir", tmp_path / "nope")
+    assert (code, out) == (2, "")
+    assert (
+        err
+        == f"fxprof: error: {tmp_path / 'nope'}: no such directory. Pass the baseline directory with --baseline-dir\n"
+    )
