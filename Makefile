@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck gate-quality clean
+.PHONY: demo test lint typecheck browser gate-quality clean
 
 $(STAMP): requirements/test.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,18 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-test: lint typecheck
-	$(BIN)/pytest -p no:cacheprovider tests examples
+# The HTML report's tests drive a real headless Chromium: Debian's package, installed when missing (as root,
+# or through sudo). FXPROF_REQUIRE_BROWSER makes those tests fail rather than skip without it.
+CHROMIUM ?= $(shell command -v chromium || command -v chromium-browser)
+browser:
+	@if [ -z "$(CHROMIUM)" ]; then \
+		echo "installing Debian's chromium for the HTML report's browser tests"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; \
+	fi
+
+test: lint typecheck browser
+	FXPROF_REQUIRE_BROWSER=1 $(BIN)/pytest -p no:cacheprovider tests examples
 
 # The gate's error rates through the real command line, then the trade-off curve (BENCHMARKS.md; about an
 # hour here). Measured with stricter tolerances than any setting the curve shows, so that every check one

@@ -81,6 +81,24 @@ _CHOICES: dict[str, tuple[type, str]] = {
 }
 
 
+VIEWS: dict[str, tuple[str, str]] = {
+    "html": ("PATH", "Write one self-contained HTML report of every profiled test (charts, module tree, node table)"),
+    "trace": (
+        "DIR",
+        "Write a Chrome trace event file per profiled test to DIR (opens in Perfetto or chrome://tracing)",
+    ),
+    "markdown": (
+        "PATH",
+        "Write a Markdown summary for a pull-request comment; also appended to $GITHUB_STEP_SUMMARY when it is set",
+    ),
+    "benchmark_json": (
+        "PATH",
+        "Write the results in pytest-benchmark's JSON format (an entry per test and per node, with their samples)",
+    ),
+}
+"""Report views written at the end of a run with --fxprof or --fxprof-update, each from the same records."""
+
+
 def _flag(name: str) -> str:
     return "--fxprof-" + name.replace("_", "-")
 
@@ -116,6 +134,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="Write a JSON report of every profiled test (with --fxprof or --fxprof-update)",
     )
     parser.addini("fxprof_report", "Like --fxprof-report, relative to the ini file", default=None)
+    for name, (metavar, text) in VIEWS.items():
+        help_text = f"{text} (with --fxprof or --fxprof-update)"
+        group.addoption(_flag(name), dest=f"fxprof_{name}", metavar=metavar, default=None, help=help_text)
+        parser.addini(f"fxprof_{name}", f"Like {_flag(name)}, relative to the ini file", default=None)
     for name in SETTING_NAMES:
         if name in TEXT_CHOICES:
             group.addoption(
@@ -347,7 +369,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         if spoiled:
             item.stash[SPOILED_KEY] = True
         if report.when == "teardown":
-            state.settle(item.config.stash[RUN_KEY], passed=not item.stash.get(SPOILED_KEY, False))
+            run = item.config.stash[RUN_KEY]
+            state.settle(run, passed=not item.stash.get(SPOILED_KEY, False))
+            from pytest_fxprof.views import user_properties
+
+            # on the teardown report, the one junitxml takes properties from (and xdist sends on)
+            properties = user_properties(r for r in run.records if r["test_id"] == item.nodeid)
+            item.user_properties.extend(properties)
+            report.user_properties.extend(properties)
     return report
 
 
@@ -381,15 +410,18 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if run.mode is Mode.UPDATE:
         written, errors = run.write_baselines()
     unused = run.unused(_selected_paths(session), config.rootpath)
-    report = _path_setting(config, "report", None)
-    if report is not None:
-        from pytest_fxprof.report import write_report
+    outputs: list[Path] = []
+    for name in ("report", *VIEWS):
+        path = _path_setting(config, name, None)
+        if path is None:
+            continue
+        from pytest_fxprof.views import write_view
 
         try:
-            write_report(report, run.mode.value, run.records, unused)
-        except OSError as exc:
-            errors.append(f"could not write the report {report}: {exc}")
-    config.stash[_FINAL_KEY] = _Final(written, unused, errors, report)
+            outputs.extend(write_view(name, path, run.mode.value, run.records, unused))
+        except (OSError, ValueError) as exc:
+            errors.append(f"could not write the {name.replace('_', '-')} report {path}: {exc}")
+    config.stash[_FINAL_KEY] = _Final(written, unused, errors, outputs)
     failing_unused = unused and run.reactions.unused is OnUnused.FAIL and run.mode is Mode.CHECK
     if (errors or failing_unused) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -402,7 +434,7 @@ class _Final:
     written: list[Path]
     unused: list[str]
     errors: list[str]
-    report: Path | None
+    outputs: list[Path]
 
 
 _FINAL_KEY = pytest.StashKey[_Final]()
@@ -418,9 +450,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     records = sorted(run.records, key=lambda r: (r["test_id"], r["key"]))
     if not records:
         tr.write_line("no test called the fxprof fixture")
+    from pytest_fxprof.terminal import profile_lines
+
     for record in records:
-        markup = {"regression": {"red": True}, "pass": {"green": True}}.get(record["status"], {"yellow": True})
-        tr.write_line(record["summary"], **markup)
+        for text, colour in profile_lines(record, verbose=config.getoption("verbose") > 0):
+            tr.write_line(text, **({colour: True} if colour else {}))
     for note in run.notes:
         tr.write_line(note, yellow=True)
     for test_id, keys in sorted(run.dropped.items()):
@@ -439,8 +473,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             tr.write_line(f"  {name}")
     for error in final.errors:
         tr.write_line(error, red=True)
-    if final.report is not None and not final.errors:
-        tr.write_line(f"report: {final.report}")
+    for path in final.outputs:
+        tr.write_line(f"report: {path}")
 
 
 class XdistController:

@@ -6,6 +6,7 @@ import copy
 import json
 import os
 import re
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from pytest_fxprof.baseline import (
     parse,
     render,
     run_from_json,
+    write_atomic,
 )
 from pytest_fxprof.records import (
     BaselineEntry,
@@ -750,3 +752,16 @@ def test_recorded_tests_without_a_directory(tmp_path: Path) -> None:
     a_file = tmp_path / "file"
     a_file.write_text("", encoding="utf-8")
     assert list(BaselineStore(a_file).recorded_tests()) == []
+
+
+def test_written_files_get_the_mode_a_plain_open_gives(tmp_path: Path) -> None:
+    """Readable by the group and others under the usual umask (a CI artifact, a shared checkout), not only by
+    the owner as the temporary file was."""
+    previous = os.umask(0o022)
+    try:
+        path = BaselineStore(tmp_path).write(ROUND_TRIP[0].values[0])  # type: ignore[arg-type]
+        write_atomic(tmp_path / "report.html", "<html></html>\n")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "report.html").stat().st_mode) == 0o644
