@@ -135,7 +135,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     parser.addini("fxprof_report", "Like --fxprof-report, relative to the ini file", default=None)
     for name, (metavar, text) in VIEWS.items():
-        help_text = f"{text} (with --fxprof or --fxprof-update)"
+        help_text = f"{text}; with --fxprof or --fxprof-update"
         group.addoption(_flag(name), dest=f"fxprof_{name}", metavar=metavar, default=None, help=help_text)
         parser.addini(f"fxprof_{name}", f"Like {_flag(name)}, relative to the ini file", default=None)
     for name in SETTING_NAMES:

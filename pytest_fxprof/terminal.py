@@ -39,7 +39,8 @@ def profile_lines(record: ProfileRecord, verbose: bool = False) -> list[Line]:
         out += _table(ordered, compared)
         out += [(f"{INDENT}hint: {h['message']}", "cyan") for h in profile.get("hints", [])]
     elif compared:
-        worst = sorted(nodes, key=lambda n: (-n["ratio"], n["key"]))[:WORST_SHOWN]
+        judged = [n for n in nodes if "ratio" in n]  # a node added since the baseline has no ratio
+        worst = sorted(judged, key=lambda n: (-n["ratio"], n["key"]))[:WORST_SHOWN]
         out += _table(worst, compared, header=False)
     return out
 
