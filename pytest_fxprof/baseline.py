@@ -321,7 +321,7 @@ def write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem[:40]}.", suffix=".tmp", dir=path.parent)
     try:
-        os.chmod(tmp, 0o666 & ~_umask())  # the mode a plain open() would give, not mkstemp's owner-only one
+        os.chmod(tmp, 0o666 & ~_UMASK)  # the mode a plain open() would give, not mkstemp's owner-only one
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
             fh.flush()
@@ -336,6 +336,10 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+_UMASK = _umask()
+"""Read once, at import: reading it sets it for an instant, which would race with other threads' files."""
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,10 @@ class CliError(Exception):
         self.details = details
 
 
+EXIT_BROKEN_PIPE = 141
+"""128 + SIGPIPE, what a shell reports for a command whose reader closed the pipe."""
+
+
 def _error(where: object, problem: str, fix: str) -> CliError:
     return CliError(f"{where}: {problem}. {fix}")
 
@@ -652,6 +656,12 @@ def collect(pytest_args: Sequence[str]) -> Collection:
             "such as -v or -p no:terminal)",
             output,
         )
+    if not ids:
+        raise _refuse(
+            "pytest collected no test here, so every baseline would look unused: run fxprof prune from the "
+            "project's root, or pass the paths of its tests after --",
+            output,
+        )
     return Collection(frozenset(ids), rootdir)
 
 
@@ -684,6 +694,7 @@ def find_prunable(directory: Path, collection: Collection) -> Prunable:
     """The plugin's rule: a test not collected whose file is gone, or whose file collected other tests."""
     out = Prunable(leftovers=sorted(directory.glob(".*.tmp")))
     files = collection.files
+    tests: list[str] = []
     for path in sorted(directory.glob(f"*{SUFFIX}")):
         try:
             test_id = parse(path.read_text(encoding="utf-8"), path).test_id
@@ -693,6 +704,7 @@ def find_prunable(directory: Path, collection: Collection) -> Prunable:
         except (OSError, UnicodeDecodeError) as exc:
             out.unreadable.append((path, f"cannot be read ({exc})"))
             continue
+        tests.append(test_id)
         file_part = test_id.partition("::")[0]
         if test_id in collection.ids:
             out.kept += 1
@@ -702,6 +714,13 @@ def find_prunable(directory: Path, collection: Collection) -> Prunable:
             out.unused.append((path, f"{test_id}: its test file {file_part} is gone"))
         else:
             out.kept += 1  # its file collected nothing (skipped at module level, not selected): it says nothing
+    if out.unused and not any(test_id in collection.ids for test_id in tests):
+        raise CliError(
+            f"{directory}: none of its {len(tests)} baseline(s) belongs to a test collected here (rootdir "
+            f"{collection.rootdir}), so it cannot tell a deleted test from a baseline directory of another "
+            "project or rootdir; no baseline was removed. Run fxprof prune from the root of the project whose "
+            "baselines these are, with --baseline-dir pointing at them"
+        )
     return out
 
 
@@ -878,9 +897,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(exc.details, file=sys.stderr)
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except BrokenPipeError:  # the reader (head, less) went away
+    except BrokenPipeError:  # the reader (head, less) went away: the shell's code for SIGPIPE, never "found"
         _silence_stdout()
-        return EXIT_FOUND
+        return EXIT_BROKEN_PIPE
     return code
 
 

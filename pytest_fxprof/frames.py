@@ -145,10 +145,19 @@ def read_report(path: str | Path, by: str = "node") -> pd.DataFrame:
 
     if by not in READ_BY:
         raise ValueError(f"by must be one of {', '.join(READ_BY)}, not {by!r}")
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    again = "write it again with pytest --fxprof --fxprof-report PATH"
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); {again}") from None
     if not isinstance(data, dict) or "report_version" not in data or not isinstance(data.get("profiles"), list):
         raise ValueError(f"{path} is not a report written by --fxprof-report (it has no report_version)")
-    rows = [{"test_id": p["test_id"], "key": p["key"], **row} for p in data["profiles"] for row in _report_rows(p, by)]
+    try:
+        rows = [
+            {"test_id": p["test_id"], "key": p["key"], **row} for p in data["profiles"] for row in _report_rows(p, by)
+        ]
+    except (KeyError, TypeError, ZeroDivisionError) as exc:
+        raise ValueError(f"{path}: a profile lacks a field or has the wrong type ({exc!r}); {again}") from None
     columns = {"node": NODE_COLUMNS, "verdict": VERDICT_COLUMNS}.get(by, ROLLUP_COLUMNS)
     return pd.DataFrame(rows, columns=["test_id", "key", *columns])
 

@@ -424,7 +424,7 @@ def _chart_block(p: Mapping[str, Any]) -> str:
     if compared:
         legend += (
             ' <span class="sw tick"></span> baseline <span class="sw band"></span> tolerated range (baseline '
-            "\N{MULTIPLICATION SIGN} speed factor, up to its band)"
+            "\N{MULTIPLICATION SIGN} the drift its test divides out, up to its band)"
         )
     order = "worst first: what failed, what was warned about, then by ratio" if compared else "slowest first"
     return (

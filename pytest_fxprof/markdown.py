@@ -166,8 +166,13 @@ def _item(item: Mapping[str, Any]) -> str:
     return f"{_text(kind)} {_code(name)} {ratio}{_leaders(item)}"
 
 
+def _failed(node: Mapping[str, Any]) -> bool:
+    """Whether the node failed the test alone: slower, large enough to gate, and not unconfirmed."""
+    return node.get("verdict") == "slower" and bool(node.get("gates")) and node.get("confirmed") is not False
+
+
 def _slowed_table(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
-    slowed = sorted((n for n in nodes if n.get("verdict") == "slower"), key=lambda n: -n["ratio"])
+    slowed = sorted((n for n in nodes if _failed(n)), key=lambda n: -n["ratio"])
     if not slowed:
         return []
     lines = [
@@ -196,7 +201,8 @@ def _regression_block(profile: Mapping[str, Any]) -> list[str]:
     if "ratio" in total and "baseline_ns" in total:
         lines += [
             "",
-            f"Total: {fmt_ns(total['baseline_ns'])} -> {fmt_ns(total['current_ns'])}, {_ratio(total['ratio'])}, "
+            f"Total: {fmt_ns(total['baseline_ns'])} -> {fmt_ns(total['current_ns'])}, {_ratio(total['ratio'])} "
+            f"against the reference workload (machine {_ratio(total.get('machine_factor'))}), "
             f"band +{total.get('band', 0.0):.0%}: {_text(total.get('verdict', ''))}",
         ]
     return lines

@@ -85,7 +85,7 @@ VIEWS: dict[str, tuple[str, str]] = {
     "html": ("PATH", "Write one self-contained HTML report of every profiled test (charts, module tree, node table)"),
     "trace": (
         "DIR",
-        "Write a Chrome trace event file per profiled test to DIR (opens in Perfetto or chrome://tracing)",
+        "Write a Chrome trace event file per fixture call to DIR (opens in Perfetto or chrome://tracing)",
     ),
     "markdown": (
         "PATH",
@@ -93,7 +93,7 @@ VIEWS: dict[str, tuple[str, str]] = {
     ),
     "benchmark_json": (
         "PATH",
-        "Write the results in pytest-benchmark's JSON format (an entry per test and per node, with their samples)",
+        "Write the results in pytest-benchmark's JSON format (an entry per fixture call and per node, with samples)",
     ),
 }
 """Report views written at the end of a run with --fxprof or --fxprof-update, each from the same records."""
@@ -371,12 +371,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         if report.when == "teardown":
             run = item.config.stash[RUN_KEY]
             state.settle(run, passed=not item.stash.get(SPOILED_KEY, False))
-            from pytest_fxprof.views import user_properties
+            if run.mode in (Mode.CHECK, Mode.UPDATE):
+                from pytest_fxprof.views import user_properties
 
-            # on the teardown report, the one junitxml takes properties from (and xdist sends on)
-            properties = user_properties(r for r in run.records if r["test_id"] == item.nodeid)
-            item.user_properties.extend(properties)
-            report.user_properties.extend(properties)
+                # on the teardown report, the one junitxml takes properties from (and xdist sends on)
+                report.user_properties.extend(user_properties(r for r in run.records if r["test_id"] == item.nodeid))
     return report
 
 

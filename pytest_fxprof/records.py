@@ -364,7 +364,7 @@ class ProfileResult:
         nodes with a large share, nodes far below their peers' FLOP/s, layout copies); never failures."""
         from pytest_fxprof.hints import find_hints
 
-        return find_hints(self.nodes)
+        return find_hints(self.nodes) if self.measured else ()  # one cold pass says little about where time goes
 
     def to_dataframe(self, by: str = "node") -> pd.DataFrame:
         """A table of the profile, times in microseconds.
@@ -392,5 +392,9 @@ class ProfileResult:
         return pd.DataFrame(rows, columns=columns)
 
     def to_csv(self, path: str | Path, by: str = "node") -> None:
-        """Write ``to_dataframe(by)`` as CSV (no index column)."""
-        self.to_dataframe(by).to_csv(path, index=False)
+        """Write ``to_dataframe(by)`` as CSV (no index column), whole or not at all."""
+        from pathlib import Path
+
+        from pytest_fxprof.baseline import write_atomic
+
+        write_atomic(Path(path), self.to_dataframe(by).to_csv(index=False))

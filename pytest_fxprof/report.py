@@ -126,7 +126,7 @@ def profile_report(
                 "time_ns": h.time_ns,
                 "share": round(h.share, 5),
             }
-            for h in (result.hints if result.measured else ())
+            for h in result.hints
         ],
     }
     if comparison is not None:

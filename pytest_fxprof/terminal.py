@@ -18,12 +18,21 @@ Line = tuple[str, str | None]
 """A line of text and the colour to write it in (None: the terminal's own)."""
 
 STATUS_COLOURS = {"regression": "red", "pass": "green", "recorded": "green"}
-VERDICT_COLOURS = {"slower": "red", "faster": "green", "noisy": "yellow"}
+VERDICT_COLOURS = {"slower": "red", "faster": "green", "too noisy": "yellow"}
+WARNING_COLOUR = "yellow"
 INDENT = "    "
 
 
 def status_colour(status: str) -> str:
-    return STATUS_COLOURS.get(status, "yellow")
+    return STATUS_COLOURS.get(status, WARNING_COLOUR)
+
+
+def node_colour(node: Mapping[str, Any]) -> str | None:
+    """A node's verdict colour; a slower node too small to fail the test alone, or not confirmed, warns."""
+    verdict = str(node.get("verdict", ""))
+    if verdict == "slower" and (not node.get("gates") or node.get("confirmed") is False):
+        return WARNING_COLOUR
+    return VERDICT_COLOURS.get(verdict)
 
 
 def profile_lines(record: ProfileRecord, verbose: bool = False) -> list[Line]:
@@ -47,7 +56,7 @@ def profile_lines(record: ProfileRecord, verbose: bool = False) -> list[Line]:
 
 def _table(nodes: Sequence[Mapping[str, Any]], compared: bool, header: bool = True) -> list[Line]:
     """Nodes as aligned rows, each coloured by its verdict."""
-    head = ["node", "op", "module", "shape", "median", "spread", "share"]
+    head = ["node", "target", "module", "shape", "median", "spread", "share"]
     if compared:
         head += ["baseline", "ratio", "band", "verdict"]
     rows = []
@@ -73,6 +82,6 @@ def _table(nodes: Sequence[Mapping[str, Any]], compared: bool, header: bool = Tr
     numeric = {4, 5, 6, 7, 8, 9}
     lines = grid(head, rows, right=numeric)
     colours: list[str | None] = [None, None] if header else []
-    colours += [VERDICT_COLOURS.get(str(n.get("verdict", ""))) for n in nodes]
+    colours += [node_colour(n) for n in nodes]
     texts = lines if header else lines[2:]
     return [(INDENT + text, colour) for text, colour in zip(texts, colours, strict=True)]

@@ -32,7 +32,7 @@ TRACE_SUFFIX = ".trace.json"
 NS_PER_US = 1000
 PID = 1
 TID = 1
-VERDICT_COLOURS = {"slower": "terrible", "faster": "good", "noisy": "yellow"}
+VERDICT_COLOURS = {"slower": "terrible", "faster": "good", "too noisy": "yellow"}
 """Reserved colour names of the trace viewers (``cname``), by verdict; an ``ok`` span keeps its own colour."""
 NODE_ARGS = ("key", "op", "target", "module", "shape", "layout", "source", "flops")
 VERDICT_ARGS = ("baseline_ns", "ratio", "band", "verdict", "reason")

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+import pytest_fxprof.baseline as baseline_module
 from pytest_fxprof.baseline import (
     SCHEMA_VERSION,
     BaselineError,
@@ -754,14 +755,14 @@ def test_recorded_tests_without_a_directory(tmp_path: Path) -> None:
     assert list(BaselineStore(a_file).recorded_tests()) == []
 
 
-def test_written_files_get_the_mode_a_plain_open_gives(tmp_path: Path) -> None:
-    """Readable by the group and others under the usual umask (a CI artifact, a shared checkout), not only by
-    the owner as the temporary file was."""
-    previous = os.umask(0o022)
-    try:
-        path = BaselineStore(tmp_path).write(ROUND_TRIP[0].values[0])  # type: ignore[arg-type]
-        write_atomic(tmp_path / "report.html", "<html></html>\n")
-    finally:
-        os.umask(previous)
-    assert stat.S_IMODE(path.stat().st_mode) == 0o644
-    assert stat.S_IMODE((tmp_path / "report.html").stat().st_mode) == 0o644
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o077, 0o600)])
+def test_written_files_get_the_mode_a_plain_open_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, umask: int, mode: int
+) -> None:
+    """Under the usual umask, readable by the group and others (a CI artifact, a shared checkout), not only by
+    the owner as the temporary file was; a stricter umask is kept."""
+    monkeypatch.setattr(baseline_module, "_UMASK", umask)
+    path = BaselineStore(tmp_path).write(ROUND_TRIP[0].values[0])  # type: ignore[arg-type]
+    write_atomic(tmp_path / "report.html", "<html></html>\n")
+    assert stat.S_IMODE(path.stat().st_mode) == mode
+    assert stat.S_IMODE((tmp_path / "report.html").stat().st_mode) == mode

@@ -518,6 +518,50 @@ def test_prune_refuses_a_partial_collection(
     assert _files(project) == before
 
 
+def test_prune_from_another_rootdir_removes_nothing(
+    project: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """From a subdirectory with tests of its own (its own rootdir), no baseline's test is collected: every
+    test file would look gone, so the command refuses rather than remove live baselines."""
+    sub = project.mkdir("sub")
+    (sub / "pytest.ini").write_text("[pytest]\n")
+    (sub / "test_other.py").write_text("def test_o():\n    pass\n")
+    before = _files(project)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(sub)
+        code, out, err = run(capsys, "prune", "--yes", "--baseline-dir", "../baselines")
+    assert code == 2
+    assert "none of its 4 baseline(s) belongs to a test collected here" in err
+    assert "removed" not in out
+    assert _files(project) == before
+
+
+def test_prune_where_nothing_is_collected_removes_nothing(
+    project: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = project.mkdir("empty")
+    (empty / "pytest.ini").write_text("[pytest]\n")
+    before = _files(project)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(empty)
+        code, _, err = run(capsys, "prune", "--yes", "--baseline-dir", "../baselines")
+    assert code == 2
+    assert "pytest collected no test here" in err
+    assert _files(project) == before
+
+
+def test_a_closed_pipe_is_not_reported_as_a_regression(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = write_baseline(tmp_path, {"call0": entry()})
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise BrokenPipeError
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("builtins.print", broken)
+        code = main(["show", str(path)])
+    assert code == 141
+
+
 def test_prune_of_a_missing_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "prune", "--baseline-dir", tmp_path / "nope")
     assert (code, out) == (2, "")

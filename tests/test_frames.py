@@ -97,3 +97,19 @@ def test_reading_something_that_is_not_a_report_says_so(tmp_path: Path) -> None:
         read_report(path)
     with pytest.raises(ValueError, match="by must be one of"):
         read_report(path, by="graph")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"report_version": 1, "profiles": [{"test_id": "t", "key": "k"}]}', "a profile lacks a field"),
+        ('{"report_version": 1, "profiles": [', "not valid JSON"),
+    ],
+)
+def test_a_damaged_report_names_the_file_and_the_fix(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "r.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError, match=message) as info:
+        read_report(path)
+    assert str(path) in str(info.value)
+    assert "write it again with pytest --fxprof --fxprof-report PATH" in str(info.value)

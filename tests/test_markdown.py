@@ -99,6 +99,20 @@ def test_a_regression_names_what_failed_and_where() -> None:
     assert "t.py::test_fine [call0]`: regression" not in text
 
 
+def test_the_failure_block_lists_only_nodes_that_failed_the_test() -> None:
+    """softmax is slower too; as a node too small to fail the test alone it is a warning, not a failure."""
+    profile = checked({"conv": 2.0, "softmax": 3.0})
+    softmax = next(n for n in profile["nodes"] if n["name"] == "softmax")
+    assert softmax["verdict"] == "slower"
+    softmax["gates"] = False  # what the report says of a node under the gating size
+    text = markdown_summary("check", [profile], [])
+    block = text[text.index(": regression\n") : text.index("<details>") if "<details>" in text else None]
+    rows = [cells(line)[0] for line in block.splitlines() if line.startswith("| `")]
+    assert rows == ["`conv`"]
+    total = next(line for line in block.splitlines() if line.startswith("Total: "))
+    assert "against the reference workload (machine x" in total
+
+
 def test_a_passing_run_has_no_failure_block() -> None:
     text = markdown_summary("check", [{**PASSED, "hints": []}], [])
     assert text.startswith("## pytest-fxprof: 1 passed\n")

@@ -120,7 +120,7 @@ def test_the_terminal_shows_worst_nodes_and_with_v_every_node(
     assert len([line for line in section if line.startswith("    ")]) == 2 * 3  # three worst nodes per test
 
     verbose = fxprof_section(decide(pytester, "--fxprof", "-v"))
-    assert any(line.split()[:3] == ["node", "op", "module"] for line in verbose)
+    assert any(line.split()[:3] == ["node", "target", "module"] for line in verbose)
     rows = [line.split()[0] for line in verbose if line.startswith("    ") and not line.strip().startswith("-")]
     assert {"fc1", "act", "slow", "fc2"} <= set(rows)  # every node
 
@@ -146,8 +146,9 @@ def test_a_view_that_cannot_be_written_fails_the_run_and_loses_nothing(pytester:
     assert len(list((pytester.path / "baselines").glob("*.json"))) == 2  # and the baselines
 
 
-def test_views_are_written_only_when_profiles_are_measured(pytester: pytest.Pytester) -> None:
+def test_views_and_verdicts_come_only_from_measured_runs(pytester: pytest.Pytester) -> None:
     write_tests(pytester, TWO_TESTS)
-    result = pytester.runpytest(*FAST, "--fxprof-html=report.html")
+    result = pytester.runpytest(*FAST, "--fxprof-html=report.html", "--junitxml=junit.xml")
     assert result.ret == pytest.ExitCode.OK
     assert not (pytester.path / "report.html").exists()
+    assert properties(pytester.path / "junit.xml") == {"test_a": {}, "test_b": {}}  # one cold pass: no verdict

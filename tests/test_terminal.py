@@ -34,7 +34,7 @@ def test_with_verbose_every_node_slowest_first_then_the_hints() -> None:
     rec["report"]["hints"] = [{"kind": "memory-bound", "message": "relu takes a lot", "nodes": ["relu"]}]
     lines = profile_lines(rec, verbose=True)
     header = lines[1][0].split()
-    assert header[:4] == ["node", "op", "module", "shape"]
+    assert header[:4] == ["node", "target", "module", "shape"]
     assert header[-4:] == ["baseline", "ratio", "band", "verdict"]
     rows = [text.split()[0] for text, _ in lines[3:-1]]
     assert rows == ["conv1", "fc", "relu", "softmax", "tiny", "x"]  # every node, slowest first
