@@ -19,6 +19,7 @@ from typing import Any
 
 from pytest_fxprof.baseline import write_atomic
 from pytest_fxprof.render import fmt_ns
+from pytest_fxprof.report import worst_nodes
 
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 TITLE = "pytest-fxprof"
@@ -99,10 +100,6 @@ def _status_cell(status: str) -> str:
     return f"**{word}**" if status in ATTENTION else word
 
 
-def _compared(nodes: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [n for n in nodes if "ratio" in n]
-
-
 def _total_cell(profile: Mapping[str, Any]) -> str:
     total = profile.get("total", {})
     if "current_ns" not in total:
@@ -115,9 +112,9 @@ def _total_cell(profile: Mapping[str, Any]) -> str:
 
 def _worst_cell(profile: Mapping[str, Any]) -> str:
     """The node with the highest ratio; without a comparison, the slowest node and its share."""
-    compared = _compared(profile.get("nodes", []))
+    compared = worst_nodes(profile.get("nodes", []), 1)
     if compared:
-        worst = max(compared, key=lambda n: n["ratio"])
+        (worst,) = compared
         return f"{_code(worst['name'], cell=True)} {_ratio(worst['ratio'])}"
     nodes = profile.get("nodes", [])
     if not nodes:

@@ -6,7 +6,7 @@ import torch or pytest.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, TypedDict
@@ -206,6 +206,12 @@ def _flags(c: Comparison) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     if total is not None and c.total is not None and warns(c.total.judgement):
         warned.append(total)
     return flagged, warned
+
+
+def worst_nodes(nodes: Sequence[Mapping[str, Any]], limit: int | None = None) -> list[Mapping[str, Any]]:
+    """A report's compared nodes, highest ratio first (ties by key): what every view calls the worst."""
+    judged = [n for n in nodes if "ratio" in n]  # a node added since the baseline has no ratio
+    return sorted(judged, key=lambda n: (-n["ratio"], n["key"]))[:limit]
 
 
 def write_report(path: Path, mode: str, records: Sequence[ProfileRecord], unused: Sequence[str]) -> None:

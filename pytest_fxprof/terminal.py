@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_fxprof.render import WORST_SHOWN, fmt_ns, grid
-from pytest_fxprof.report import ProfileRecord
+from pytest_fxprof.report import ProfileRecord, worst_nodes
 
 Line = tuple[str, str | None]
 """A line of text and the colour to write it in (None: the terminal's own)."""
@@ -48,9 +48,7 @@ def profile_lines(record: ProfileRecord, verbose: bool = False) -> list[Line]:
         out += _table(ordered, compared)
         out += [(f"{INDENT}hint: {h['message']}", "cyan") for h in profile.get("hints", [])]
     elif compared:
-        judged = [n for n in nodes if "ratio" in n]  # a node added since the baseline has no ratio
-        worst = sorted(judged, key=lambda n: (-n["ratio"], n["key"]))[:WORST_SHOWN]
-        out += _table(worst, compared, header=False)
+        out += _table(worst_nodes(nodes, WORST_SHOWN), compared, header=False)
     return out
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_fxprof.report import ProfileRecord
+from pytest_fxprof.report import ProfileRecord, worst_nodes
 
 PropertyValue = str | int | float
 PROPERTY_PREFIX = "fxprof"
@@ -72,9 +72,9 @@ def user_properties(records: Iterable[ProfileRecord]) -> list[tuple[str, Propert
         out.append((f"{prefix}.time_ns", int(profile["total"]["current_ns"])))
         if "ratio" in profile["total"]:
             out.append((f"{prefix}.total_ratio", float(profile["total"]["ratio"])))
-        compared = [n for n in profile["nodes"] if "ratio" in n]
+        compared = worst_nodes(profile["nodes"], 1)
         if compared:
-            worst = max(compared, key=lambda n: n["ratio"])
+            (worst,) = compared
             out.append((f"{prefix}.worst_node", str(worst["name"])))
             out.append((f"{prefix}.worst_ratio", float(worst["ratio"])))
         flagged = profile.get("flagged", [])
