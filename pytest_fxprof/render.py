@@ -243,7 +243,7 @@ def summary_line(label: str, c: Comparison | None) -> str:
     if c.status is Status.MISMATCH:
         return f"{label}: mismatch ({'; '.join(c.mismatches)})"
     total = f"total x{c.total.ratio:.2f}" if c.total else ""
-    worst = sorted(c.nodes, key=lambda v: (-v.ratio, v.node.key))[:WORST_SHOWN]  # as report.worst_nodes
+    worst = sorted(c.nodes, key=lambda v: -v.ratio)[:WORST_SHOWN]  # as report.worst_nodes: ties in graph order
     worst_text = ", ".join(f"{v.node.name} x{v.ratio:.2f}" for v in worst) or "no node in common"
     changed = f"; graph changed (+{len(c.added)}/-{len(c.removed)})" if c.graph_changed else ""
     return f"{label}: {c.status.value}, {total}; worst: {worst_text}{changed}"

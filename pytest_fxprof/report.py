@@ -209,9 +209,9 @@ def _flags(c: Comparison) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 def worst_nodes(nodes: Sequence[Mapping[str, Any]], limit: int | None = None) -> list[Mapping[str, Any]]:
-    """A report's compared nodes, highest ratio first (ties by key): what every view calls the worst."""
+    """A report's compared nodes, highest ratio first (ties in graph order): what every view calls the worst."""
     judged = [n for n in nodes if "ratio" in n]  # a node added since the baseline has no ratio
-    return sorted(judged, key=lambda n: (-n["ratio"], n["key"]))[:limit]
+    return sorted(judged, key=lambda n: -n["ratio"])[:limit]
 
 
 def write_report(path: Path, mode: str, records: Sequence[ProfileRecord], unused: Sequence[str]) -> None:

@@ -397,10 +397,12 @@ class RunState:
             return []
         roots = [p.resolve() for p in selected_paths]
         collected_files = {test_id.partition("::")[0] for test_id in self.collected}
+        collected_names = {self.store.path_for(test_id).name for test_id in self.collected}
         out = []
         for path, test_id in self.store.recorded_tests():
             if test_id is None:
-                out.append(f"{path.name} (unreadable)")
+                if path.name not in collected_names:  # a collected test's own file: that test reports it
+                    out.append(f"{path.name} (unreadable)")
                 continue
             if test_id in self.collected:
                 continue
