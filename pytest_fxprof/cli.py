@@ -852,8 +852,9 @@ def _add_prune(sub: Any) -> None:
         help="Remove the baselines of tests that no longer exist",
         description="Collect the tests with pytest (in this directory, with PYTEST_ARGS after --) and list the "
         "baselines whose test was not collected although its test file collected other tests, or whose test "
-        "file is gone. Removes them only with --yes. Refuses if the collection fails or deselects tests; never "
-        "removes an unreadable baseline.",
+        "file is gone. Removes them only with --yes. Refuses if the collection fails, collects nothing or "
+        "deselects tests, or if none of the directory's baselines belongs to a collected test (another project's "
+        "directory); never removes an unreadable baseline.",
     )
     p.add_argument(
         "--baseline-dir",
