@@ -264,11 +264,12 @@ def _flag_list(title: str, flags: Sequence[Mapping[str, Any]], p: Mapping[str, A
 
 
 def _faster(p: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Nodes, aggregates and the total found faster beyond their band, as flag items."""
+    """Nodes, aggregates and the total found faster beyond their band, as flag items (nodes large enough to
+    gate alone, as the gate reports them)."""
     out: list[dict[str, Any]] = [
         {"kind": "node", "name": n["name"], "module": n.get("module", ""), "ratio": n.get("ratio")}
         for n in p["nodes"]
-        if n.get("verdict") == "faster"
+        if n.get("verdict") == "faster" and n.get("gates")
     ]
     out += [
         {"kind": a["kind"], "name": a["name"], "ratio": a.get("ratio")}

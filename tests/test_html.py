@@ -263,6 +263,9 @@ def test_a_faster_node_is_listed_apart_from_the_failures() -> None:
     faster = text[text.index("Faster than the baseline") : text.index("Total")]
     assert "node conv10" in faster
     assert "conv3" not in faster
+    rows["conv10"]["gates"] = False  # as a node too small to fail alone: the gate does not report it faster
+    text = text_of(section(render_html("check", [regression], []), regression["test_id"]))
+    assert "node conv10" not in text[: text.index("Total")]
 
 
 def test_the_total_shows_baseline_ratio_and_band_only_when_compared() -> None:
