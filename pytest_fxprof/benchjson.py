@@ -14,8 +14,6 @@ level: pytest-benchmark's modules import pytest, so they are imported inside the
 and importing this module (or the plugin) stays cheap.
 """
 
-# pytest-benchmark ships py.typed but leaves its functions unannotated; calling them is this module's point
-
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
