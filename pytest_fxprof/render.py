@@ -5,6 +5,7 @@ Owns wording and layout only; decides nothing. Must not import torch or pytest.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from pytest_fxprof.decision import (
@@ -236,6 +237,15 @@ def improvement_lines(c: Comparison) -> list[str]:
     return out
 
 
+def band_used(ratio: float, band: float) -> float:
+    """How much of its band a ratio uses: 0 at the baseline, 1 at the band's edge, more beyond it, negative
+    when faster. Ranks nodes by how near they are to failing, so that a tiny node whose time doubled inside a
+    band a hundred times wider does not rank above a large one near its edge."""
+    if band > 0:
+        return (ratio - 1.0) / band
+    return math.inf if ratio > 1.0 else ratio - 1.0
+
+
 def summary_line(label: str, c: Comparison | None) -> str:
     """One line per profile for the terminal summary: its verdict and worst nodes."""
     if c is None:
@@ -243,7 +253,7 @@ def summary_line(label: str, c: Comparison | None) -> str:
     if c.status is Status.MISMATCH:
         return f"{label}: mismatch ({'; '.join(c.mismatches)})"
     total = f"total x{c.total.ratio:.2f}" if c.total else ""
-    worst = sorted(c.nodes, key=lambda v: -v.ratio)[:WORST_SHOWN]  # as report.worst_nodes: ties in graph order
+    worst = sorted(c.nodes, key=lambda v: -band_used(v.ratio, v.band))[:WORST_SHOWN]  # as report.worst_nodes
     worst_text = ", ".join(f"{v.node.name} x{v.ratio:.2f}" for v in worst) or "no node in common"
     changed = f"; graph changed (+{len(c.added)}/-{len(c.removed)})" if c.graph_changed else ""
     return f"{label}: {c.status.value}, {total}; worst: {worst_text}{changed}"

@@ -14,6 +14,7 @@ from typing import Any, TypedDict
 from pytest_fxprof.baseline import dumps, run_to_json, write_atomic
 from pytest_fxprof.decision import AggregateVerdict, Comparison, Judgement, Kind, NodeVerdict, Verdict
 from pytest_fxprof.records import ROLLUPS, NodeInfo, NodeStats, ProfileResult
+from pytest_fxprof.render import band_used
 
 REPORT_VERSION = 1
 
@@ -209,9 +210,10 @@ def _flags(c: Comparison) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 def worst_nodes(nodes: Sequence[Mapping[str, Any]], limit: int | None = None) -> list[Mapping[str, Any]]:
-    """A report's compared nodes, highest ratio first (ties in graph order): what every view calls the worst."""
+    """A report's compared nodes, those that use most of their band first (``render.band_used``; ties in graph
+    order): what every view calls the worst."""
     judged = [n for n in nodes if "ratio" in n]  # a node added since the baseline has no ratio
-    return sorted(judged, key=lambda n: -n["ratio"])[:limit]
+    return sorted(judged, key=lambda n: -band_used(n["ratio"], n["band"]))[:limit]
 
 
 def write_report(path: Path, mode: str, records: Sequence[ProfileRecord], unused: Sequence[str]) -> None:

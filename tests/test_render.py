@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -22,6 +23,7 @@ from pytest_fxprof.render import (
     AGGREGATES_SHOWN,
     WORST_SHOWN,
     aggregate_line,
+    band_used,
     fmt_ns,
     improvement_lines,
     node_line,
@@ -31,6 +33,7 @@ from pytest_fxprof.render import (
     summary_line,
     total_line,
 )
+from pytest_fxprof.report import worst_nodes
 from tests.records_for_tests import (
     BASE_NS,
     CAPTURE,
@@ -588,7 +591,10 @@ def test_summary_line_pass() -> None:
 
 def test_summary_line_regression() -> None:
     line = summary_line("t::x", regression())
-    assert line == "t::x: regression, total x1.31; worst: relu1 x4.00, pool x3.00, conv1 x1.00"
+    # pool's band is narrower than relu1's (it is the larger node), so pool is further beyond it
+    assert line == "t::x: regression, total x1.31; worst: pool x3.00, relu1 x4.00, conv1 x1.00"
+    bands = {v.node.name: v.band for v in regression().nodes}
+    assert (3.0 - 1) / bands["pool"] > (4.0 - 1) / bands["relu1"]
 
 
 def test_summary_line_mismatch() -> None:
@@ -741,3 +747,20 @@ def test_the_node_table_shows_host_time_and_peak_memory_on_cuda() -> None:
     lines = replace(make_result(), nodes=(node,)).table().splitlines()
     assert lines[0].split()[-4:] == ["GFLOP/s", "host", "peak", "mem"]
     assert lines[2].split()[-4:] == ["12.0", "us", "3", "MiB"]
+
+
+@pytest.mark.parametrize(
+    ("ratio", "band", "used"),
+    [(1.0, 0.1, 0.0), (1.1, 0.1, 1.0), (1.3, 0.1, 3.0), (0.9, 0.1, -1.0), (1.5, 0.0, math.inf), (0.8, 0.0, -0.2)],
+)
+def test_band_used(ratio: float, band: float, used: float) -> None:
+    assert band_used(ratio, band) == pytest.approx(used)
+
+
+def test_a_noisy_tiny_node_does_not_outrank_a_large_node_near_its_edge() -> None:
+    report = [
+        {"key": "a", "name": "getitem", "ratio": 1.58, "band": 166.67},
+        {"key": "b", "name": "classifier", "ratio": 1.13, "band": 0.16},
+        {"key": "c", "name": "conv", "ratio": 0.95, "band": 0.15},
+    ]
+    assert [n["name"] for n in worst_nodes(report)] == ["classifier", "getitem", "conv"]
