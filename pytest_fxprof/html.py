@@ -427,7 +427,11 @@ def _chart_block(p: Mapping[str, Any]) -> str:
             ' <span class="sw tick"></span> baseline <span class="sw band"></span> tolerated range (baseline '
             "\N{MULTIPLICATION SIGN} the drift its test divides out, up to its band)"
         )
-    order = "worst first: what failed, what was warned about, then by ratio" if compared else "slowest first"
+    order = (
+        "worst first: what failed, what was warned about, then by how much of its band each used"
+        if compared
+        else "slowest first"
+    )
     return (
         f'<h3>Nodes, {order}</h3><p class="legend">{legend}</p>'
         f'<div class="chart-wrap"><svg class="fxprof-chart" role="img" aria-label="time per node" width="1100" '
@@ -670,12 +674,19 @@ SCRIPT = r"""
     if (n.verdict === "slower") return n.gates ? 0 : 1;
     return tone(n) === "warn" && n.verdict !== "faster" ? 1 : 2;
   }
+  // how much of its band a node's ratio uses (render.band_used): 1 at the band's edge
+  function bandUsed(n) {
+    if (!has(n, "ratio")) return -Infinity;
+    if (n.band > 0) return (n.ratio - 1) / n.band;
+    return n.ratio > 1 ? Infinity : n.ratio - 1;
+  }
+
   function worstFirst(cmp) {
     return function (a, b) {
       if (cmp) {
         if (rank(a) !== rank(b)) return rank(a) - rank(b);
-        var ra = has(a, "ratio") ? a.ratio : -1, rb = has(b, "ratio") ? b.ratio : -1;
-        if (ra !== rb) return rb - ra;
+        var ua = bandUsed(a), ub = bandUsed(b);
+        if (ua !== ub) return ub - ua;
       }
       if (a.current_ns !== b.current_ns) return b.current_ns - a.current_ns;
       return a.key < b.key ? -1 : a.key > b.key ? 1 : 0;
