@@ -350,6 +350,10 @@ class RunState:
         self.partial = False
 
     def add_record(self, record: ProfileRecord) -> None:
+        """Keep ``record``; one of the same test and key from an earlier attempt at the test (a rerun plugin ran
+        it again) is replaced, so that every view shows each fixture call once, as it ended."""
+        same = (record["test_id"], record["key"])
+        self.records = [r for r in self.records if (r["test_id"], r["key"]) != same]
         self.records.append(record)
 
     def queue_write(self, test_id: str, entries: dict[str, BaselineEntry]) -> None:
@@ -366,7 +370,8 @@ class RunState:
         }
 
     def merge(self, payload: WorkerPayload) -> None:
-        self.records.extend(payload["records"])
+        for record in payload["records"]:
+            self.add_record(record)
         self.writes.update(payload["writes"])
         self.dropped.update(payload["dropped"])
         self.notes.extend(payload["notes"])

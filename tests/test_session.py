@@ -1,0 +1,37 @@
+"""The run's records: one per fixture call, however often its test ran (no torch, no pytest run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pytest_fxprof.baseline import BaselineStore
+from pytest_fxprof.report import ProfileRecord
+from pytest_fxprof.session import Reactions, RunState
+from pytest_fxprof.settings import Mode
+
+
+def record(test_id: str, key: str, status: str) -> ProfileRecord:
+    return {"test_id": test_id, "key": key, "status": status, "summary": f"{test_id} [{key}]: {status}", "report": {}}
+
+
+def test_a_test_run_again_keeps_only_its_last_record_of_each_call(tmp_path: Path) -> None:
+    run = RunState(Mode.CHECK, BaselineStore(tmp_path), Reactions())
+    run.add_record(record("t.py::a", "call0", "regression"))
+    run.add_record(record("t.py::a", "call1", "pass"))
+    run.add_record(record("t.py::b", "call0", "pass"))
+    run.add_record(record("t.py::a", "call0", "pass"))  # the rerun of t.py::a passed
+    assert [(r["test_id"], r["key"], r["status"]) for r in run.records] == [
+        ("t.py::a", "call1", "pass"),
+        ("t.py::b", "call0", "pass"),
+        ("t.py::a", "call0", "pass"),
+    ]
+
+
+def test_records_from_workers_merge_the_same_way(tmp_path: Path) -> None:
+    controller = RunState(Mode.CHECK, BaselineStore(tmp_path), Reactions())
+    worker = RunState(Mode.CHECK, BaselineStore(tmp_path), Reactions())
+    worker.add_record(record("t.py::a", "call0", "regression"))
+    worker.add_record(record("t.py::a", "call0", "pass"))
+    worker.add_record(record("t.py::b", "call0", "pass"))
+    controller.merge(worker.payload())
+    assert [(r["test_id"], r["status"]) for r in controller.records] == [("t.py::a", "pass"), ("t.py::b", "pass")]
