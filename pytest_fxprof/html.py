@@ -20,6 +20,7 @@ from typing import Any
 
 from pytest_fxprof.baseline import write_atomic
 from pytest_fxprof.render import fmt_ns, fmt_rate
+from pytest_fxprof.report import verdict_tone
 
 TITLE = "pytest-fxprof report"
 CHART_ROWS = 40
@@ -47,18 +48,6 @@ _JSON_ESCAPES = str.maketrans(
 def status_tone(status: str) -> str:
     """The colour of a profile's status: regression red, pass green, recorded neutral, anything else amber."""
     return STATUS_TONES.get(status, WARN)
-
-
-def verdict_tone(verdict: str | None, gates: bool = True, confirmed: bool | None = None) -> str:
-    """The colour of a verdict: a slower node too small to fail alone, and one found slower by a first
-    measurement only (``confirmed`` False), are warnings."""
-    if verdict is None:
-        return "none"
-    if verdict == "ok":
-        return WARN if confirmed is False else "good"
-    if verdict == "slower":
-        return "bad" if gates else WARN
-    return WARN
 
 
 def section_id(test_id: str, key: str) -> str:

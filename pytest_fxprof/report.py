@@ -209,6 +209,24 @@ def _flags(c: Comparison) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return flagged, warned
 
 
+def verdict_tone(verdict: str | None, gates: bool = True, confirmed: bool | None = None) -> str:
+    """How every view colours a decision: ``bad`` (it failed the test), ``warn`` (a slower node too small to
+    fail alone, one a second measurement did not confirm, faster beyond its band, too noisy to decide),
+    ``good`` (within its band) or ``none`` (not compared)."""
+    if verdict is None:
+        return "none"
+    if verdict == Verdict.OK.value:
+        return "warn" if confirmed is False else "good"
+    if verdict == Verdict.SLOWER.value:
+        return "bad" if gates else "warn"
+    return "warn"
+
+
+def item_tone(item: Mapping[str, Any]) -> str:
+    """``verdict_tone`` of a report's node, aggregate or total."""
+    return verdict_tone(item.get("verdict"), bool(item.get("gates", True)), item.get("confirmed"))
+
+
 def worst_nodes(nodes: Sequence[Mapping[str, Any]], limit: int | None = None) -> list[Mapping[str, Any]]:
     """A report's compared nodes, those that use most of their band first (``render.band_used``; ties in graph
     order): what every view calls the worst."""

@@ -12,13 +12,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_fxprof.render import WORST_SHOWN, fmt_ns, grid
-from pytest_fxprof.report import ProfileRecord, worst_nodes
+from pytest_fxprof.report import ProfileRecord, item_tone, worst_nodes
 
 Line = tuple[str, str | None]
 """A line of text and the colour to write it in (None: the terminal's own)."""
 
 STATUS_COLOURS = {"regression": "red", "pass": "green", "recorded": "green"}
-VERDICT_COLOURS = {"slower": "red", "faster": "green", "too noisy": "yellow"}
+TONE_COLOURS = {"bad": "red", "warn": "yellow", "good": "green"}
 WARNING_COLOUR = "yellow"
 INDENT = "    "
 
@@ -28,11 +28,8 @@ def status_colour(status: str) -> str:
 
 
 def node_colour(node: Mapping[str, Any]) -> str | None:
-    """A node's verdict colour; a slower node too small to fail the test alone, or not confirmed, warns."""
-    verdict = str(node.get("verdict", ""))
-    if verdict == "slower" and (not node.get("gates") or node.get("confirmed") is False):
-        return WARNING_COLOUR
-    return VERDICT_COLOURS.get(verdict)
+    """A node's colour, by ``report.item_tone`` as in every view (a new node has none)."""
+    return TONE_COLOURS.get(item_tone(node))
 
 
 def profile_lines(record: ProfileRecord, verbose: bool = False) -> list[Line]:

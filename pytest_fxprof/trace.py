@@ -27,13 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from pytest_fxprof.baseline import SUFFIX, file_name, write_atomic
+from pytest_fxprof.report import item_tone
 
 TRACE_SUFFIX = ".trace.json"
 NS_PER_US = 1000
 PID = 1
 TID = 1
-VERDICT_COLOURS = {"slower": "terrible", "faster": "good", "too noisy": "yellow"}
-"""Reserved colour names of the trace viewers (``cname``), by verdict; an ``ok`` span keeps its own colour."""
+TONE_COLOURS = {"bad": "terrible", "warn": "yellow"}
+"""Reserved colour names of the trace viewers (``cname``), by ``report.item_tone``; a span within its band keeps
+the viewer's own colour."""
 NODE_ARGS = ("key", "op", "target", "module", "shape", "layout", "source", "flops")
 VERDICT_ARGS = ("baseline_ns", "ratio", "band", "verdict", "reason")
 OTHER_DATA = ("torch", "device", "engine", "clock", "threads", "cpu")
@@ -120,7 +122,7 @@ def _verdict_args(item: Mapping[str, Any]) -> dict[str, Any]:
 def _node_span(node: Mapping[str, Any], index: int, start: int, ns: int) -> _Span:
     args = {name: node[name] for name in NODE_ARGS if name in node}
     args.update(pass_index=index, time_ns=ns, median_ns=node.get("current_ns"), **_verdict_args(node))
-    colour = VERDICT_COLOURS.get(str(node.get("verdict")))
+    colour = TONE_COLOURS.get(item_tone(node))
     return _Span(str(node.get("name", "")), "node", start, start + ns, args, colour)
 
 
@@ -130,7 +132,7 @@ def _module_span(path: str, start: int, modules: Mapping[str, Mapping[str, Any]]
     aggregate = modules.get(path)
     if aggregate is not None:
         args.update(median_ns=aggregate.get("current_ns"), **_verdict_args(aggregate))
-    colour = VERDICT_COLOURS.get(str(aggregate.get("verdict"))) if aggregate is not None else None
+    colour = TONE_COLOURS.get(item_tone(aggregate)) if aggregate is not None else None
     return _Span(path, "module", start, args=args, colour=colour)
 
 

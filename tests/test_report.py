@@ -13,7 +13,7 @@ import pytest
 from pytest_fxprof.baseline import run_to_json
 from pytest_fxprof.decision import Comparison, compare
 from pytest_fxprof.records import NodeInfo, NodeStats, ProfileResult, Tolerances
-from pytest_fxprof.report import REPORT_VERSION, profile_report, write_report
+from pytest_fxprof.report import REPORT_VERSION, item_tone, profile_report, write_report
 from tests.records_for_tests import CAPTURE, ENV, POLICY, PROTOCOL, node
 
 # A 1 ms graph: relu and softmax are 5 % of it (they gate), tiny 2 % (it does not); stem is the only aggregate.
@@ -191,3 +191,20 @@ def test_warned_lists_unconfirmed_aggregates_and_total() -> None:
     warned = {f"{w['kind']} {w['name']}" for w in report["warned"]}
     assert "total total" in warned
     assert report["flagged"] == []
+
+
+@pytest.mark.parametrize(
+    ("item", "tone"),
+    [
+        ({"verdict": "slower", "gates": True, "confirmed": True}, "bad"),
+        ({"verdict": "slower", "gates": False, "confirmed": True}, "warn"),  # too small to fail alone
+        ({"verdict": "ok", "gates": True, "confirmed": False}, "warn"),  # flagged, then not confirmed
+        ({"verdict": "ok", "gates": True, "confirmed": None}, "good"),
+        ({"verdict": "faster", "gates": True}, "warn"),
+        ({"verdict": "too noisy"}, "warn"),
+        ({"verdict": "slower"}, "bad"),  # an aggregate or the total: they always gate
+        ({}, "none"),  # a node added since the baseline
+    ],
+)
+def test_every_view_colours_a_decision_the_same_way(item: dict[str, Any], tone: str) -> None:
+    assert item_tone(item) == tone

@@ -25,7 +25,7 @@ def test_a_compared_profile_shows_its_three_worst_nodes_coloured_by_verdict() ->
     assert len(rows) == 3
     assert [r[0][0] for r in rows] == ["relu", "conv1", "softmax"]  # worst ratio first (ties in graph order)
     assert rows[0][0][-3:] == ["x3.00", "+40%", "slower"]
-    assert [r[1] for r in rows] == ["red", None, None]
+    assert [r[1] for r in rows] == ["red", "green", "green"]
     assert all(text.startswith("    ") for text, _ in lines[1:])
 
 
@@ -38,7 +38,8 @@ def test_with_verbose_every_node_slowest_first_then_the_hints() -> None:
     assert header[-4:] == ["baseline", "ratio", "band", "verdict"]
     rows = [text.split()[0] for text, _ in lines[3:-1]]
     assert rows == ["conv1", "fc", "relu", "softmax", "tiny", "x"]  # every node, slowest first
-    assert {text.split()[0]: colour for text, colour in lines[3:-1]}["fc"] == "green"  # faster
+    colours = {text.split()[0]: colour for text, colour in lines[3:-1]}
+    assert (colours["fc"], colours["relu"], colours["conv1"]) == ("yellow", "red", "green")  # faster warns
     assert lines[-1] == ("    hint: relu takes a lot", "cyan")
 
 
