@@ -35,6 +35,7 @@ from pytest_fxprof.baseline import (
 from pytest_fxprof.decision import Comparison, NodeVerdict, Policy, Status, Verdict, compare
 from pytest_fxprof.records import BaselineEntry, NodeInfo, iqr_int, median_int
 from pytest_fxprof.render import (
+    band_used,
     fmt_ns,
     grid,
     improvement_lines,
@@ -458,8 +459,9 @@ def _verdict_text(v: NodeVerdict) -> str:
 
 
 def _rank(v: NodeVerdict) -> tuple[int, float, str]:
+    """By verdict, then furthest into or beyond the band first (``render.band_used``, as every view ranks)."""
     order = 1 if v.verdict is Verdict.SLOWER and not v.gates else VERDICT_ORDER[v.verdict]
-    return order, -v.ratio, v.node.key
+    return order, -band_used(v.ratio, v.band), v.node.key
 
 
 def node_table(c: Comparison, limit: int | None) -> list[str]:
@@ -506,8 +508,9 @@ def pair_lines(label: str, c: Comparison, limit: int | None) -> list[str]:
 
 
 TABLE_LEGEND = (
-    "node tables: A is the median over A's processes, B the first of B's measurements; ratio is B over A after "
-    "dividing out the drift of the node's peers, as the gate judges; slower beyond x(1 + band)"
+    "node tables: A is the median over A's processes, B the first of B's measurements; ratio is the gate's "
+    "judged ratio: B over A after dividing out the drift of the node's peers, in every measurement of B (the "
+    "one they all support, which may be another measurement's than the B shown); slower beyond x(1 + band)"
 )
 
 DIFF_COLUMNS = [
@@ -560,8 +563,8 @@ def _median_us(entry: BaselineEntry, node: NodeInfo) -> float:
 def _policy_line(policy: Policy) -> str:
     return (
         f"judged with node tolerance +{policy.node_tolerance:.0%}, total tolerance +{policy.total_tolerance:.0%}, "
-        f"floor {fmt_ns(policy.floor_ns)} (the gate's defaults unless set here; a test's @pytest.mark.fxprof "
-        "settings are not in these files)"
+        f"floor {fmt_ns(policy.floor_ns)} (the gate's defaults unless set here: the ini file's fxprof_* settings "
+        "and a test's @pytest.mark.fxprof are not read; pass them as flags)"
     )
 
 

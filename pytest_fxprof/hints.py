@@ -264,8 +264,14 @@ def _fusable_batchnorm(graph: _Graph) -> list[Hint]:
         if graph.categories[k] is not Category.BATCHNORM or n.training is not False or n.median_ns <= 0:
             continue
         sources = graph.data_inputs(k)
-        if len(sources) == 1 and graph.categories[sources[0]] is Category.CONV and graph.consumers[sources[0]] == (k,):
-            pairs.append((sources[0], k))
+        conv = sources[0] if len(sources) == 1 else None
+        if (
+            conv is not None
+            and graph.categories[conv] is Category.CONV
+            and graph.consumers[conv] == (k,)
+            and not graph.nodes[conv].returned  # the model returns the conv's output too: folding would change it
+        ):
+            pairs.append((conv, k))
     if not pairs:
         return []
     pairs.sort(key=lambda p: (-graph.nodes[p[1]].median_ns, graph.nodes[p[1]].info.key))

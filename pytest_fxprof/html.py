@@ -184,6 +184,10 @@ def _header(mode: str, profiles: Sequence[Mapping[str, Any]], title: str) -> str
 # One profile -------------------------------------------------------------------------------------
 
 
+SHARE_BAR_EM = 4.0
+"""The width of a module's share bar at 100 % (the whole model), in em."""
+
+
 def _meta(p: Mapping[str, Any], first_env: Mapping[str, Any]) -> str:
     capture, protocol = p.get("capture") or {}, p.get("protocol") or {}
     pairs = [
@@ -197,8 +201,9 @@ def _meta(p: Mapping[str, Any], first_env: Mapping[str, Any]) -> str:
             else "",
         ),
         ("profiled in", f"{p['seconds']:.1f} s" if isinstance(p.get("seconds"), int | float) else ""),
-        ("speed factor", _ratio(p.get("speed_factor"))),
-        ("measurements", str(p["measurements"]) if p.get("measurements") else ""),
+        # a profile from another environment was not compared: it has no speed factor or measurements to show
+        ("speed factor", "" if p.get("mismatches") else _ratio(p.get("speed_factor"))),
+        ("measurements", str(p["measurements"]) if p.get("measurements") and not p.get("mismatches") else ""),
         ("profiler overhead", _ratio(p.get("overhead"))),
     ]
     env = p["environment"]
@@ -336,7 +341,7 @@ def _module_row(r: Mapping[str, Any], verdict: Mapping[str, Any] | None, branch:
     return (
         f'<span class="mname" style="padding-left:{int(r.get("depth", 0)) * 1.1:.1f}em">{caret}{label}</span>'
         f'<span class="num">{_e(r.get("nodes", ""))}</span><span class="num">{_e(fmt_ns(current))}</span>'
-        f'<span class="share"><span class="bar" style="width:{min(share, 1.0) * 100:.1f}%"></span>'
+        f'<span class="share"><span class="bar" style="width:{min(share, 1.0) * SHARE_BAR_EM:.2f}em"></span>'
         f'<span class="num">{_e(_pct(share))}</span></span><span class="num">{_e(rate)}</span>'
         f'<span class="judged">{judged}</span>'
     )

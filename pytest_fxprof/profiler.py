@@ -288,6 +288,7 @@ def profile_module(
             layout=seen.layouts[k] if seen is not None else "",
             inputs=facts[k][0],
             training=facts[k][1],
+            returned=facts[k][2],
         )
         for k, ((_, info), m, s, h) in enumerate(zip(described, medians, samples.nodes, samples.host, strict=True))
     )
@@ -509,15 +510,16 @@ def layout_of(value: Any) -> str:
 
 def graph_facts(
     graphs: Sequence[torch.fx.GraphModule], nodes: Sequence[torch.fx.Node]
-) -> list[tuple[tuple[int, ...], bool | None]]:
-    """Per node: the positions of the timed nodes it takes outputs of, and the training flag that applies to it
-    (its module's mode, or a batch norm's ``training`` argument)."""
+) -> list[tuple[tuple[int, ...], bool | None, bool]]:
+    """Per node: the positions of the timed nodes it takes outputs of, the training flag that applies to it
+    (its module's mode, or a batch norm's ``training`` argument), and whether its graph returns its output."""
     index = {node: k for k, node in enumerate(nodes)}
     owner = {node: gm for gm in graphs for node in gm.graph.nodes}
     out = []
     for node in nodes:
         inputs = tuple(sorted({index[n] for n in node.all_input_nodes if n in index}))
-        out.append((inputs, _training(owner[node], node)))
+        returned = any(user.op == "output" for user in node.users)
+        out.append((inputs, _training(owner[node], node), returned))
     return out
 
 

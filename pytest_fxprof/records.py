@@ -153,7 +153,7 @@ class NodeStats:
     output's memory layout (``contiguous``, ``channels_last`` or ``strided``; empty for no tensor),
     ``inputs`` the positions (in the profile's nodes) of the timed nodes whose outputs it takes, and
     ``training`` the train/eval mode of the module it calls or the ``training`` argument of a batch norm
-    (None where neither applies).
+    (None where neither applies); ``returned`` whether its output leaves its graph (the graph returns it).
     """
 
     info: NodeInfo
@@ -169,6 +169,7 @@ class NodeStats:
     layout: str = ""
     inputs: tuple[int, ...] = ()
     training: bool | None = None
+    returned: bool = False
 
     @property
     def name(self) -> str:

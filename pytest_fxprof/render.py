@@ -252,8 +252,9 @@ def summary_line(label: str, c: Comparison | None) -> str:
         return f"{label}: recorded"
     if c.status is Status.MISMATCH:
         return f"{label}: mismatch ({'; '.join(c.mismatches)})"
-    total = f"total x{c.total.ratio:.2f}" if c.total else ""
+    total = f"total x{round(c.total.ratio, 4):.2f}" if c.total else ""
     worst = sorted(c.nodes, key=lambda v: -band_used(v.ratio, v.band))[:WORST_SHOWN]  # as report.worst_nodes
-    worst_text = ", ".join(f"{v.node.name} x{v.ratio:.2f}" for v in worst) or "no node in common"
+    # ratios rounded as the report rounds them first, so that this line and every view print the same digits
+    worst_text = ", ".join(f"{v.node.name} x{round(v.ratio, 4):.2f}" for v in worst) or "no node in common"
     changed = f"; graph changed (+{len(c.added)}/-{len(c.removed)})" if c.graph_changed else ""
     return f"{label}: {c.status.value}, {total}; worst: {worst_text}{changed}"

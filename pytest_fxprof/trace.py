@@ -31,6 +31,11 @@ from pytest_fxprof.report import item_tone
 
 TRACE_SUFFIX = ".trace.json"
 NS_PER_US = 1000
+READ_BACK_NS = 0.2
+"""Added to every start and duration before they become microseconds, so that a viewer reading them back to
+nanoseconds by truncation (Perfetto's importer) or by rounding, alone or summed into an end, gets the exact
+integers: written as plain quotients, ``12.345`` reads back as ``12344.999...`` and truncates to one less, and
+a child would end after its parent."""
 PID = 1
 TID = 1
 TONE_COLOURS = {"bad": "terrible", "warn": "yellow"}
@@ -63,8 +68,8 @@ class _Span:
             "ph": "X",
             "pid": PID,
             "tid": TID,
-            "ts": self.start_ns / NS_PER_US,
-            "dur": (self.end_ns - self.start_ns) / NS_PER_US,
+            "ts": (self.start_ns + READ_BACK_NS) / NS_PER_US,
+            "dur": (self.end_ns - self.start_ns + READ_BACK_NS) / NS_PER_US,
             "args": self.args,
         }
         if self.colour is not None:

@@ -36,6 +36,7 @@ class Spec:
     flops: int | None = None
     layout: str = "contiguous"
     training: bool | None = None
+    returned: bool = False
 
 
 def build(specs: tuple[Spec, ...]) -> tuple[NodeStats, ...]:
@@ -56,6 +57,7 @@ def build(specs: tuple[Spec, ...]) -> tuple[NodeStats, ...]:
             layout=s.layout,
             inputs=tuple(index[i] for i in s.inputs),
             training=s.training,
+            returned=s.returned,
         )
         for s in specs
     )
@@ -152,6 +154,7 @@ def kinds(specs: tuple[Spec, ...]) -> dict[str, tuple[str, ...]]:
         pytest.param(edit(CNN, "bn1", training=True), "fusable-batchnorm", (), id="bn-training"),
         pytest.param(edit(CNN, "bn1", training=None), "fusable-batchnorm", (), id="bn-mode-unknown"),
         pytest.param(edit(CNN, "add", inputs=("conv2", "conv1")), "fusable-batchnorm", (), id="conv-second-consumer"),
+        pytest.param(edit(CNN, "conv1", returned=True), "fusable-batchnorm", (), id="conv-output-returned"),
         pytest.param(edit(CNN, "bn1", inputs=("relu1",)), "fusable-batchnorm", (), id="bn-after-no-conv"),
         pytest.param(edit(CNN, "bn1", ns=5_000), "fusable-batchnorm", (), id="bn-small-share"),
         pytest.param(edit(CNN, "pool", ns=150_000), "memory-bound", ("pool",), id="one-large-pool"),

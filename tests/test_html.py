@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from pytest_fxprof.decision import compare
-from pytest_fxprof.html import TITLE, render_html, section_id, write_html
+from pytest_fxprof.html import SHARE_BAR_EM, TITLE, render_html, section_id, write_html
 from pytest_fxprof.records import NodeInfo, NodeStats, ProfileResult, Tolerances, iqr_int
 from pytest_fxprof.report import profile_report
 from tests.records_for_tests import CAPTURE, ENV, POLICY, PROTOCOL, node
@@ -394,3 +394,23 @@ def test_write_html_replaces_the_page_whole_and_leaves_no_temporary_file(tmp_pat
         write_html(path, "check", bad, [])
     assert "<title>second</title>" in path.read_text(encoding="utf-8")  # the last good page, untouched
     assert [p.name for p in path.parent.iterdir()] == ["report.html"]
+
+
+def test_a_profile_from_another_environment_shows_no_comparison_figures() -> None:
+    baseline = result(2).entry(TOLERANCES)
+    current = replace(result(2), environment=replace(result(2).environment, torch="9.9"))
+    c = compare(baseline, current.entry(TOLERANCES), POLICY)
+    profile = profile_report("t.py::test_other", "call0", c.status.value, current, c)
+    assert profile["speed_factor"] == 1.0  # the comparison's default, not a measured factor
+    text = text_of(section(render_html("check", [profile], []), "t.py::test_other"))
+    assert "torch: baseline" in text
+    assert "speed factor" not in text
+    assert "measurements" not in text
+
+
+def test_module_share_bars_are_proportional_to_the_share() -> None:
+    page = render_html("check", [recorded("t.py::test_bars", 4)], [])
+    widths = {float(w) for w in re.findall(r'class="bar" style="width:([\d.]+)em"', section(page, "t.py::test_bars"))}
+    rollups = recorded("t.py::test_bars", 4)["rollups"]["module"]
+    assert max(widths) == SHARE_BAR_EM  # the whole model
+    assert widths == {round(min(r["share"], 1.0) * SHARE_BAR_EM, 2) for r in rollups}

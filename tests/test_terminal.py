@@ -54,7 +54,10 @@ def test_a_recorded_profile_shows_no_comparison_columns() -> None:
 
 def test_profiles_without_usable_nodes_show_only_their_line() -> None:
     missing = record("missing", profile_report("t.py::test", "call0", "missing", result(), None))
-    assert profile_lines(missing, verbose=True) == [("t.py::test [call0]: ...", "yellow")]
+    assert profile_lines(missing) == [("t.py::test [call0]: ...", "yellow")]  # nothing to rank without a baseline
+    verbose = profile_lines(missing, verbose=True)  # measured all the same: every node, and the hints
+    assert verbose[1][0].split()[-3:] == ["median", "spread", "share"]
+    assert len(verbose) == 1 + 2 + len(result().nodes) + len(result().hints)
     empty = record("recorded", profile_report("t.py::test", "call0", "recorded", result(nodes=()), None))
     assert profile_lines(empty, verbose=True) == [("t.py::test [call0]: ...", "green")]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from itertools import pairwise
@@ -268,3 +269,15 @@ def test_bad_profiles_and_targets_are_refused_before_any_file_is_written(tmp_pat
     (tmp_path / "file").write_text("", encoding="utf-8")
     with pytest.raises(ValueError, match="needs a directory"):
         write_traces(tmp_path / "file", [SLOWER])
+
+
+@pytest.mark.parametrize("read", [math.trunc, round], ids=["truncating", "rounding"])
+def test_spans_read_back_to_the_exact_nanoseconds(read: Any) -> None:
+    """Whether a viewer truncates microseconds times 1000 (Perfetto's importer) or rounds them, and whether it
+    takes an end as start plus duration or from their sum, every span reads back as written."""
+    events = [e for e in trace_events(SLOWER)["traceEvents"] if e["ph"] == "X"]
+    for e in events:
+        start, end = ns(e)
+        assert read(e["ts"] * 1000) == start
+        assert read(e["ts"] * 1000) + read(e["dur"] * 1000) == end
+        assert read((e["ts"] + e["dur"]) * 1000) == end
