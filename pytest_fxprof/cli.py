@@ -45,6 +45,7 @@ from pytest_fxprof.render import (
     summary_line,
 )
 from pytest_fxprof.report import REPORT_VERSION
+from pytest_fxprof.session import why_unused
 from pytest_fxprof.settings import Settings, SettingsError, apply
 
 if TYPE_CHECKING:
@@ -708,15 +709,11 @@ def find_prunable(directory: Path, collection: Collection) -> Prunable:
             out.unreadable.append((path, f"cannot be read ({exc})"))
             continue
         tests.append(test_id)
-        file_part = test_id.partition("::")[0]
-        if test_id in collection.ids:
-            out.kept += 1
-        elif file_part in files:
-            out.unused.append((path, f"{test_id}: not collected, though its file {file_part} collected other tests"))
-        elif not (collection.rootdir / file_part).exists():
-            out.unused.append((path, f"{test_id}: its test file {file_part} is gone"))
+        why = why_unused(test_id, collection.ids, files, collection.rootdir, roots=None)
+        if why is None:
+            out.kept += 1  # collected, or its file collected nothing (skipped at module level): it says nothing
         else:
-            out.kept += 1  # its file collected nothing (skipped at module level, not selected): it says nothing
+            out.unused.append((path, f"{test_id}: {why}"))
     if out.unused and not any(test_id in collection.ids for test_id in tests):
         raise CliError(
             f"{directory}: none of its {len(tests)} baseline(s) belongs to a test collected here (rootdir "

@@ -19,7 +19,7 @@ from typing import Any
 
 from pytest_fxprof.baseline import write_atomic
 from pytest_fxprof.render import fmt_ns
-from pytest_fxprof.report import worst_nodes
+from pytest_fxprof.report import item_tone, worst_nodes
 
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 TITLE = "pytest-fxprof"
@@ -163,13 +163,8 @@ def _item(item: Mapping[str, Any]) -> str:
     return f"{_text(kind)} {_code(name)} {ratio}{_leaders(item)}"
 
 
-def _failed(node: Mapping[str, Any]) -> bool:
-    """Whether the node failed the test alone: slower, large enough to gate, and not unconfirmed."""
-    return node.get("verdict") == "slower" and bool(node.get("gates")) and node.get("confirmed") is not False
-
-
 def _slowed_table(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
-    slowed = sorted((n for n in nodes if _failed(n)), key=lambda n: -n["ratio"])
+    slowed = sorted((n for n in nodes if item_tone(n) == "bad"), key=lambda n: -n["ratio"])  # failed the test
     if not slowed:
         return []
     lines = [

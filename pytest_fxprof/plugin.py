@@ -375,7 +375,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
                 from pytest_fxprof.views import user_properties
 
                 # on the teardown report, the one junitxml takes properties from (and xdist sends on)
-                report.user_properties.extend(user_properties(r for r in run.records if r["test_id"] == item.nodeid))
+                report.user_properties.extend(user_properties(state.records))
     return report
 
 

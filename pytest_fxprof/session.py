@@ -10,7 +10,7 @@ into pytest calls); torch is reached only through ``profiler``, imported when a 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence, Set
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -143,6 +143,7 @@ class TestState:
         self._loaded = False
         self.pending: dict[str, BaselineEntry] | None = None
         self.warnings: list[str] = []
+        self.records: list[ProfileRecord] = []  # also handed to the run; what this test's pytest report carries
 
     def _key(self, name: str | None) -> str:
         if name is None:
@@ -242,8 +243,12 @@ class TestState:
         outcome = Outcome(warnings=list(self.warnings))
         for key, result in self.results.items():
             status = self._judge(key, result, outcome) if self.mode is Mode.CHECK else "unmeasured"
-            run.add_record(self._record_of(key, status, result))
+            self._keep(run, self._record_of(key, status, result))
         return outcome
+
+    def _keep(self, run: RunState, record: ProfileRecord) -> None:
+        self.records.append(record)
+        run.add_record(record)
 
     def _record_of(self, key: str, status: str, result: ProfileResult) -> ProfileRecord:
         c = result.comparison
@@ -306,7 +311,7 @@ class TestState:
         if self.pending is None or not passed:
             run.notes.append(f"{self.test_id}: not recorded, the test did not pass")
             for key, result in self.results.items():
-                run.add_record(self._record_of(key, "not recorded", result))
+                self._keep(run, self._record_of(key, "not recorded", result))
             return
         try:
             previous = self.store.load(self.test_id)
@@ -322,7 +327,7 @@ class TestState:
                 run.dropped[self.test_id] = dropped
         run.queue_write(self.test_id, self.pending)
         for key, result in self.results.items():
-            run.add_record(self._record_of(key, "recorded", result))
+            self._keep(run, self._record_of(key, "recorded", result))
 
     def _write_samples(self, passed: bool) -> Outcome:
         if self.sample_out is None or not passed:
@@ -409,11 +414,27 @@ class RunState:
                 if path.name not in collected_names:  # a collected test's own file: that test reports it
                     out.append(f"{path.name} (unreadable)")
                 continue
-            if test_id in self.collected:
-                continue
-            file_part = test_id.partition("::")[0]
-            test_file = (rootdir / file_part).resolve()
-            gone = not test_file.exists() and any(r == test_file or r in test_file.parents for r in roots)
-            if file_part in collected_files or gone:
+            if why_unused(test_id, self.collected, collected_files, rootdir, roots) is not None:
                 out.append(f"{path.name} ({test_id})")
         return out
+
+
+def why_unused(
+    test_id: str, collected: Set[str], collected_files: Set[str], rootdir: Path, roots: Sequence[Path] | None
+) -> str | None:
+    """Why a baseline's test no longer exists, or None when it exists or the collection cannot tell.
+
+    Its test was not collected, and either its test file collected other tests, or the file is gone (from
+    one of the selected paths ``roots``, resolved; None: from anywhere under ``rootdir``). A file that
+    collected nothing (skipped at module level, ignored) says nothing about its tests. Shared by the
+    plugin's unused baselines and ``fxprof prune``.
+    """
+    if test_id in collected:
+        return None
+    file_part = test_id.partition("::")[0]
+    if file_part in collected_files:
+        return f"not collected, though its file {file_part} collected other tests"
+    test_file = (rootdir / file_part).resolve()
+    if not test_file.exists() and (roots is None or any(r == test_file or r in test_file.parents for r in roots)):
+        return f"its test file {file_part} is gone"
+    return None
