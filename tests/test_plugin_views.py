@@ -20,7 +20,6 @@ from tests.test_plugin import (
     decide,
     fxprof_section,
     run,
-    skip_if_the_machine_was_busy,
     write_tests,
 )
 
@@ -55,7 +54,6 @@ def test_every_view_of_one_check_run(
     step.write_text("earlier step\n", encoding="utf-8")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
     result = decide(pytester, "--fxprof", *VIEW_ARGS, *xdist)
-    skip_if_the_machine_was_busy(result)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(passed=1, failed=1)
     out = pytester.path / "out"
@@ -102,7 +100,6 @@ def test_the_terminal_shows_worst_nodes_and_with_v_every_node(
     assert decide(pytester, "--fxprof-update").ret == pytest.ExitCode.OK
     monkeypatch.setenv(SLOW_ENV, "b")
     result = decide(pytester, "--fxprof", "--color=yes")
-    skip_if_the_machine_was_busy(result)
     lines = result.outlines
     failed = next(line for line in lines if "test_perf.py::test_b [call0]: regression" in line)
     assert failed.startswith(RED)
@@ -110,7 +107,6 @@ def test_the_terminal_shows_worst_nodes_and_with_v_every_node(
     assert passed.startswith(GREEN)
 
     result = decide(pytester, "--fxprof")
-    skip_if_the_machine_was_busy(result)
     section = fxprof_section(result)
     start = next(i for i, line in enumerate(section) if line.startswith("test_perf.py::test_b [call0]: regression"))
     worst = [line.split() for line in section[start + 1 : start + 4]]
