@@ -66,8 +66,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_fxprof.baseline import BaselineError, BaselineStore, as_file
-from pytest_fxprof.records import BaselineEntry
+from pytest_fxprof.records.measurement import BaselineEntry
+from pytest_fxprof.store.baseline import BaselineError, BaselineStore, as_file
 
 BENCH = Path(__file__).resolve().parent
 

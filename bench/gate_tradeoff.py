@@ -46,19 +46,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pytest_fxprof.baseline import BaselineStore, run_from_json
-from pytest_fxprof.decision import (
-    GATING_NS,
-    NOISY_BAND,
-    BandSource,
-    Comparison,
-    Judgement,
-    Policy,
-    Status,
-    band_for,
-    compare,
-)
-from pytest_fxprof.records import BaselineEntry, Run
+from pytest_fxprof.judge.decision import GATING_NS, NOISY_BAND, Policy, band_for, compare
+from pytest_fxprof.records.measurement import BaselineEntry, Run
+from pytest_fxprof.records.verdicts import BandSource, Comparison, Judgement, Status
+from pytest_fxprof.store.baseline import BaselineStore, run_from_json
 
 BENCH = Path(__file__).resolve().parent
 CASE = re.compile(r"\[(?P<model>[^-\]]+)-(?P<condition>[^\]]+)\]$")
@@ -71,7 +62,7 @@ def slower(j: Judgement, tolerance: float, k: float) -> bool:
 
 
 def fails(c: Comparison, node_tolerance: float, total_tolerance: float, k: float) -> bool:
-    """Whether the comparison's measurements fail under these knobs (the rules of ``decision.compare``)."""
+    """Whether the comparison's measurements fail under these knobs (the rules of ``judge.decision.compare``)."""
     if c.status is Status.MISMATCH:
         return False
     if c.total is not None and slower(c.total.judgement, total_tolerance, k):

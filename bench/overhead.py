@@ -32,8 +32,9 @@ from quality_models import Block  # this script's folder, on sys.path when it ru
 from torch import nn
 
 from pytest_fxprof import profile
-from pytest_fxprof.capture import capture_module, describe_nodes
-from pytest_fxprof.engine import ClockTimer, make_engine
+from pytest_fxprof.capture.choose import capture_module
+from pytest_fxprof.capture.nodes import describe_nodes
+from pytest_fxprof.measure.engine import ClockTimer, make_engine
 
 
 class TinyChain(nn.Module):

@@ -21,10 +21,11 @@ CHILD = """
 import json, sys
 import torch
 from torchvision import models
-from pytest_fxprof import profiler, profile
+from pytest_fxprof import profile
+from pytest_fxprof.measure import machine
 
 if sys.argv[2] == "untuned":
-    profiler._allocator_state.append("default")  # keep glibc as it comes
+    machine._allocator_state.append("default")  # keep glibc as it comes
 if sys.argv[1] == "after":
     profile(models.resnet18(weights=None).eval(), torch.randn(1, 3, 224, 224))
 result = profile(models.mobilenet_v3_small(weights=None).eval(), torch.randn(1, 3, 224, 224))

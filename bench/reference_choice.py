@@ -5,7 +5,7 @@
 Each of ``--processes`` fresh processes (tuned allocator, one thread, no grad) times, in every pass
 after ``--warmup``, three NumPy workloads that share no kernel with torch and the plain forward of
 ResNet18 (batch 1): ``cache`` (element-wise work and a sort on 128 KiB, the first half of
-``pytest_fxprof.profiler.ReferenceWorkload``), ``stream`` (a multiply-add streaming over 8 MiB, the
+``pytest_fxprof.measure.machine.ReferenceWorkload``), ``stream`` (a multiply-add streaming over 8 MiB, the
 second half) and ``wide`` (element-wise work on 2 MiB). Per process it keeps the medians. The table
 gives, per candidate, the standard deviation between processes of log(model / reference): the smaller,
 the less of the machine's drift is left in the total the gate compares. ``both`` is the product of
@@ -31,7 +31,7 @@ def child(warmup: int, passes: int) -> None:
     import torch
     import torchvision
 
-    from pytest_fxprof.profiler import tune_allocator
+    from pytest_fxprof.measure.machine import tune_allocator
 
     tune_allocator()
     torch.set_num_threads(1)

@@ -63,7 +63,7 @@ printf '\n'
 "$BIN/python" - "$RESNET" "$DIR" <<'PY' || exit 1
 import json, sys
 from pathlib import Path
-from pytest_fxprof.baseline import file_name
+from pytest_fxprof.store.baseline import file_name
 data = json.loads(Path(sys.argv[1]).read_text())
 data["test_id"] = "examples/test_models.py::test_deleted_model"
 Path(sys.argv[2], file_name(data["test_id"])).write_text(json.dumps(data))

@@ -1,6 +1,7 @@
 """pytest-fxprof: a per-node performance gate for PyTorch modules, captured with torch.fx.
 
-Importing the package does not import torch; ``profile`` does when it is called.
+Must not import torch at module level: ``profile`` imports it when it is called, so that importing the
+package (as pytest does with every installed plugin) stays cheap.
 """
 
 from __future__ import annotations
@@ -8,11 +9,13 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from pytest_fxprof.api import profile
-from pytest_fxprof.decision import AggregateVerdict, Comparison, NodeVerdict, Policy, TotalVerdict, Verdict
-from pytest_fxprof.frames import read_report
+from pytest_fxprof.judge.decision import Policy
 from pytest_fxprof.plugin import Fxprof
-from pytest_fxprof.records import NodeInfo, NodeStats, ProfileResult
+from pytest_fxprof.records.measurement import NodeInfo, NodeStats
+from pytest_fxprof.records.verdicts import AggregateVerdict, Comparison, NodeVerdict, TotalVerdict, Verdict
+from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.slowdown import slow_down
+from pytest_fxprof.views.frames import read_report
 
 try:
     __version__ = version("pytest-fxprof")

@@ -1,6 +1,7 @@
 """The plain Python API: ``profile()`` for notebooks and scripts, the same engine as the fixture.
 
-Owns nothing but the defaults of a direct call. Imports torch only when called.
+Owns nothing but the defaults of a direct call. Must not import torch at module level: it is imported when
+``profile`` is called.
 """
 
 from __future__ import annotations
@@ -8,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pytest_fxprof.records import ProfileResult
-from pytest_fxprof.settings import Settings
+from pytest_fxprof.result import ProfileResult
+from pytest_fxprof.settings import Settings, apply
 
 _DEFAULTS = Settings()
 
@@ -39,13 +40,12 @@ def profile(
     >>> result = profile(model, torch.randn(1, 3, 224, 224))  # doctest: +SKIP
     >>> print(result.table(limit=10))  # doctest: +SKIP
     """
-    from pytest_fxprof.profiler import profile_module
-    from pytest_fxprof.settings import apply
+    from pytest_fxprof.measure.profiler import profile_module
 
     options: dict[str, object] = {"warmup": warmup, "passes": passes, "threads": threads, "processes": 1}
     options |= {"capture": capture, "engine": engine}
     settings = apply(_DEFAULTS, options, "profile()")
-    return profile_module(
+    profiled = profile_module(
         module,
         args,
         kwargs,
@@ -57,3 +57,4 @@ def profile(
         engine=settings.engine,
         flops=flops,
     )
+    return ProfileResult.of(profiled)

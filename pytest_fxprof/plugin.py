@@ -1,7 +1,9 @@
 """The pytest plugin: options, the ``fxprof`` marker and fixture, and the hooks that hand over to ``session``.
 
-Owns everything that touches pytest. Must not import torch at import time: pytest loads every
-installed plugin on every run, and most runs never profile anything.
+Owns everything that touches pytest.
+
+Must not import torch at module level: pytest loads every installed plugin on every run, and most runs never
+profile anything.
 """
 
 from __future__ import annotations
@@ -15,10 +17,9 @@ from typing import Any
 
 import pytest
 
-from pytest_fxprof.baseline import BaselineError, BaselineStore
-from pytest_fxprof.decision import DEFAULT_FLOOR_NS, FLOOR_SHARE, NODE_TOLERANCE, TOTAL_TOLERANCE
-from pytest_fxprof.records import ProfileResult
-from pytest_fxprof.sampling import Relaunch, SampleRequest, SamplingError, plugin_args
+from pytest_fxprof.judge.decision import DEFAULT_FLOOR_NS, FLOOR_SHARE, NODE_TOLERANCE, TOTAL_TOLERANCE
+from pytest_fxprof.measure.sampling import Relaunch, SampleRequest, SamplingError, plugin_args
+from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.session import (
     Confirm,
     OnFaster,
@@ -34,6 +35,7 @@ from pytest_fxprof.session import (
     WorkerPayload,
 )
 from pytest_fxprof.settings import SETTING_NAMES, TEXT_CHOICES, Mode, Settings, SettingsError, apply, from_json
+from pytest_fxprof.store.baseline import BaselineError, BaselineStore
 
 RUN_KEY = pytest.StashKey[RunState]()
 SETTINGS_KEY = pytest.StashKey[Settings]()
@@ -292,7 +294,7 @@ class Fxprof:
         tracer: Any = None,
         **kwargs: Any,
     ) -> ProfileResult:
-        from pytest_fxprof.profiler import CaptureError, ProfileError
+        from pytest_fxprof.capture.errors import CaptureError, ProfileError
 
         try:
             return self._state.profile(module, args, kwargs, name=name, leaf_modules=leaf_modules, tracer=tracer)
@@ -372,7 +374,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             run = item.config.stash[RUN_KEY]
             state.settle(run, passed=not item.stash.get(SPOILED_KEY, False))
             if run.mode in (Mode.CHECK, Mode.UPDATE):
-                from pytest_fxprof.views import user_properties
+                from pytest_fxprof.views.outputs import user_properties
 
                 # on the teardown report, the one junitxml takes properties from (and xdist sends on)
                 report.user_properties.extend(user_properties(state.records))
@@ -414,7 +416,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         path = _path_setting(config, name, None)
         if path is None:
             continue
-        from pytest_fxprof.views import write_view
+        from pytest_fxprof.views.outputs import write_view
 
         try:
             outputs.extend(write_view(name, path, run.mode.value, run.records, unused))
@@ -449,7 +451,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     records = sorted(run.records, key=lambda r: (r["test_id"], r["key"]))
     if not records:
         tr.write_line("no test called the fxprof fixture")
-    from pytest_fxprof.terminal import profile_lines
+    from pytest_fxprof.views.terminal import profile_lines
 
     for record in records:
         for text, colour in profile_lines(record, verbose=config.getoption("verbose") > 0):

@@ -3,8 +3,10 @@
 ``TestState`` profiles each ``fxprof`` call of one test and, when the test ends, turns the comparisons
 into an ``Outcome`` (failures, skips, warnings) and plain-data records. ``RunState`` gathers those
 records (from this process or from xdist workers), queues baseline writes, writes them once at the end,
-and finds baselines whose test no longer exists. Must not import pytest (the plugin turns outcomes
-into pytest calls); torch is reached only through ``profiler``, imported when a profile is taken.
+and finds baselines whose test no longer exists.
+
+Must not import pytest: the plugin turns outcomes into pytest calls. Must not import torch at module level: it
+is reached only through ``measure.profiler``, imported when a profile is taken.
 """
 
 from __future__ import annotations
@@ -16,7 +18,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypedDict
 
-from pytest_fxprof.baseline import (
+from pytest_fxprof.judge.decision import compare
+from pytest_fxprof.measure.sampling import Relaunch, SampleJSON, SamplingError, sample, write_samples
+from pytest_fxprof.records.measurement import BaselineEntry, Run
+from pytest_fxprof.records.verdicts import Status
+from pytest_fxprof.result import ProfileResult
+from pytest_fxprof.settings import Mode, Settings
+from pytest_fxprof.store.baseline import (
     BaselineError,
     BaselineFile,
     BaselineStore,
@@ -27,18 +35,14 @@ from pytest_fxprof.baseline import (
     entry_to_json,
     run_to_json,
 )
-from pytest_fxprof.decision import Status, compare
-from pytest_fxprof.records import BaselineEntry, ProfileResult, Run
-from pytest_fxprof.render import (
+from pytest_fxprof.views.render import (
     improvement_lines,
     notice_lines,
     regression_message,
     structural_lines,
     summary_line,
 )
-from pytest_fxprof.report import ProfileRecord, profile_report
-from pytest_fxprof.sampling import Relaunch, SampleJSON, SamplingError, sample, write_samples
-from pytest_fxprof.settings import Mode, Settings
+from pytest_fxprof.views.report import ProfileRecord, profile_report
 
 
 class OnMissing(StrEnum):
@@ -177,13 +181,13 @@ class TestState:
         leaf_modules: Sequence[Any],
         tracer: Any,
     ) -> ProfileResult:
-        from pytest_fxprof.profiler import profile_module
+        from pytest_fxprof.measure.profiler import profile_module
 
         key = self._key(name)
         baseline = self.baseline() if self.mode is Mode.CHECK else None
 
         def measure() -> ProfileResult:
-            return profile_module(
+            profiled = profile_module(
                 module,
                 args,
                 kwargs,
@@ -195,6 +199,7 @@ class TestState:
                 capture=self.settings.capture,
                 engine=self.settings.engine,
             )
+            return ProfileResult.of(profiled)
 
         started = time.perf_counter()
         result = measure()

@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from enum import StrEnum
 from typing import Any
 
-from pytest_fxprof.decision import DEFAULT_FLOOR_NS, NODE_TOLERANCE, TOTAL_TOLERANCE, Policy
-from pytest_fxprof.records import Protocol, Tolerances
+from pytest_fxprof.judge.decision import DEFAULT_FLOOR_NS, NODE_TOLERANCE, TOTAL_TOLERANCE, Policy
+from pytest_fxprof.records.measurement import Protocol, Tolerances
 
 
 class Mode(StrEnum):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from pytest_fxprof.decision import Policy
-from pytest_fxprof.records import Capture, Environment, NodeInfo, Protocol, node_key
+from pytest_fxprof.judge.decision import Policy
+from pytest_fxprof.records.measurement import Capture, Environment, NodeInfo, Protocol, node_key
 
 ENV = Environment(
     torch="2.4.1+cpu",

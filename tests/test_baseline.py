@@ -1,4 +1,4 @@
-"""Unit tests of ``pytest_fxprof.baseline``: the file format, its validation, file names and atomic writes."""
+"""Unit tests of ``pytest_fxprof.store``: the baseline file format, its validation, file names and atomic writes."""
 
 from __future__ import annotations
 
@@ -13,22 +13,8 @@ from typing import Any
 
 import pytest
 
-import pytest_fxprof.baseline as baseline_module
-from pytest_fxprof.baseline import (
-    SCHEMA_VERSION,
-    BaselineError,
-    BaselineFile,
-    BaselineStore,
-    as_file,
-    dumps,
-    entry_from_json,
-    file_name,
-    parse,
-    render,
-    run_from_json,
-    write_atomic,
-)
-from pytest_fxprof.records import (
+import pytest_fxprof.store.files as files_module
+from pytest_fxprof.records.measurement import (
     BaselineEntry,
     Capture,
     Environment,
@@ -38,6 +24,19 @@ from pytest_fxprof.records import (
     Tolerances,
     node_key,
 )
+from pytest_fxprof.store.baseline import (
+    SCHEMA_VERSION,
+    BaselineError,
+    BaselineFile,
+    BaselineStore,
+    as_file,
+    entry_from_json,
+    file_name,
+    parse,
+    render,
+    run_from_json,
+)
+from pytest_fxprof.store.files import dumps, write_atomic
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = DATA / "baseline_v1.json"
@@ -761,7 +760,7 @@ def test_written_files_get_the_mode_a_plain_open_gives(
 ) -> None:
     """Under the usual umask, readable by the group and others (a CI artifact, a shared checkout), not only by
     the owner as the temporary file was; a stricter umask is kept."""
-    monkeypatch.setattr(baseline_module, "_UMASK", umask)
+    monkeypatch.setattr(files_module, "_UMASK", umask)
     path = BaselineStore(tmp_path).write(ROUND_TRIP[0].values[0])  # type: ignore[arg-type]
     write_atomic(tmp_path / "report.html", "<html></html>\n")
     assert stat.S_IMODE(path.stat().st_mode) == mode

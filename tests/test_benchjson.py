@@ -1,4 +1,4 @@
-"""Unit tests of ``pytest_fxprof.benchjson``: pytest-benchmark's JSON from hand-made profile reports, read back
+"""Unit tests of ``pytest_fxprof.views.benchjson``: pytest-benchmark's JSON from hand-made profile reports, read back
 by pytest-benchmark's own ``compare`` command (no torch)."""
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from pytest_fxprof.benchjson import benchmark_json, write_benchmark_json
-from pytest_fxprof.decision import compare
-from pytest_fxprof.records import NodeInfo, NodeStats, ProfileResult, Tolerances, iqr_int, median_int, node_key
-from pytest_fxprof.report import profile_report
+from pytest_fxprof.judge.decision import compare
+from pytest_fxprof.records.measurement import NodeInfo, NodeStats, Tolerances, iqr_int, median_int, node_key
+from pytest_fxprof.result import ProfileResult
+from pytest_fxprof.views.benchjson import benchmark_json, write_benchmark_json
+from pytest_fxprof.views.report import profile_report
 from tests.records_for_tests import CAPTURE, ENV, POLICY, PROTOCOL
 
 TOLERANCES = Tolerances(0.1, 0.15)
@@ -175,6 +176,6 @@ def test_pytest_benchmark_compare_reads_our_files(tmp_path: Path) -> None:
 
 
 def test_importing_the_module_does_not_import_pytest_benchmark() -> None:
-    code = "import sys, pytest_fxprof.benchjson; print('pytest_benchmark' in sys.modules)"
+    code = "import sys, pytest_fxprof.views.benchjson; print('pytest_benchmark' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "False"

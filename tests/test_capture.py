@@ -12,18 +12,12 @@ import torch.fx
 from torch import nn
 from torch.fx._symbolic_trace import PH
 
-from pytest_fxprof import capture as capture_mod
-from pytest_fxprof.capture import (
-    MAX_LEAF_RETRIES,
-    Captured,
-    CaptureError,
-    ProfileError,
-    capture_module,
-    describe_nodes,
-    normalise_module_path,
-    output_difference,
-    plain_runners,
-)
+from pytest_fxprof.capture import dynamo as dynamo_capture
+from pytest_fxprof.capture.check import output_difference
+from pytest_fxprof.capture.choose import MAX_LEAF_RETRIES, capture_module
+from pytest_fxprof.capture.errors import CaptureError, ProfileError
+from pytest_fxprof.capture.graphs import Captured, plain_runners
+from pytest_fxprof.capture.nodes import describe_nodes, normalise_module_path
 from tests.test_profiler import ParamMutator
 
 MODES = ("symbolic", "export", "dynamo", "auto")
@@ -362,7 +356,7 @@ def test_dynamo_recompile_limit_is_a_capture_error(monkeypatch: pytest.MonkeyPat
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return x * 2
 
-    monkeypatch.setattr(capture_mod, "RECOMPILE_LIMIT", 1)
+    monkeypatch.setattr(dynamo_capture, "RECOMPILE_LIMIT", 1)
     with torch._dynamo.config.patch(recompile_limit=1):
         capture(Limited(), torch.ones(2), mode="dynamo")
         with pytest.raises(CaptureError, match=r"(?s)recompilation limit.*'forward'.*size mismatch.*reset\(\)"):

@@ -14,10 +14,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pytest_fxprof.baseline import BaselineStore, as_file, file_name
 from pytest_fxprof.cli import main
-from pytest_fxprof.records import BaselineEntry, Environment, NodeStats, ProfileResult, Tolerances
-from pytest_fxprof.report import profile_report, write_report
+from pytest_fxprof.records.measurement import BaselineEntry, Environment, NodeStats, Tolerances
+from pytest_fxprof.result import ProfileResult
+from pytest_fxprof.store.baseline import BaselineStore, as_file, file_name
+from pytest_fxprof.views.report import profile_report, write_report
 from tests.records_for_tests import BASE_NS, CAPTURE, ENV, MODEL, PROTOCOL
 
 TEST_ID = "tests/test_model.py::test_speed"

@@ -1,4 +1,4 @@
-"""Unit tests of ``pytest_fxprof.decision``: every rule of the gate, with hand-built records (no torch)."""
+"""Unit tests of ``pytest_fxprof.judge.decision``: every rule of the gate, with hand-built records (no torch)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pytest_fxprof.decision import (
+from pytest_fxprof.judge.decision import (
     DRIFT_DOUBT,
     GATING_NS,
     GATING_SHARE,
@@ -19,32 +19,27 @@ from pytest_fxprof.decision import (
     PRIOR_WEIGHT,
     SPREAD_K,
     SUBTREE_DEPTH,
-    AggregateVerdict,
-    BandSource,
-    Comparison,
-    Kind,
-    NodeVerdict,
     Peers,
     Policy,
-    Status,
-    Verdict,
     align,
     band_for,
     compare,
-    conservative,
     groups,
     judge,
     node_noise,
     size_class,
     weighted_median,
 )
-from pytest_fxprof.records import (
-    BaselineEntry,
-    Capture,
-    Environment,
-    NodeInfo,
-    Run,
-    Tolerances,
+from pytest_fxprof.records.measurement import BaselineEntry, Capture, Environment, NodeInfo, Run, Tolerances
+from pytest_fxprof.records.verdicts import (
+    AggregateVerdict,
+    BandSource,
+    Comparison,
+    Kind,
+    NodeVerdict,
+    Status,
+    Verdict,
+    conservative,
 )
 from tests.records_for_tests import (
     BASE_NS,

@@ -10,8 +10,11 @@ import torch.fx
 from torch import nn
 
 from pytest_fxprof import profile
-from pytest_fxprof.capture import describe_nodes, trace_symbolic
-from pytest_fxprof.engine import (
+from pytest_fxprof.capture.choose import MODES
+from pytest_fxprof.capture.nodes import describe_nodes
+from pytest_fxprof.capture.symbolic import trace_symbolic
+from pytest_fxprof.measure.engine import (
+    ENGINES,
     ClockTimer,
     CompiledEngine,
     DeviceSide,
@@ -20,7 +23,8 @@ from pytest_fxprof.engine import (
     instrument,
     make_engine,
 )
-from pytest_fxprof.settings import SettingsError
+from pytest_fxprof.settings import CAPTURES, SettingsError
+from pytest_fxprof.settings import ENGINES as ENGINE_CHOICES
 
 
 class FakeClock:
@@ -266,3 +270,10 @@ def test_structured_outputs_are_packed_once_by_every_engine_and_the_flop_count(e
     assert result.capture.method == ("symbolic_trace" if capture == "symbolic" else capture)
     assert all(n.flops is not None for n in result.nodes)
     assert [n.samples_ns != () for n in result.nodes] == [True] * len(result.nodes)
+
+
+def test_the_settings_offer_exactly_the_engines_and_captures_there_are() -> None:
+    """The settings (torch-free) name the choices; the engine and the capture (which import torch) implement
+    them: the two lists must agree, in order (the first is the default)."""
+    assert tuple(ENGINES) == ENGINE_CHOICES
+    assert MODES == CAPTURES

@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pytest_fxprof.frames import read_report
-from pytest_fxprof.report import ProfileRecord, profile_report, write_report
+from pytest_fxprof.views.frames import read_report
+from pytest_fxprof.views.report import ProfileRecord, profile_report, write_report
 from tests.test_report import checked, result
 
 

@@ -1,4 +1,4 @@
-"""Unit tests of ``pytest_fxprof.hints`` on hand-built nodes (no torch), and one run of the real profiler."""
+"""Unit tests of ``pytest_fxprof.judge.hints`` on hand-built nodes (no torch), and one run of the real profiler."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from pytest_fxprof.hints import (
+from pytest_fxprof.judge.hints import (
     HINT_MIN_SHARE,
     KINDS,
     LOW_FLOPS_FRACTION,
@@ -20,8 +20,8 @@ from pytest_fxprof.hints import (
     find_hints,
     hint_lines,
 )
-from pytest_fxprof.records import NodeInfo, NodeStats, node_key
-from pytest_fxprof.render import fmt_ns
+from pytest_fxprof.records.measurement import NodeInfo, NodeStats, node_key
+from pytest_fxprof.records.units import fmt_ns
 
 
 @dataclass(frozen=True)

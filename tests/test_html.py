@@ -1,4 +1,4 @@
-"""Unit tests of ``pytest_fxprof.html``: the page's structure, escaping and content, without a browser.
+"""Unit tests of ``pytest_fxprof.views.html``: the page's structure, escaping and content, without a browser.
 
 The profiles are real ``profile_report`` dicts built from hand-made records (no torch). ``profiles()`` is also
 what the browser tests open.
@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
-from pytest_fxprof.decision import compare
-from pytest_fxprof.html import SHARE_BAR_EM, TITLE, render_html, section_id, write_html
-from pytest_fxprof.records import NodeInfo, NodeStats, ProfileResult, Tolerances, iqr_int
-from pytest_fxprof.report import profile_report
+from pytest_fxprof.judge.decision import compare
+from pytest_fxprof.records.measurement import NodeInfo, NodeStats, Tolerances, iqr_int
+from pytest_fxprof.result import ProfileResult
+from pytest_fxprof.views.html import SHARE_BAR_EM, TITLE, render_html, section_id, write_html
+from pytest_fxprof.views.report import profile_report
 from tests.records_for_tests import CAPTURE, ENV, POLICY, PROTOCOL, node
 
 TOLERANCES = Tolerances(0.1, 0.15)

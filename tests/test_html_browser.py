@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
-from pytest_fxprof.html import CHART_ROWS, TABLE_ROWS, section_id, write_html
-from pytest_fxprof.render import band_used
+from pytest_fxprof.views.html import CHART_ROWS, TABLE_ROWS, section_id, write_html
+from pytest_fxprof.views.render import band_used
 from tests.test_html import HOSTILE, checked, display_order, profiles, recorded
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""Unit tests of ``pytest_fxprof.markdown``: the pull-request summary of hand-made profile reports (no torch)."""
+"""Unit tests of ``pytest_fxprof.views.markdown``: the pull-request summary of hand-made profile reports (no torch)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from pytest_fxprof.decision import compare
-from pytest_fxprof.markdown import ITEMS_SHOWN, PROFILES_SHOWN, markdown_summary, write_markdown
-from pytest_fxprof.records import NodeInfo, NodeStats, ProfileResult, Tolerances, node_key
-from pytest_fxprof.render import fmt_ns
-from pytest_fxprof.report import profile_report
+from pytest_fxprof.judge.decision import compare
+from pytest_fxprof.records.measurement import NodeInfo, NodeStats, Tolerances, node_key
+from pytest_fxprof.records.units import fmt_ns
+from pytest_fxprof.result import ProfileResult
+from pytest_fxprof.views.markdown import ITEMS_SHOWN, PROFILES_SHOWN, markdown_summary, write_markdown
+from pytest_fxprof.views.report import profile_report
 from tests.records_for_tests import CAPTURE, ENV, POLICY, PROTOCOL
 
 TOLERANCES = Tolerances(0.1, 0.15)

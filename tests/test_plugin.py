@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import torch
 
-import pytest_fxprof.profiler  # noqa: F401  (kept imported across in-process runs, like torch)
+import pytest_fxprof.measure.profiler  # noqa: F401  (kept imported across in-process runs, like torch)
 from pytest_fxprof.session import Confirm, OnFaster, OnGraphChange, OnMismatch, OnMissing, OnUnused, Reactions
 
 # symbolic capture: no check of the graph against the module; the interpreter engine: no pass measured again

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import pytest_fxprof.profiler  # noqa: F401  (kept imported across in-process runs, like torch)
+import pytest_fxprof.measure.profiler  # noqa: F401  (kept imported across in-process runs, like torch)
 from tests.test_plugin import (
     FAST,
     SLOW_ENV,

@@ -12,15 +12,10 @@ import torch
 from torch import nn
 
 from pytest_fxprof import ProfileResult, profile
-from pytest_fxprof.capture import describe_nodes, trace_symbolic
-from pytest_fxprof.profiler import (
-    OFF_CPU_LIMIT,
-    PLAIN_EVERY,
-    CaptureError,
-    ProfileError,
-    chosen_passes,
-    off_cpu_share,
-)
+from pytest_fxprof.capture.errors import CaptureError, ProfileError
+from pytest_fxprof.capture.nodes import describe_nodes
+from pytest_fxprof.capture.symbolic import trace_symbolic
+from pytest_fxprof.measure.profiler import OFF_CPU_LIMIT, PLAIN_EVERY, chosen_passes, off_cpu_share
 
 
 class Block(nn.Module):

@@ -1,4 +1,4 @@
-"""Unit tests of ``pytest_fxprof.render`` and ``ProfileResult``'s views, with hand-built records (no torch)."""
+"""Unit tests of ``pytest_fxprof.views.render`` and ``ProfileResult``'s views, with hand-built records (no torch)."""
 
 from __future__ import annotations
 
@@ -8,23 +8,16 @@ from dataclasses import replace
 
 import pytest
 
-from pytest_fxprof.decision import Comparison, Kind, Status, Verdict, compare
-from pytest_fxprof.records import (
-    BaselineEntry,
-    Environment,
-    NodeInfo,
-    NodeStats,
-    ProfileResult,
-    Run,
-    Tolerances,
-    node_key,
-)
-from pytest_fxprof.render import (
+from pytest_fxprof.judge.decision import compare
+from pytest_fxprof.records.measurement import BaselineEntry, Environment, NodeInfo, NodeStats, Run, Tolerances, node_key
+from pytest_fxprof.records.units import fmt_ns
+from pytest_fxprof.records.verdicts import Comparison, Kind, Status, Verdict
+from pytest_fxprof.result import ProfileResult
+from pytest_fxprof.views.render import (
     AGGREGATES_SHOWN,
     WORST_SHOWN,
     aggregate_line,
     band_used,
-    fmt_ns,
     improvement_lines,
     node_line,
     notice_lines,
@@ -33,7 +26,7 @@ from pytest_fxprof.render import (
     summary_line,
     total_line,
 )
-from pytest_fxprof.report import worst_nodes
+from pytest_fxprof.views.report import worst_nodes
 from tests.records_for_tests import (
     BASE_NS,
     CAPTURE,

@@ -1,4 +1,4 @@
-"""Unit tests of ``pytest_fxprof.report``: the JSON view of one profile and its decision (no torch)."""
+"""Unit tests of ``pytest_fxprof.views.report``: the JSON view of one profile and its decision (no torch)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
-from pytest_fxprof.baseline import run_to_json
-from pytest_fxprof.decision import Comparison, compare
-from pytest_fxprof.records import NodeInfo, NodeStats, ProfileResult, Tolerances
-from pytest_fxprof.report import REPORT_VERSION, item_tone, profile_report, write_report
+from pytest_fxprof.judge.decision import compare
+from pytest_fxprof.records.measurement import NodeInfo, NodeStats, Tolerances
+from pytest_fxprof.records.verdicts import Comparison
+from pytest_fxprof.result import ProfileResult
+from pytest_fxprof.store.baseline import run_to_json
+from pytest_fxprof.views.report import REPORT_VERSION, item_tone, profile_report, write_report
 from tests.records_for_tests import CAPTURE, ENV, POLICY, PROTOCOL, node
 
 # A 1 ms graph: relu and softmax are 5 % of it (they gate), tiny 2 % (it does not); stem is the only aggregate.

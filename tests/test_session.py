@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_fxprof.baseline import BaselineStore
-from pytest_fxprof.report import ProfileRecord
 from pytest_fxprof.session import Reactions, RunState
 from pytest_fxprof.settings import Mode
+from pytest_fxprof.store.baseline import BaselineStore
+from pytest_fxprof.views.report import ProfileRecord
 
 
 def record(test_id: str, key: str, status: str) -> ProfileRecord:

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from pytest_fxprof.decision import DEFAULT_FLOOR_NS, SPREAD_K, Policy
-from pytest_fxprof.records import Protocol, Tolerances
+from pytest_fxprof.judge.decision import DEFAULT_FLOOR_NS, SPREAD_K, Policy
+from pytest_fxprof.records.measurement import Protocol, Tolerances
 from pytest_fxprof.settings import SETTING_NAMES, TEXT_CHOICES, Mode, Settings, SettingsError, apply, from_json
 
 INT_SETTINGS = ("warmup", "passes", "threads", "processes")

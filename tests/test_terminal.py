@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pytest_fxprof.report import ProfileRecord, profile_report
-from pytest_fxprof.terminal import profile_lines
+from pytest_fxprof.views.report import ProfileRecord, profile_report
+from pytest_fxprof.views.terminal import profile_lines
 from tests.test_report import checked, result
 
 

@@ -1,4 +1,4 @@
-"""Unit tests of ``pytest_fxprof.trace``: Chrome trace files built from hand-made profile reports (no torch)."""
+"""Unit tests of ``pytest_fxprof.views.trace``: Chrome trace files built from hand-made profile reports (no torch)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from pytest_fxprof.decision import compare
-from pytest_fxprof.records import NodeInfo, NodeStats, ProfileResult, Tolerances, iqr_int, median_int, node_key
-from pytest_fxprof.report import profile_report
-from pytest_fxprof.trace import TRACE_SUFFIX, trace_events, trace_file_name, write_traces
+from pytest_fxprof.judge.decision import compare
+from pytest_fxprof.records.measurement import NodeInfo, NodeStats, Tolerances, iqr_int, median_int, node_key
+from pytest_fxprof.result import ProfileResult
+from pytest_fxprof.views.report import profile_report
+from pytest_fxprof.views.trace import TRACE_SUFFIX, trace_events, trace_file_name, write_traces
 from tests.records_for_tests import CAPTURE, ENV, POLICY, PROTOCOL
 
 

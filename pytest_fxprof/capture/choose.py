@@ -1,0 +1,202 @@
+"""Which capture runs: the mode asked for, or ``auto``'s first that computes what the module computes.
+
+Owns ``capture_module``, the one entry to this package: it refuses what cannot be captured before trying
+(each refusal with its fix), keeps the module as it was throughout, and for ``auto`` tries symbolic tracing
+(keeping each submodule that breaks it whole, up to ``MAX_LEAF_RETRIES``), then ``torch.export``, then
+dynamo, checking each against the module's own output; when all fail, the error lists why each one did.
+
+Must not import pytest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.fx
+
+from pytest_fxprof.capture import dynamo, export, symbolic
+from pytest_fxprof.capture.check import Checker
+from pytest_fxprof.capture.errors import CaptureError, ProfileError, one_line
+from pytest_fxprof.capture.graphs import Captured, LeafSpec
+from pytest_fxprof.capture.state import kept_as_is
+from pytest_fxprof.capture.symbolic import SymbolicTraceError
+
+MODES = ("auto", "symbolic", "export", "dynamo")
+
+
+MAX_LEAF_RETRIES = 8
+"""How many submodules ``auto`` keeps whole, one per failed symbolic trace, before it tries ``export``."""
+
+
+def capture_module(
+    module: torch.nn.Module,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    *,
+    mode: str = "auto",
+    leaf_modules: Sequence[LeafSpec] = (),
+    tracer: torch.fx.Tracer | None = None,
+) -> Captured:
+    """Capture ``module`` called with ``args`` and ``kwargs`` (used as examples, never changed) by ``mode``.
+
+    ``symbolic``: ``torch.fx`` symbolic tracing (``leaf_modules`` kept whole, or a user ``tracer``).
+    ``export``: ``torch.export`` (non-strict), one graph. ``dynamo``: ``torch.compile`` with a backend that
+    keeps each graph, several where the model has graph breaks. ``auto``: symbolic tracing, keeping each
+    submodule that breaks it whole; then export; then dynamo; the first whose graphs run like the module.
+    Every capture but an explicit ``symbolic`` one is checked against the module's own output. The module
+    is left as it was (modes, buffers, attributes) and so is torch's random state.
+    """
+    if mode not in MODES:
+        raise CaptureError(f"unknown capture mode {mode!r}; choose one of {', '.join(MODES)}")
+    _check_request(module, args, kwargs, mode=mode, leaf_modules=leaf_modules, tracer=tracer)
+    with kept_as_is(module) as kept:
+        if mode == "symbolic":
+            return symbolic.capture(module, leaf_modules, tracer)
+        checker = Checker(module, args, kwargs, kept)
+        if mode == "auto":
+            return _auto(module, args, kwargs, leaf_modules=leaf_modules, tracer=tracer, checker=checker)
+        captured = _capture_by(mode, module, args, kwargs, checker)
+        problem = checker.problem(captured)
+        if problem:
+            raise CaptureError(
+                f"{_MODE_NAMES[mode]} captured {type(module).__name__}, but {problem}.\n"
+                '  Fix: capture="auto" tries the other modes; capture="symbolic" with leaf_modules=[...] keeps '
+                "the part that differs whole."
+            )
+        return captured
+
+
+_MODE_NAMES = {"export": "torch.export", "dynamo": "torch.compile (dynamo)"}
+
+
+def _check_request(
+    module: Any,
+    args: Any,
+    kwargs: Any,
+    *,
+    mode: str,
+    leaf_modules: Sequence[LeafSpec],
+    tracer: torch.fx.Tracer | None,
+) -> None:
+    """Refuse what cannot be captured before trying, each with the fix."""
+    if not isinstance(module, torch.nn.Module):
+        raise ProfileError(f"fxprof profiles a torch.nn.Module, got {type(module).__name__}")
+    name = type(module).__name__
+    if isinstance(args, str | bytes) or not isinstance(args, Sequence):
+        raise ProfileError(f"the positional inputs of {name} must be a sequence, got {type(args).__name__}")
+    if not isinstance(kwargs, dict):
+        raise ProfileError(f"the keyword inputs of {name} must be a dict, got {type(kwargs).__name__}")
+    if tracer is not None and not isinstance(tracer, torch.fx.Tracer):
+        raise CaptureError(f"tracer= takes a torch.fx.Tracer instance, got {type(tracer).__name__}")
+    if isinstance(leaf_modules, str | type):
+        raise CaptureError(f"leaf_modules= takes a list, got {leaf_modules!r}; write leaf_modules=[{leaf_modules!r}]")
+    paths = dict(module.named_modules())
+    for spec in leaf_modules:
+        if isinstance(spec, type):
+            if not issubclass(spec, torch.nn.Module):
+                raise CaptureError(f"leaf_modules= takes submodule paths or nn.Module classes, got the class {spec!r}")
+        elif not isinstance(spec, str):
+            raise CaptureError(f"leaf_modules= takes submodule paths (str) or nn.Module classes, got {spec!r}")
+        elif spec == "":
+            raise CaptureError(f"leaf_modules= cannot keep the root of {name} whole: name a submodule")
+        elif spec not in paths:
+            near = [p for p in paths if p and p.rpartition(".")[2] == spec.rpartition(".")[2]][:3]
+            hint = f"; did you mean {', '.join(map(repr, near))}?" if near else ""
+            raise CaptureError(f"leaf_modules= names {spec!r}, which is not a submodule of {name}{hint}")
+    if mode in ("export", "dynamo") and (leaf_modules or tracer is not None):
+        raise CaptureError(
+            f'leaf_modules= and tracer= are for symbolic tracing; capture="{mode}" cannot use them. '
+            'Fix: drop them, or use capture="symbolic" or capture="auto".'
+        )
+    with contextlib.suppress(TypeError, ValueError):  # a signature inspect cannot read binds anything
+        try:
+            inspect.signature(module.forward).bind(*args, **kwargs)
+        except TypeError as exc:
+            raise ProfileError(f"the inputs do not fit {name}.forward: {exc}") from None
+
+
+def _auto(
+    module: torch.nn.Module,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    *,
+    leaf_modules: Sequence[LeafSpec],
+    tracer: torch.fx.Tracer | None,
+    checker: Checker,
+) -> Captured:
+    """The first of symbolic (with submodules kept whole), export and dynamo whose graphs run like the module."""
+    checker.expected()  # a module that fails on its inputs is refused before any capture is blamed
+    captured, failed = _auto_symbolic(module, leaf_modules, tracer, checker)
+    if captured is not None:
+        return captured
+    failures = [failed]
+    for mode in ("export", "dynamo"):
+        try:
+            candidate = _capture_by(mode, module, args, kwargs, checker)
+            problem = checker.problem(candidate)
+        except CaptureError as exc:  # its first line names the mode, the cause and where
+            problem = str(exc).splitlines()[0]
+        except Exception as exc:  # noqa: BLE001 - every mode's failure is reported together
+            problem = one_line(exc)
+        if problem is None:
+            detail = "; ".join([*failures, f"captured with {mode}"])
+            return dataclasses.replace(candidate, capture=dataclasses.replace(candidate.capture, detail=detail))
+        failures.append(f"{mode}: {problem}")
+    lines = [f"could not capture {type(module).__name__} as graphs with any mode:"]
+    lines += [f"  {line}" for line in failures]
+    lines.append(
+        "  Fix: keep the submodule that breaks tracing whole (leaf_modules=[...]), pass tracer= a torch.fx.Tracer "
+        'that handles it, or make the failing code run under torch.compile and pick capture="dynamo".'
+    )
+    raise CaptureError("\n".join(lines))
+
+
+def _auto_symbolic(
+    module: torch.nn.Module,
+    leaf_modules: Sequence[LeafSpec],
+    tracer: torch.fx.Tracer | None,
+    checker: Checker,
+) -> tuple[Captured | None, str]:
+    """Symbolic tracing, keeping each submodule that breaks it whole (up to ``MAX_LEAF_RETRIES``), checked
+    against the module: the capture, or ``None`` and why it failed."""
+    leaves = list(leaf_modules)
+    kept: list[str] = []
+    name = "symbolic_trace" if tracer is None else f"tracer:{type(tracer).__name__}"
+    while True:
+        try:
+            captured = symbolic.capture(module, leaves, tracer)
+        except SymbolicTraceError as exc:
+            failed = exc.failed_in
+            if tracer is None and failed and failed[0] and failed[0] not in leaves and len(kept) < MAX_LEAF_RETRIES:
+                leaves.append(failed[0])
+                kept.append(f"{name} failed in {failed[0]!r} ({failed[1]}): {one_line(exc.cause)}; kept it whole")
+                continue
+            where = f" in {failed[0]!r} ({failed[1]})" if failed and failed[0] else ""
+            if len(kept) >= MAX_LEAF_RETRIES and where:
+                where += f", after keeping {len(kept)} submodules whole"
+            return None, f"{name} failed{where}: {one_line(exc.cause)}"
+        break
+    try:
+        problem = checker.problem(captured)
+    except ProfileError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a graph that fails where the module runs: try the next mode
+        problem = f"the traced graph fails where the module runs: {one_line(exc)}"
+    if problem:
+        if kept:
+            problem += f" (with {', '.join(repr(leaf) for leaf in leaves[len(leaf_modules) :])} kept whole)"
+        return None, f"{name}: {problem}"
+    cap = dataclasses.replace(captured.capture, detail="; ".join(kept))
+    return dataclasses.replace(captured, capture=cap), ""
+
+
+def _capture_by(
+    mode: str, module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any], checker: Checker
+) -> Captured:
+    """A capture by ``export`` or ``dynamo`` (not yet checked against the module)."""
+    return export.capture(module, args, kwargs) if mode == "export" else dynamo.capture(module, args, kwargs, checker)

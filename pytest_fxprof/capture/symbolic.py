@@ -1,0 +1,165 @@
+"""Capture by ``torch.fx.symbolic_trace``: one graph that shares the module's parameters and submodules.
+
+Owns the tracer (``symbolic_trace``'s, plus user-named leaf modules and a note of the submodule that broke
+tracing), the error that names that submodule, the user's source line and the fix, and the binding of a
+call's inputs to the graph's placeholders (including a tracer given ``concrete_args``).
+
+Must not import pytest.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+import torch.fx._pytree
+
+from pytest_fxprof.capture.errors import CaptureError, ProfileError
+from pytest_fxprof.capture.graphs import Captured, LeafSpec, single_graph
+from pytest_fxprof.capture.sources import user_frame
+from pytest_fxprof.records.measurement import Capture
+
+
+class SymbolicTraceError(CaptureError):
+    """A failed symbolic trace, with the submodule it failed in (``(path, class name)``, path ``""`` for the root)."""
+
+    def __init__(self, message: str, failed_in: tuple[str, str] | None, cause: Exception) -> None:
+        super().__init__(message)
+        self.failed_in = failed_in
+        self.cause = cause
+
+
+def capture(module: torch.nn.Module, leaf_modules: Sequence[LeafSpec], tracer: torch.fx.Tracer | None) -> Captured:
+    """Symbolic tracing, with ``leaf_modules`` kept whole or a user's ``tracer``; not checked against the module."""
+    gm, cap = trace_symbolic(module, leaf_modules, tracer)
+    if isinstance(gm.graph._codegen, torch.fx.graph._PyTreeCodeGen):  # a tracer given concrete_args
+
+        def prepare(a: Sequence[Any], k: dict[str, Any]) -> list[Any]:
+            return _pytree_placeholder_args(gm, module, a, k)
+
+        return single_graph(gm, cap, prepare, unflatten=gm.graph._codegen.process_outputs)
+    return single_graph(gm, cap, lambda a, k: placeholder_args(gm, module, a, k))
+
+
+class _LeafTracer(torch.fx.Tracer):
+    """symbolic_trace's tracer, plus user-named leaf modules and a note of the submodule that broke."""
+
+    def __init__(self, leaf_modules: Sequence[LeafSpec]) -> None:
+        super().__init__()
+        self.leaf_types = tuple(spec for spec in leaf_modules if isinstance(spec, type))
+        self.leaf_paths = {spec for spec in leaf_modules if isinstance(spec, str)}
+        self.failed_in: tuple[str, str] | None = None
+        self.record_stack_traces = True  # each node's source line, for reports
+
+    def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
+        if module_qualified_name in self.leaf_paths or isinstance(m, self.leaf_types):
+            return True
+        return super().is_leaf_module(m, module_qualified_name)
+
+    def call_module(
+        self, m: torch.nn.Module, forward: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        try:
+            return super().call_module(m, forward, args, kwargs)
+        except Exception:
+            if self.failed_in is None:  # the innermost module records itself first
+                self.failed_in = (self.path_of_module(m), type(m).__name__)
+            raise
+
+
+def trace_symbolic(
+    module: torch.nn.Module, leaf_modules: Sequence[LeafSpec] = (), tracer: torch.fx.Tracer | None = None
+) -> tuple[torch.fx.GraphModule, Capture]:
+    """Trace ``module`` into a GraphModule that shares its parameters, buffers and submodules."""
+    active = tracer if tracer is not None else _LeafTracer(leaf_modules)
+    before = set(vars(module))
+    try:
+        try:
+            graph = active.trace(module)
+        except Exception as exc:
+            failed = active.failed_in if isinstance(active, _LeafTracer) else None
+            raise SymbolicTraceError(_capture_advice(module, exc, active), failed, exc) from exc
+        gm = torch.fx.GraphModule(active.root, graph, type(module).__name__)  # copies what it needs
+    finally:
+        for name in set(vars(module)) - before:  # tensor constants torch.fx parks on the traced module
+            delattr(module, name)
+    names = tuple(sorted(s if isinstance(s, str) else f"{s.__module__}.{s.__qualname__}" for s in leaf_modules))
+    method = "symbolic_trace" if tracer is None else f"tracer:{type(tracer).__name__}"
+    return gm, Capture(method=method, leaf_modules=names)
+
+
+def _capture_advice(module: torch.nn.Module, exc: Exception, tracer: torch.fx.Tracer) -> str:
+    cause = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
+    lines = [f"torch.fx.symbolic_trace could not capture {type(module).__name__}: {cause}"]
+    failed = tracer.failed_in if isinstance(tracer, _LeafTracer) else None
+    if failed and failed[0]:
+        lines.append(f"  while tracing submodule {failed[0]!r} ({failed[1]})")
+    where = user_frame(exc)
+    if where:
+        lines.append(f"  at {where}")
+    lines.append(
+        "  Data-dependent control flow (if/for on tensor values), len()/int() of a traced value and "
+        "submodules kept in plain lists cannot be traced symbolically."
+    )
+    if failed and failed[0]:
+        lines.append(
+            f"  Fix: keep that submodule whole as one timed node: fxprof(model, ..., leaf_modules=[{failed[0]!r}]) "
+            f"or leaf_modules=[{failed[1]}]; or pass tracer= a torch.fx.Tracer that handles it."
+        )
+    else:
+        lines.append(
+            "  Fix: pass tracer= a torch.fx.Tracer that handles the construct, or make the failing code "
+            "traceable (torch.fx.wrap a function to keep it as one node)."
+        )
+    return "\n".join(lines)
+
+
+def placeholder_args(
+    gm: torch.fx.GraphModule, module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any]
+) -> list[Any]:
+    """The graph's positional inputs, bound from the call's args and kwargs like ``module(...)`` would."""
+    try:
+        bound = inspect.signature(module.forward).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise ProfileError(f"the inputs do not fit {type(module).__name__}.forward: {exc}") from None
+    bound.apply_defaults()
+    out: list[Any] = []
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        target = str(node.target)
+        name = target.lstrip("*")
+        if target.startswith("**"):
+            raise ProfileError(f"{type(module).__name__}.forward takes **{name}; pass those inputs by name")
+        value = bound.arguments.get(name, node.args[0] if node.args else None)
+        if target.startswith("*"):
+            out.extend(value or ())
+        else:
+            out.append(value)
+    return out
+
+
+def _pytree_placeholder_args(
+    gm: torch.fx.GraphModule, module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any]
+) -> list[Any]:
+    codegen = gm.graph._codegen
+    assert isinstance(codegen, torch.fx.graph._PyTreeCodeGen)
+    try:
+        bound = inspect.signature(module.forward).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise ProfileError(f"the inputs do not fit {type(module).__name__}.forward: {exc}") from None
+    bound.apply_defaults()
+    info = codegen.pytree_info
+    # the traced function is the unbound forward: its first argument is the module, not a placeholder
+    positional = [module if i == 0 else bound.arguments.get(name) for i, name in enumerate(info.orig_args)]
+    flat = list(torch.fx._pytree.tree_flatten_spec(positional, info.in_spec))[1:]
+    count = len(gm.graph.find_nodes(op="placeholder"))
+    if len(flat) != count:
+        raise ProfileError(
+            f"the inputs of {type(module).__name__} flatten to {len(flat)} values, the traced graph takes {count}: "
+            "pass inputs with the structure given to the tracer's concrete_args"
+        )
+    return flat

@@ -1,0 +1,186 @@
+"""``fxprof show``: the per-node table of a baseline file.
+
+Owns the command's arguments and output: each entry's environment, capture and protocol, and per node the
+median across the recorded processes, the spread across them, its share, module, target and source line.
+
+Must not import torch or pytest.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_fxprof.cli.inputs import (
+    DEFAULT_BASELINE_DIR,
+    EXIT_OK,
+    count_arg,
+    error,
+    resolve_baseline,
+    write_csv,
+)
+from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, iqr_int, median_int
+from pytest_fxprof.records.units import fmt_ns
+from pytest_fxprof.store.baseline import BaselineFile
+from pytest_fxprof.views.render import grid
+
+SORTS = ("time", "graph")
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "show",
+        help="Print the per-node table of a baseline file",
+        description="Print each entry of a baseline file: the environment, capture and protocol it was recorded "
+        "with, and per node the median across the recorded processes, the spread across them (interquartile "
+        "range / median), its share of the summed node time, its module, target and source line.",
+    )
+    p.add_argument(
+        "baseline",
+        metavar="BASELINE",
+        help="A baseline file, or the id of a test (file.py::test) recorded in --baseline-dir",
+    )
+    p.add_argument(
+        "--baseline-dir",
+        default=DEFAULT_BASELINE_DIR,
+        metavar="DIR",
+        help="Where test ids are looked up (default: baselines)",
+    )
+    p.add_argument("--key", help="Show only this entry (an fxprof call's name, e.g. call0)")
+    p.add_argument("--sort", choices=SORTS, default="time", help="Slowest first (time, the default) or graph order")
+    p.add_argument("--limit", type=count_arg, metavar="N", help="Show at most N nodes per entry (the CSV holds all)")
+    p.add_argument("--csv", metavar="PATH", help="Also write every node of the shown entries to PATH as CSV")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    path, baseline = resolve_baseline(args.baseline, Path(args.baseline_dir))
+    entries = _entries(path, baseline, args.key)
+    blocks = []
+    for key, entry in entries.items():
+        lines = [f"{baseline.test_id} [{key}]  ({path})", *entry_header(entry), ""]
+        lines += entry_table(entry, args.sort, args.limit)
+        blocks.append("\n".join(lines))
+    print("\n\n".join(blocks) if blocks else f"{path}: no entries ({baseline.test_id})")
+    if args.csv is not None:
+        rows = [row for key, entry in entries.items() for row in show_csv_rows(baseline.test_id, key, entry, args.sort)]
+        write_csv(Path(args.csv), rows, SHOW_COLUMNS)
+        print(f"wrote {len(rows)} rows to {args.csv}")
+    return EXIT_OK
+
+
+def _entries(path: Path, baseline: BaselineFile, key: str | None) -> dict[str, BaselineEntry]:
+    if key is None:
+        return dict(baseline.entries)
+    if key not in baseline.entries:
+        keys = ", ".join(baseline.entries) or "none"
+        raise error(path, f"it has no entry {key!r} (its entries: {keys})", "Pass one of its keys to --key")
+    return {key: baseline.entries[key]}
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """One node of a baseline entry: its median and spread across the recorded processes."""
+
+    info: NodeInfo
+    median_ns: int
+    spread: float | None
+    """Interquartile range / median across processes; None with a single process."""
+    share: float
+
+
+def node_rows(entry: BaselineEntry, sort: str = "time") -> list[NodeRow]:
+    per_node = [[run.node_ns[i] for run in entry.runs] for i in range(len(entry.nodes))]
+    medians = [median_int(times) for times in per_node]
+    busy = sum(medians) or 1
+    rows = [
+        NodeRow(
+            info=info,
+            median_ns=m,
+            spread=iqr_int(times) / m if m and len(times) > 1 else None,
+            share=m / busy,
+        )
+        for info, m, times in zip(entry.nodes, medians, per_node, strict=True)
+    ]
+    if sort == "time":
+        rows.sort(key=lambda r: (-r.median_ns, r.info.key))
+    return rows
+
+
+def _fmt_spread(spread: float | None) -> str:
+    return "-" if spread is None else f"{spread:.0%}"
+
+
+def entry_header(entry: BaselineEntry) -> list[str]:
+    env, cap, proto = entry.environment, entry.capture, entry.protocol
+    leaves = ", ".join(cap.leaf_modules) or "none"
+    runs = entry.runs
+    return [
+        f"environment: torch {env.torch}; python {env.python}; platform {env.platform}; cpu {env.cpu}; "
+        f"threads {env.threads}; device {env.device}; allocator {env.allocator}; clock {env.clock}; "
+        f"engine {env.engine}",
+        f"capture: {cap.method}, {cap.graphs} graph(s), leaf modules: {leaves}"
+        + (f"; {cap.detail}" if cap.detail else ""),
+        f"protocol: {proto.warmup} warm-up + {proto.passes} passes, {proto.threads} thread(s), "
+        f"{proto.processes} process(es); {len(runs)} process(es) recorded",
+        f"total (median over processes): plain forward {fmt_ns(median_int([r.total_ns for r in runs]))}, "
+        f"instrumented pass {fmt_ns(median_int([r.instrumented_ns for r in runs]))}, "
+        f"reference workload {fmt_ns(median_int([r.reference_ns for r in runs]))}; "
+        f"recorded with tolerances node +{entry.tolerances.node:.0%}, total +{entry.tolerances.total:.0%}",
+    ]
+
+
+def entry_table(entry: BaselineEntry, sort: str, limit: int | None) -> list[str]:
+    rows = node_rows(entry, sort)
+    shown = rows[:limit] if limit is not None else rows
+    sources = any(r.info.source for r in rows)
+    header = ["node", "op", "target", "module", "median", "spread", "share", *(["source"] if sources else [])]
+    cells = [
+        [
+            r.info.name,
+            r.info.op,
+            r.info.target,
+            r.info.where,
+            fmt_ns(r.median_ns),
+            _fmt_spread(r.spread),
+            f"{r.share:.1%}",
+            *([r.info.source] if sources else []),
+        ]
+        for r in shown
+    ]
+    lines = grid(header, cells, right={4, 5, 6})
+    if len(shown) < len(rows):
+        lines.append(f"... {len(rows) - len(shown)} more nodes")
+    lines.append(
+        f"{len(rows)} nodes; median and spread (interquartile range / median) across the {len(entry.runs)} "
+        "recorded process(es); share of the summed node medians"
+    )
+    return lines
+
+
+SHOW_COLUMNS = [
+    "test_id", "key", "node_key", "node", "op", "target", "module", "source", "median_us", "spread", "share",
+    "processes",
+]  # fmt: skip
+
+
+def show_csv_rows(test_id: str, key: str, entry: BaselineEntry, sort: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "test_id": test_id,
+            "key": key,
+            "node_key": r.info.key,
+            "node": r.info.name,
+            "op": r.info.op,
+            "target": r.info.target,
+            "module": r.info.module,
+            "source": r.info.source,
+            "median_us": r.median_ns / 1e3,
+            "spread": r.spread,
+            "share": r.share,
+            "processes": len(entry.runs),
+        }
+        for r in node_rows(entry, sort)
+    ]

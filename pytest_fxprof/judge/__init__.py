@@ -1,0 +1,10 @@
+"""Judge: measurements become decisions and advice.
+
+- ``decision``: the gate's rules: a profile against its baseline, node by node, per aggregate and in total,
+  each verdict with its reason (the verdict records are ``records.verdicts``);
+- ``hints``: where to look for speed in one profile; advice, never a failure.
+
+Pure: every rule can be tested with hand-built numbers.
+
+Must not import torch, pytest or pandas.
+"""

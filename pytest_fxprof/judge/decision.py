@@ -1,0 +1,495 @@
+"""The gate's decision: compare a profile with its baseline and say, with reasons, what got slower.
+
+Owns the noise model and the rules; the verdict records it returns are ``records.verdicts``. Pure, so that
+every rule can be tested with hand-built numbers. Must not import torch, pytest or pandas.
+
+The rules, in order:
+
+1. Environments must match on ``Environment.MATCH_FIELDS``, and the reference workload (timed beside the
+   model, sharing none of its kernels) must run within ``MACHINE_FACTOR_LIMIT`` of its baseline speed.
+   Otherwise the verdict is a *mismatch*: no slowdown can be claimed on another machine.
+2. Nodes are paired by signature (op, module path, target) with a sequence alignment, so an inserted or
+   removed op shows up as a structural change instead of shifting every later node.
+3. Node times are divided by a *speed factor* taken from the node's peers: the time-weighted median
+   ratio of the nodes of similar size (within ``PEER_SPAN`` of its baseline time, at least
+   ``MIN_PEERS`` of them, the node itself excluded). Drift cancels, including contention that slows
+   small ops more than large ones; one slow node barely moves its peers' median. For the slower test
+   a slower factor is divided out with ``DRIFT_DOUBT`` more of it (contention is op-specific, so the
+   drift is itself in doubt); a faster one is not (``FASTER_CREDIT``), so a node is never called slower
+   because the rest of the model sped up more than it did (``Policy.divisor``).
+4. Each node's band is the largest of the node tolerance, ``Policy.spread_k`` between-process
+   deviations (estimated from the baseline's processes and shrunk toward nodes of similar size,
+   ``PRIOR_WEIGHT``) and the absolute floor (``floor_ns``, or ``FLOOR_SHARE`` of the model's time if
+   larger). A node is slower when its normalised ratio exceeds ``1 + band``; faster when, divided by
+   its factor only where that is below 1, it is below ``1 / (1 + band)`` and gained more than the
+   floor. Only a node of ``GATING_NS`` or ``GATING_SHARE`` of the summed node time fails a test alone;
+   a smaller one is a warning, and its slowdown is caught by the aggregates it belongs to. A band set
+   by the measured spread wider than ``NOISY_BAND`` cannot decide anything: the item is reported as
+   too noisy, never passed or failed on it. A tolerance or floor band is applied as it is.
+5. *Aggregates* sum nodes that carry less noise together than alone: every operator type (all
+   ``BatchNorm2d``, all ``add``) and every module subtree up to ``SUBTREE_DEPTH`` levels (``layer3``,
+   ``layer3.0``). Their members are divided by speed factors taken from peers *outside* the aggregate,
+   so a slowdown of every BatchNorm is not mistaken for a machine that slows small ops. Bands as in 4.
+6. The total is the instrumented pass divided by the reference workload, banded by the larger of the
+   total tolerance and ``spread_k`` deviations (no floor, no speed factor). It catches slowdowns spread
+   over every node, which 3 and 5 cancel by design.
+7. A current entry may hold several measurements (a confirmation re-measures a flagged profile). Each
+   item is slower only if *every* measurement says so, faster only if every one does; the verdict
+   carries all the ratios, so whether the confirmation agreed is on record.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from difflib import SequenceMatcher
+
+from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, Run
+from pytest_fxprof.records.verdicts import (
+    AggregateVerdict,
+    BandSource,
+    Comparison,
+    Judgement,
+    Kind,
+    NodeVerdict,
+    Status,
+    TotalVerdict,
+    Verdict,
+    conservative,
+)
+
+NODE_TOLERANCE = 0.15
+"""Default smallest band of a node or aggregate (+15 %). Chosen on the measured trade-off in BENCHMARKS.md:
+a baseline's processes, recorded within a minute, agree more closely than a check made later does on a
+shared machine (memory-bound nodes moved +13 % between a recording and checks minutes later), so the
+band must hold that drift whatever the recording's own spread."""
+
+TOTAL_TOLERANCE = 0.10
+"""Default smallest band of the model's total (+10 %)."""
+
+SPREAD_K = 3.0
+"""Default band width in between-process standard deviations (log scale): about 1 in 700 one-sided."""
+
+PRIOR_WEIGHT = 4.0
+"""Degrees of freedom given to the size-class spread when shrinking one node's own spread toward it."""
+
+DEFAULT_FLOOR_NS = 20_000
+"""Changes smaller than this (20 us) never fail a node: timer, dispatch and cache noise live there."""
+
+FLOOR_SHARE = 0.001
+"""Nor do changes smaller than this share (0.1 %) of the model's total time."""
+
+GATING_NS = 1_000_000
+"""A node of at least this baseline time (1 ms) can fail a test on its own ..."""
+
+GATING_SHARE = 0.05
+"""... as can one of at least this share of the summed node time; smaller ones warn, and aggregates gate them."""
+
+NOISY_BAND = 1.0
+"""A band set by the measured spread beyond +100 % decides nothing: the item is reported as too noisy.
+A tolerance (the user's choice) or a floor (an absolute amount of time) is applied however wide."""
+
+SUBTREE_DEPTH = 2
+"""Module subtrees are aggregated down to this depth (``layer3`` and ``layer3.0``, not ``layer3.0.bn1``)."""
+
+DRIFT_DOUBT = 0.5
+"""How much of the drift divided out is itself in doubt. Contention is op-specific (a neighbour's memory
+traffic slows BatchNorm more than the convolutions around it), so a slower item is divided by its speed
+factor to the power ``1 + DRIFT_DOUBT``: on a quiet machine (factor 1) nothing changes; under drift the
+gate asks for a slowdown beyond what the drift could explain."""
+
+FASTER_CREDIT = 0.0
+"""How much of a *faster* speed factor the slower test divides out: ``factor ** FASTER_CREDIT``. None by
+default: peers that got faster are as often a real speed-up elsewhere in the model (an optimised layer)
+as a faster machine, and crediting it calls the unchanged nodes beside it slower. A slowdown on a check
+process that runs faster than the recording is then judged raw, the safe side for a gate."""
+
+PEER_SPAN = 4.0
+"""Nodes within this factor of a node's baseline time are its peers for the speed factor."""
+
+MIN_PEERS = 8
+"""Fewer peers than this within ``PEER_SPAN``: the nearest in size are taken up to this count."""
+
+MACHINE_FACTOR_LIMIT = 2.0
+"""A reference workload this many times faster or slower than in the baseline means another machine."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The knobs of the decision. Tolerances are relative (0.1 means +10 %)."""
+
+    node_tolerance: float = NODE_TOLERANCE
+    total_tolerance: float = TOTAL_TOLERANCE
+    floor_ns: float = DEFAULT_FLOOR_NS
+    spread_k: float = SPREAD_K
+    floor_share: float = FLOOR_SHARE
+    drift_doubt: float = DRIFT_DOUBT
+    faster_credit: float = FASTER_CREDIT
+
+    def divisor(self, factor: float) -> float:
+        """What an item's time is divided by before the slower test, given its peers' speed factor.
+
+        On a slower machine (factor above 1) the factor and ``drift_doubt`` more of it, on the log scale;
+        on a faster one, ``faster_credit`` of it; on a quiet one, nothing.
+        """
+        if factor >= 1.0:
+            return float(factor ** (1.0 + self.drift_doubt))
+        return float(max(factor, 1e-9) ** self.faster_credit)
+
+
+def weighted_median(values: Sequence[float], weights: Sequence[float]) -> float:
+    """The value at which half the total weight lies on either side (1.0 for no weight)."""
+    pairs = sorted((v, w) for v, w in zip(values, weights, strict=True) if w > 0)
+    total = sum(w for _, w in pairs)
+    if not pairs or total <= 0:
+        return 1.0
+    half = total / 2
+    acc = 0.0
+    for k, (value, weight) in enumerate(pairs):
+        acc += weight
+        if math.isclose(acc, half, rel_tol=1e-12) and k + 1 < len(pairs):
+            return (value + pairs[k + 1][0]) / 2  # the weight splits exactly here: the middle of the two
+        if acc > half:
+            return value
+    return pairs[-1][0]  # pragma: no cover - float rounding only
+
+
+def align(
+    baseline: Sequence[NodeInfo], current: Sequence[NodeInfo]
+) -> tuple[list[tuple[int, int]], list[NodeInfo], list[NodeInfo]]:
+    """Pair nodes by signature in graph order; return (pairs of indices, added, removed)."""
+    a = [n.signature for n in baseline]
+    b = [n.signature for n in current]
+    pairs: list[tuple[int, int]] = []
+    added: list[NodeInfo] = []
+    removed: list[NodeInfo] = []
+    for tag, i1, i2, j1, j2 in SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            pairs.extend(zip(range(i1, i2), range(j1, j2), strict=True))
+        else:
+            removed.extend(baseline[i1:i2])
+            added.extend(current[j1:j2])
+    return pairs, added, removed
+
+
+class Peers:
+    """Each node's peers by baseline size, nearest first, so speed factors cost one scan per node."""
+
+    def __init__(self, centres: Sequence[float]) -> None:
+        self.centres = list(centres)
+        logs = [math.log(max(c, 1.0)) for c in centres]
+        self.span = math.log(PEER_SPAN)
+        self.order = [sorted((abs(lj - li), j) for j, lj in enumerate(logs) if j != i) for i, li in enumerate(logs)]
+
+    def factor(self, i: int, ratios: Sequence[float], excluded: frozenset[int] = frozenset()) -> float:
+        """Node ``i``'s speed factor: the time-weighted median ratio of its peers outside ``excluded``."""
+        candidates = [(d, j) for d, j in self.order[i] if j not in excluded]
+        if not candidates:
+            return 1.0
+        peers = [j for d, j in candidates if d <= self.span]
+        if len(peers) < MIN_PEERS:
+            peers = [j for _, j in candidates[:MIN_PEERS]]
+        return weighted_median([ratios[j] for j in peers], [self.centres[j] for j in peers])
+
+    def factors(self, current: Sequence[float], excluded: frozenset[int] = frozenset()) -> list[float]:
+        ratios = [cur / c if c else 1.0 for cur, c in zip(current, self.centres, strict=True)]
+        return [self.factor(i, ratios, excluded | {i}) for i in range(len(self.centres))]
+
+
+@dataclass(frozen=True)
+class NodeNoise:
+    """A node's baseline centre and its between-process deviation on a log scale (None if unknown)."""
+
+    centre_ns: float
+    sigma: float | None
+
+
+def size_class(ns: float) -> int:
+    """Nodes within a factor of two of each other share a class (used to pool spread estimates)."""
+    return math.floor(math.log2(max(ns, 1.0)))
+
+
+def shrink(own: float, dof: int, prior: float) -> float:
+    """An estimated deviation with ``dof`` degrees of freedom pulled toward ``prior``."""
+    return math.sqrt((dof * own * own + PRIOR_WEIGHT * prior * prior) / (dof + PRIOR_WEIGHT))
+
+
+def centres_of(runs: Sequence[Run]) -> list[float]:
+    return [float(statistics.median(run.node_ns[i] for run in runs)) for i in range(len(runs[0].node_ns))]
+
+
+def node_noise(runs: Sequence[Run], peers: Peers | None = None) -> list[NodeNoise]:
+    """Per node: the centre across baseline processes and the shrunk between-process deviation."""
+    centres = centres_of(runs)
+    if len(runs) < 2:
+        return [NodeNoise(c, None) for c in centres]
+    peers = peers or Peers(centres)
+    # the same peer factors the comparison divides by, so that the band holds what they leave
+    factors = [peers.factors([float(t) for t in run.node_ns]) for run in runs]
+    own: list[float] = []
+    for i in range(len(centres)):
+        logs = [math.log(max(run.node_ns[i], 1) / max(f[i], 1e-9)) for run, f in zip(runs, factors, strict=True)]
+        own.append(statistics.stdev(logs))
+    by_class: dict[int, list[float]] = defaultdict(list)
+    for c, s in zip(centres, own, strict=True):
+        by_class[size_class(c)].append(s)
+    out = []
+    for c, s in zip(centres, own, strict=True):
+        cls = size_class(c)
+        neighbours = by_class[cls] + by_class.get(cls - 1, []) + by_class.get(cls + 1, [])
+        out.append(NodeNoise(c, shrink(s, len(runs) - 1, statistics.median(neighbours))))
+    return out
+
+
+def band_for(
+    tolerance: float, sigma: float | None, *, k: float = SPREAD_K, floor: float = 0.0
+) -> tuple[float, BandSource]:
+    """The relative band: the largest of the tolerance, ``k`` deviations and the relative floor."""
+    band, source = tolerance, BandSource.TOLERANCE
+    if sigma is not None and math.exp(k * sigma) - 1.0 > band:
+        band, source = math.exp(k * sigma) - 1.0, BandSource.SPREAD
+    if floor > band:
+        band, source = floor, BandSource.FLOOR
+    return band, source
+
+
+def judge(
+    ratios: Sequence[float],
+    band: float,
+    source: BandSource,
+    *,
+    scale_ns: float = 0.0,
+    note: str = "",
+    faster: Sequence[float] | None = None,
+    sigma: float | None = None,
+    floor: float = 0.0,
+) -> Judgement:
+    """Slower only if every measurement is beyond the band, faster only if every one is below it.
+
+    ``faster`` are the ratios to test for a speed-up when they differ from ``ratios``: a node divided by
+    its speed factor only where that is below 1 (a faster machine is not a faster node), mirroring the
+    slower test, which divides only where it is above 1. A speed-up must also gain more than the floor.
+    Only a band set by the measured spread can be too wide to decide: the tolerance is the user's
+    choice and the floor an absolute amount, both judged as they are.
+    """
+    ratios = tuple(ratios)
+    quicker = tuple(faster) if faster is not None else ratios
+    ratio = conservative(ratios)
+    limit = f"band +{band:.0%} ({source.value})"
+    lost = f", {scale_ns * (ratio - 1.0) / 1e3:+.1f} us" if scale_ns else ""
+    seen = ""
+    if len(ratios) > 1:
+        seen = " in every measurement (" + ", ".join(f"x{r:.2f}" for r in ratios) + ")"
+    if band > NOISY_BAND and source is BandSource.SPREAD:
+        verdict, reason = Verdict.NOISY, f"x{ratio:.2f}, but band +{band:.0%} ({source.value}) is too noisy to decide"
+    elif min(ratios) > 1.0 + band:
+        verdict, reason = Verdict.SLOWER, f"x{ratio:.2f} beyond {limit}{lost}{seen}"
+    elif max(quicker) < 1.0 / (1.0 + band) and 1.0 - max(quicker) > floor:
+        ratio = conservative(quicker)
+        lost = f", {scale_ns * (ratio - 1.0) / 1e3:+.1f} us" if scale_ns else ""
+        verdict, reason = Verdict.FASTER, f"x{ratio:.2f} below {limit}{lost}{seen}"
+        ratios = quicker
+    elif len(ratios) > 1 and ratios[0] > 1.0 + band:
+        first = ", ".join(f"x{r:.2f}" for r in ratios)
+        verdict, reason = Verdict.OK, f"not confirmed: {first} against {limit}; the first measurement was noise"
+    else:
+        verdict, reason = Verdict.OK, f"x{ratio:.2f} within {limit}"
+    return Judgement(ratios, band, source, verdict, reason + note, sigma, floor)
+
+
+# Aggregates ---------------------------------------------------------------------------------------------
+
+
+def groups(nodes: Sequence[NodeInfo]) -> list[tuple[Kind, str, list[int]]]:
+    """The aggregates of a graph: each operator type and each module subtree with two or more nodes."""
+    by_op: dict[str, list[int]] = defaultdict(list)
+    by_module: dict[str, list[int]] = defaultdict(list)
+    for i, n in enumerate(nodes):
+        if n.op in ("call_module", "call_function", "call_method"):
+            by_op[n.target].append(i)
+        parts = n.module.split(".") if n.module else []
+        # a call_module node's own path is the node itself, not a subtree
+        depth = len(parts) - 1 if n.op == "call_module" else len(parts)
+        for d in range(1, min(depth, SUBTREE_DEPTH) + 1):
+            by_module[".".join(parts[:d])].append(i)
+    out = [(Kind.OP, name, idx) for name, idx in sorted(by_op.items()) if len(idx) >= 2]
+    out += [(Kind.MODULE, name, idx) for name, idx in sorted(by_module.items()) if 2 <= len(idx) < len(nodes)]
+    return out
+
+
+def _aggregate_sigma(
+    runs: Sequence[Run], idx: Sequence[int], peers: Peers, noise: Sequence[NodeNoise], members: frozenset[int]
+) -> float | None:
+    centre = sum(noise[i].centre_ns for i in idx) or 1.0
+    if len(runs) < 2:
+        return None
+    # divided by the full factors, as node_noise does: the spread that drift leaves
+    values = [_aggregate_ns([float(t) for t in run.node_ns], idx, peers, members, Policy())[2] / centre for run in runs]
+    own = statistics.stdev(math.log(max(v, 1e-12)) for v in values)
+    # the members' own deviations, as if independent: what the sum would carry at the least
+    prior = math.sqrt(sum((noise[i].centre_ns * (noise[i].sigma or 0.0)) ** 2 for i in idx)) / centre
+    return shrink(own, len(runs) - 1, prior)
+
+
+def _aggregate_ns(
+    current: Sequence[float], idx: Sequence[int], peers: Peers, members: frozenset[int], policy: Policy
+) -> tuple[float, float, float, float]:
+    """The members' time divided by each one's factor from non-members, three ways, and that factor.
+
+    For the slower test (``policy.divisor(f)``), for the faster test (``min(f, 1)``: a faster machine
+    is not a faster aggregate) and in full (for the baseline's spread).
+    """
+    ratios = [cur / c if c else 1.0 for cur, c in zip(current, peers.centres, strict=True)]
+    slow = quick = full = weighted = 0.0
+    for i in idx:
+        f = peers.factor(i, ratios, members)
+        slow += current[i] / policy.divisor(f)
+        quick += current[i] / max(min(f, 1.0), 1e-9)
+        full += current[i] / max(f, 1e-9)
+        weighted += f * peers.centres[i]
+    base = sum(peers.centres[i] for i in idx) or 1.0
+    return slow, quick, full, weighted / base
+
+
+# Comparing ----------------------------------------------------------------------------------------------
+
+
+def _judge_total(baseline: Sequence[Run], runs: Sequence[Run], policy: Policy) -> TotalVerdict:
+    # Divide by the reference workload only when every run has one; otherwise compare raw passes.
+    use_ref = all(r.reference_ns > 0 for r in (*baseline, *runs))
+
+    def timed(run: Run) -> float:
+        return float(run.instrumented_ns or run.total_ns)
+
+    def per_ref(run: Run) -> float:
+        return timed(run) / run.reference_ns if use_ref else timed(run)
+
+    base_norm = [max(per_ref(r), 1e-12) for r in baseline]
+    centre = float(statistics.median(base_norm))
+    sigma = statistics.stdev(math.log(v) for v in base_norm) if len(base_norm) > 1 else None
+    band, source = band_for(policy.total_tolerance, sigma, k=policy.spread_k)
+    ratios = [per_ref(r) / centre for r in runs]
+    ref_centre = statistics.median(r.reference_ns for r in baseline)
+    machine = runs[0].reference_ns / ref_centre if use_ref else 1.0
+    note = "" if use_ref else " (raw: no reference workload timed)"
+    base_total = float(statistics.median(timed(r) for r in baseline))
+    return TotalVerdict(base_total, timed(runs[0]), machine, judge(ratios, band, source, note=note, sigma=sigma))
+
+
+def mismatches_of(baseline: BaselineEntry, current: BaselineEntry) -> list[str]:
+    """Why the two entries cannot be compared (empty when they can)."""
+    out = baseline.environment.differences(current.environment)
+    if baseline.capture.method != current.capture.method:
+        out.append(f"capture: baseline {baseline.capture.method!r}, this run {current.capture.method!r}")
+    ref_centre = statistics.median(r.reference_ns for r in baseline.runs)
+    run = current.runs[0]
+    if ref_centre and run.reference_ns:
+        machine = run.reference_ns / ref_centre
+        if not 1.0 / MACHINE_FACTOR_LIMIT <= machine <= MACHINE_FACTOR_LIMIT:
+            out.append(
+                f"machine speed: the reference workload took x{machine:.2f} its baseline time "
+                f"(limit x{MACHINE_FACTOR_LIMIT:g}); another or a heavily loaded machine"
+            )
+    return out
+
+
+def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> Comparison:
+    """Decide whether ``current`` (one entry, one run per measurement) is slower than ``baseline``."""
+    mismatches = mismatches_of(baseline, current)
+    if mismatches:
+        return Comparison(Status.MISMATCH, tuple(mismatches), 1.0, len(baseline.runs), (), None, (), ())
+
+    pairs, added, removed = align(baseline.nodes, current.nodes)
+    base_idx = [i for i, _ in pairs]
+    sub_runs = [Run(r.total_ns, r.instrumented_ns, r.reference_ns, *_pick(r, base_idx)) for r in baseline.runs]
+    centres = centres_of(sub_runs) if pairs else []
+    peers = Peers(centres)
+    noise = node_noise(sub_runs, peers) if pairs else []
+    measured = [[float(run.node_ns[j]) for _, j in pairs] for run in current.runs]
+    speed = weighted_median([n / c if c else 1.0 for n, c in zip(measured[0], centres, strict=True)], centres)
+    factors = [peers.factors(m) for m in measured]
+    model_ns = float(statistics.median(r.total_ns for r in baseline.runs))
+    floor_ns = max(policy.floor_ns, policy.floor_share * model_ns)
+    busy = sum(centres) or 1.0
+
+    def node_verdict(k: int) -> NodeVerdict:
+        c = max(noise[k].centre_ns, 1.0)  # a node that took 0 ns in the baseline is still judged
+        ratios = [m[k] / policy.divisor(f[k]) / c for m, f in zip(measured, factors, strict=True)]
+        quick = [m[k] / max(min(f[k], 1.0), 1e-9) / c for m, f in zip(measured, factors, strict=True)]
+        band, source = band_for(policy.node_tolerance, noise[k].sigma, k=policy.spread_k, floor=floor_ns / c)
+        gates = c >= GATING_NS or c / busy >= GATING_SHARE
+        info = current.nodes[pairs[k][1]]
+        verdict = judge(ratios, band, source, scale_ns=c, faster=quick, sigma=noise[k].sigma, floor=floor_ns / c)
+        divisor = policy.divisor(factors[0][k])
+        return NodeVerdict(info, c, measured[0][k], factors[0][k], floor_ns, gates, verdict, divisor)
+
+    verdicts = tuple(node_verdict(k) for k in range(len(pairs)))
+    aggregates = tuple(
+        _judge_aggregate(
+            kind,
+            name,
+            idx,
+            runs=sub_runs,
+            measured=measured,
+            peers=peers,
+            noise=noise,
+            floor_ns=floor_ns,
+            policy=policy,
+            nodes=baseline.nodes,
+            base_idx=base_idx,
+        )
+        for kind, name, idx in groups([baseline.nodes[i] for i in base_idx])
+    )
+    total = _judge_total(baseline.runs, current.runs, policy)
+    failed = (
+        total.verdict is Verdict.SLOWER
+        or any(v.verdict is Verdict.SLOWER and v.gates for v in verdicts)
+        or any(a.verdict is Verdict.SLOWER for a in aggregates)
+    )
+    return Comparison(
+        status=Status.REGRESSION if failed else Status.PASS,
+        mismatches=(),
+        speed_factor=speed,
+        baseline_processes=len(baseline.runs),
+        nodes=verdicts,
+        total=total,
+        added=tuple(added),
+        removed=tuple(removed),
+        aggregates=aggregates,
+        measurements=len(current.runs),
+    )
+
+
+def _pick(run: Run, idx: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    return tuple(run.node_ns[i] for i in idx), tuple(run.node_spread_ns[i] for i in idx)
+
+
+def _judge_aggregate(
+    kind: Kind,
+    name: str,
+    idx: list[int],
+    *,
+    runs: Sequence[Run],
+    measured: Sequence[Sequence[float]],
+    peers: Peers,
+    noise: Sequence[NodeNoise],
+    floor_ns: float,
+    policy: Policy,
+    nodes: Sequence[NodeInfo],
+    base_idx: Sequence[int],
+) -> AggregateVerdict:
+    members = frozenset(idx)
+    centre = max(sum(noise[i].centre_ns for i in idx), 1.0)
+    sigma = _aggregate_sigma(runs, idx, peers, noise, members)
+    band, source = band_for(policy.node_tolerance, sigma, k=policy.spread_k, floor=floor_ns / centre)
+    sums = [_aggregate_ns(m, idx, peers, members, policy) for m in measured]
+    ratios = [s[0] / centre for s in sums]
+    quick = [s[1] / centre for s in sums]
+    raw = sum(measured[0][i] for i in idx)
+    infos = tuple(nodes[base_idx[i]] for i in idx)
+    verdict = judge(ratios, band, source, scale_ns=centre, faster=quick, sigma=sigma, floor=floor_ns / centre)
+    divisor = policy.divisor(sums[0][3])
+    return AggregateVerdict(kind, name, infos, centre, raw, sums[0][3], verdict, divisor, tuple(idx))

@@ -1,0 +1,14 @@
+"""Measure: captured graphs become times, node by node, pass by pass, process by process.
+
+- ``profiler``: ``profile_module``, the protocol of one profile (warm-up and kept passes, the plain forward and
+  the reference workload beside them, preempted passes measured again);
+- ``engine``: how one pass becomes a time per node (timestamps compiled into the graph, or an interpreter;
+  CUDA events on a GPU);
+- ``machine``: the environment a profile records, the allocator, the clocks and the reference workload;
+- ``facts``: what each node does, seen in one untimed pass (FLOPs, shapes, layouts, inputs, mode);
+- ``sampling``: fresh processes that measure a test again, for baselines and confirmations.
+
+Imports torch (``sampling`` does not: it starts the processes that do).
+
+Must not import pytest.
+"""

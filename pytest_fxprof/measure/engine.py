@@ -1,0 +1,321 @@
+"""Time each node of captured graphs: the compiled engine (the default) and the interpreter engine.
+
+Owns how a pass of the graphs is turned into one time per node, on the CPU (a clock) and on CUDA
+(events).
+
+- ``compiled``: each graph is regenerated with a timestamp call before every node and one at the end,
+  compiled into the graph's own Python code; a node's time is the difference of its two stamps. On the
+  CPU a stamp is the bare clock call (about 50 ns with ``perf_counter_ns``), so the instrumented forward
+  runs at the speed of the plain graph.
+- ``interpreter``: ``torch.fx.Interpreter`` runs the graph node by node and stamps around each node;
+  several microseconds of Python per node that are not counted in a node but slow the pass. It is the
+  reference the compiled engine is tested against.
+
+On CUDA a stamp records an event from a pool (and the host's clock and the allocator's counters), and the
+pass synchronises once, when its times are collected; host time per node (the launch cost) is reported
+beside the device time, with the memory allocated after each node and the peak while it ran.
+A graph that runs several times in one pass (a loop across graph breaks) adds its times up per node.
+
+Must not import pytest.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+import torch.fx
+
+from pytest_fxprof.capture.graphs import Runner
+
+Clock = Callable[[], int]
+
+
+class Timer(Protocol):
+    """Where stamps come from and how two of them become a duration."""
+
+    def stamp(self) -> Any: ...
+
+    def begin_pass(self) -> None: ...
+
+    def durations(self, pairs: Sequence[tuple[Any, Any]]) -> list[int]: ...
+
+
+class ClockTimer:
+    """Stamps from a clock in nanoseconds; a duration is the difference."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.stamp = clock
+
+    def begin_pass(self) -> None:
+        pass
+
+    def durations(self, pairs: Sequence[tuple[Any, Any]]) -> list[int]:
+        return [end - start for start, end in pairs]
+
+
+@dataclass
+class DeviceSide:
+    """A CUDA device's timing and memory functions (injectable, so the logic is testable on the CPU)."""
+
+    event: Callable[[], Any]
+    synchronize: Callable[[], None]
+    allocated: Callable[[], int]
+    peak: Callable[[], int]
+    reset_peak: Callable[[], None]
+
+    @classmethod
+    def cuda(cls, device: torch.device) -> DeviceSide:
+        return cls(
+            event=lambda: torch.cuda.Event(enable_timing=True),  # type: ignore[no-untyped-call]
+            synchronize=lambda: torch.cuda.synchronize(device),
+            allocated=lambda: torch.cuda.memory_allocated(device),
+            peak=lambda: torch.cuda.max_memory_allocated(device),
+            reset_peak=lambda: torch.cuda.reset_peak_memory_stats(device),
+        )
+
+
+class EventTimer:
+    """Stamps are indices into a pool of device events recorded in stream order, one sync per pass.
+
+    Each stamp also notes the host clock (as it starts and as it ends, so that a node's host time leaves
+    the stamps' own work out) and the allocator's bytes in use and peak since the previous stamp, then
+    resets the peak: a node's memory is what was allocated after it and the most that was allocated
+    while it ran. The reset means that ``torch.cuda.max_memory_allocated`` no longer holds the peak of
+    what ran before the profile.
+    """
+
+    def __init__(self, side: DeviceSide, host_clock: Clock = time.perf_counter_ns) -> None:
+        self.side = side
+        self.host_clock = host_clock
+        self.pool: list[Any] = []
+        self.host: list[int] = []  # on entering each stamp: where the node before it ended
+        self.host_out: list[int] = []  # on leaving it: where the node after it starts
+        self.allocated: list[int] = []
+        self.peaks: list[int] = []
+
+    def begin_pass(self) -> None:
+        self.host.clear()
+        self.host_out.clear()
+        self.allocated.clear()
+        self.peaks.clear()
+        self.side.reset_peak()
+
+    def stamp(self) -> int:
+        self.host.append(self.host_clock())
+        i = len(self.host) - 1
+        if i == len(self.pool):
+            self.pool.append(self.side.event())
+        self.pool[i].record()
+        self.allocated.append(self.side.allocated())
+        self.peaks.append(self.side.peak())
+        self.side.reset_peak()
+        self.host_out.append(self.host_clock())
+        return i
+
+    def durations(self, pairs: Sequence[tuple[Any, Any]]) -> list[int]:
+        self.side.synchronize()
+        return [round(self.pool[a].elapsed_time(self.pool[b]) * 1e6) for a, b in pairs]
+
+    def host_durations(self, pairs: Sequence[tuple[int, int]]) -> list[int]:
+        """The host's time between the stamps, the stamps' own work (events, allocator counters) left out."""
+        return [self.host[b] - self.host_out[a] for a, b in pairs]
+
+    def memory(self, pairs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Per pair: bytes allocated at its end, and the peak between its two stamps."""
+        return [(self.allocated[b], self.peaks[b]) for _, b in pairs]
+
+
+@dataclass
+class PassTimes:
+    """One pass's per-node figures, aligned with the engine's nodes (None where the device has none)."""
+
+    node_ns: list[int]
+    host_ns: list[int] | None = None
+    memory_bytes: list[int] | None = None
+    peak_bytes: list[int] | None = None
+
+
+class Engine:
+    """Runners that time the nodes of ``graphs``; ``nodes`` lists, in order, the nodes to report."""
+
+    def __init__(self, graphs: Sequence[torch.fx.GraphModule], nodes: Sequence[torch.fx.Node], timer: Timer) -> None:
+        self.timer = timer
+        self.index = {node: i for i, node in enumerate(nodes)}
+        self.count = len(nodes)
+        self.calls: list[tuple[list[int], Sequence[Any]]] = []
+
+    def runners(self) -> list[Runner]:
+        raise NotImplementedError
+
+    def begin_pass(self) -> None:
+        self.calls.clear()
+        self.timer.begin_pass()
+
+    def end_pass(self) -> PassTimes:
+        """The pass's times per node (summed over the calls of a graph that ran more than once)."""
+        targets = [k for idx, _ in self.calls for k in idx]
+        pairs = [p for _, stamps in self.calls for p in self.pairs(stamps)]
+        out = PassTimes(node_ns=self._per_node(targets, self.timer.durations(pairs)))
+        if isinstance(self.timer, EventTimer):
+            out.host_ns = self._per_node(targets, self.timer.host_durations(pairs))
+            memory = self.timer.memory(pairs)
+            out.memory_bytes = self._per_node(targets, [m for m, _ in memory], lambda _, last: last)
+            out.peak_bytes = self._per_node(targets, [p for _, p in memory], max)
+        return out
+
+    def pairs(self, stamps: Sequence[Any]) -> Sequence[tuple[Any, Any]]:
+        """One call's (start, end) stamps per timed node, from what the call kept."""
+        raise NotImplementedError
+
+    def _per_node(
+        self, targets: Sequence[int], values: Sequence[int], combine: Callable[[int, int], int] = operator.add
+    ) -> list[int]:
+        """``values`` folded per node with ``combine`` (added up by default: a graph run twice counts twice)."""
+        out = [0] * self.count
+        for k, v in zip(targets, values, strict=True):
+            out[k] = combine(out[k], v)
+        return out
+
+
+Observer = Callable[[int, Any], None]
+
+
+def instrument(
+    gm: torch.fx.GraphModule,
+    timed: Sequence[torch.fx.Node],
+    stamp: Callable[[], Any],
+    observe: tuple[Observer, Sequence[int]] | None = None,
+) -> torch.fx.GraphModule:
+    """``gm`` regenerated with ``stamp()`` before each node of ``timed`` and once at the end.
+
+    The new module takes the graph's placeholders as flat positional inputs (whatever codegen ``gm``
+    had) and returns ``(output, stamps)``; it shares ``gm``'s parameters, buffers and submodules.
+    ``observe``, a function and the index of each timed node, is also called with that index and the
+    node's output right after each timed node (for an untimed pass that looks at what nodes make).
+    """
+    stamp = _named(stamp)
+    watch = dict(zip(timed, observe[1], strict=True)) if observe else {}
+    look = _named(observe[0]) if observe else None
+    wanted = set(timed)
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    stamps: list[torch.fx.Node] = []
+    for node in gm.graph.nodes:
+        if node.op == "output":
+            stamps.append(graph.create_node("call_function", stamp, (), {}, name="stamp"))
+            result = torch.fx.map_arg(node.args[0], lambda n: env[n])
+            graph.output((result, tuple(stamps)))
+            break
+        if node in wanted:
+            stamps.append(graph.create_node("call_function", stamp, (), {}, name="stamp"))
+        env[node] = graph.node_copy(node, lambda n: env[n])
+        if look is not None and node in watch:
+            graph.create_node("call_function", look, (watch[node], env[node]), {}, name="observe")
+    return torch.fx.GraphModule(gm, graph, f"{type(gm).__name__}Timed")
+
+
+def _named(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, or its bound ``__call__``: generated code names what it calls, and a callable object has no name."""
+    if getattr(fn, "__name__", None) is None:
+        return getattr(fn, "__call__")  # type: ignore[no-any-return]  # noqa: B004, B009
+    return fn
+
+
+class CompiledEngine(Engine):
+    """Timestamps compiled into each graph's generated code; a node's time runs from its stamp to the next."""
+
+    def __init__(
+        self,
+        graphs: Sequence[torch.fx.GraphModule],
+        nodes: Sequence[torch.fx.Node],
+        timer: Timer,
+        observe: Observer | None = None,
+    ) -> None:
+        super().__init__(graphs, nodes, timer)
+        self.programs = []
+        for gm in graphs:
+            timed = [n for n in gm.graph.nodes if n in self.index]
+            idx = [self.index[n] for n in timed]
+            program = instrument(gm, timed, timer.stamp, (observe, idx) if observe else None)
+            self.programs.append((program, idx))
+
+    def runners(self) -> list[Runner]:
+        return [self._runner(program, idx) for program, idx in self.programs]
+
+    def _runner(self, program: torch.fx.GraphModule, idx: list[int]) -> Runner:
+        calls = self.calls
+
+        def run(*inputs: Any) -> Any:
+            out, stamps = program(*inputs)
+            calls.append((idx, stamps))  # paired up after the pass, not while it is timed
+            return out
+
+        return run
+
+    def pairs(self, stamps: Sequence[Any]) -> Sequence[tuple[Any, Any]]:
+        return list(itertools.pairwise(stamps))
+
+
+class _StampingInterpreter(torch.fx.Interpreter):
+    def __init__(self, gm: torch.fx.GraphModule, engine: InterpreterEngine) -> None:
+        super().__init__(gm)
+        self.engine = engine
+        self.idx: list[int] = []
+        self.pairs: list[tuple[Any, Any]] = []
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        k = self.engine.index.get(n)
+        if k is None:
+            return super().run_node(n)
+        stamp = self.engine.timer.stamp
+        start = stamp()
+        out = super().run_node(n)
+        self.pairs.append((start, stamp()))
+        self.idx.append(k)
+        return out
+
+
+class InterpreterEngine(Engine):
+    """``torch.fx.Interpreter`` runs each graph; each node is stamped on its own."""
+
+    def __init__(self, graphs: Sequence[torch.fx.GraphModule], nodes: Sequence[torch.fx.Node], timer: Timer) -> None:
+        super().__init__(graphs, nodes, timer)
+        self.graphs = list(graphs)
+
+    def runners(self) -> list[Runner]:
+        return [self._runner(_StampingInterpreter(gm, self)) for gm in self.graphs]
+
+    def _runner(self, interp: _StampingInterpreter) -> Runner:
+        calls = self.calls
+
+        def run(*inputs: Any) -> Any:
+            interp.idx, interp.pairs = [], []
+            out = interp.run(*inputs, enable_io_processing=False)  # the capture's forward packs the output
+            calls.append((interp.idx, interp.pairs))
+            return out
+
+        return run
+
+    def pairs(self, stamps: Sequence[Any]) -> Sequence[tuple[Any, Any]]:
+        return stamps
+
+
+def make_engine(
+    name: str, graphs: Sequence[torch.fx.GraphModule], nodes: Sequence[torch.fx.Node], timer: Timer
+) -> Engine:
+    if name not in ENGINES:
+        raise ValueError(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}")
+    return ENGINES[name](graphs, nodes, timer)
+
+
+ENGINES: dict[str, type[CompiledEngine] | type[InterpreterEngine]] = {
+    "compiled": CompiledEngine,
+    "interpreter": InterpreterEngine,
+}
+"""The engines by the name a setting gives (``settings.ENGINES`` offers the same names)."""

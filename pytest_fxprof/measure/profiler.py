@@ -1,0 +1,279 @@
+"""Profile a module: capture it, then time it node by node over warm-up and kept passes.
+
+Owns ``profile_module``, the protocol of one profile (warm-up passes thrown away, kept passes, the plain
+forward and the reference workload timed beside them, a pass preempted by a neighbour measured again) and
+the ``Profile`` it returns. The caller's module and inputs leave a profile exactly as they came in: mode,
+buffers, torch's random state and its thread count are restored, inputs are cloned before every pass,
+everything runs under ``torch.no_grad``, and a module that changes its own parameters in place is refused.
+
+Must not import pytest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+
+from pytest_fxprof.capture.choose import capture_module
+from pytest_fxprof.capture.errors import ProfileError
+from pytest_fxprof.capture.graphs import Captured, LeafSpec, Runner, prepared_inputs, run_pass
+from pytest_fxprof.capture.nodes import describe_nodes
+from pytest_fxprof.capture.state import fresh_copy, kept_as_is
+from pytest_fxprof.measure.engine import (
+    Clock,
+    ClockTimer,
+    DeviceSide,
+    Engine,
+    EventTimer,
+    PassTimes,
+    Timer,
+    make_engine,
+)
+from pytest_fxprof.measure.facts import count_flops, graph_facts
+from pytest_fxprof.measure.machine import (
+    ReferenceWorkload,
+    clock_for,
+    device_of,
+    environment,
+    sync,
+    tune_allocator,
+)
+from pytest_fxprof.records.measurement import NodeStats, Protocol, iqr_int, median_int
+from pytest_fxprof.records.profile import Profile
+
+
+@contextlib.contextmanager
+def preserved(module: torch.nn.Module, threads: int) -> Iterator[None]:
+    """Run the body with ``threads`` intra-op threads and no grad, then put everything back: the thread
+    count, and what ``kept_as_is`` keeps (modes, buffers, attributes, random state, parameters)."""
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with kept_as_is(module), torch.no_grad():
+            yield
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+PLAIN_EVERY = 4
+"""The plain forward is timed in one kept pass of this many: it serves the overhead figure and the model's
+time that the absolute floor takes its share of, not the compared total."""
+
+
+def profile_module(
+    module: torch.nn.Module,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    *,
+    name: str,
+    protocol: Protocol,
+    measured: bool = True,
+    leaf_modules: Sequence[LeafSpec] = (),
+    tracer: torch.fx.Tracer | None = None,
+    capture: str = "auto",
+    engine: str = "compiled",
+    flops: bool = True,
+) -> Profile:
+    """Capture ``module``, run ``protocol.warmup`` discarded and ``protocol.passes`` kept passes.
+
+    Each pass times the reference workload and the instrumented forward, so that both see the same
+    machine state; every ``PLAIN_EVERY``-th kept pass (and the last warm-up pass) also times the plain
+    forward between them, for the profiler's overhead. Where nodes are stamped on the wall clock and
+    passes on the thread's CPU clock, a kept pass whose thread was preempted is measured again
+    (``chosen_passes``). With ``measured=False`` the module runs once,
+    instrumented and cold, and nothing else is timed. ``flops`` counts each node's floating-point
+    operations in one more, untimed pass under torch's flop counter (not in an unmeasured profile): a
+    warm-up pass of its own would leave the engine's code cold in the first kept pass.
+    """
+    if not isinstance(module, torch.nn.Module):
+        raise ProfileError(f"fxprof profiles a torch.nn.Module, got {type(module).__name__}")
+    allocator = tune_allocator() if measured else "not measured"
+    device = device_of(module, args, kwargs)
+    clock_name, clock = clock_for(protocol.threads, device)
+    node_clock_name, timer = _node_timer(engine, device, clock_name, clock)
+    reference = ReferenceWorkload() if measured else None
+    warmup, passes = (protocol.warmup, protocol.passes) if measured else (0, 1)
+    with preserved(module, protocol.threads):
+        captured = capture_module(module, args, kwargs, mode=capture, leaf_modules=leaf_modules, tracer=tracer)
+        described = describe_nodes(captured.graphs)
+        nodes = [node for node, _ in described]
+        timing = make_engine(engine, captured.graphs, nodes, timer)
+        runners = timing.runners()
+        samples = _Samples(len(nodes))
+        # one untimed pass under torch's flop counter, before the warm-up passes that the engine runs
+        seen = count_flops(module, captured, nodes, args, kwargs) if flops and measured else None
+        counted = seen.flops if seen is not None else None
+        facts = graph_facts(captured.graphs, nodes)
+        watch = measured and node_clock_name == "wall" and clock_name == "thread-cpu"
+        budget = warmup + passes * (2 if watch else 1)  # a preempted pass is measured again, up to passes more
+        i = 0
+        while i < budget and not (i >= warmup + passes and samples.enough(passes)):
+            keep = i >= warmup
+            if measured:
+                ref = reference(clock) if reference is not None else 0
+                if keep:
+                    samples.references.append(ref)
+            if measured and ((i - warmup) % PLAIN_EVERY == 0 if keep else i == warmup - 1):
+                call_args, call_kwargs = fresh_copy((list(args), kwargs))
+                sync(device)
+                start = clock()
+                module(*call_args, **call_kwargs)
+                sync(device)
+                if keep:
+                    samples.totals.append(clock() - start)
+            whole, wall, times = _timed_pass(
+                module,
+                captured=captured,
+                timing=timing,
+                runners=runners,
+                args=args,
+                kwargs=kwargs,
+                clock=clock,
+                device=device,
+            )
+            if keep:
+                samples.keep(whole, times, off_cpu=off_cpu_share(whole, wall) if watch else 0.0)
+            i += 1
+        samples.choose(passes)
+    medians = [median_int(s) for s in samples.nodes]
+    busy = sum(medians) or 1
+    stats = tuple(
+        NodeStats(
+            info=info,
+            median_ns=m,
+            spread_ns=iqr_int(s),
+            share=m / busy,
+            samples_ns=tuple(s),
+            host_ns=median_int(h) if h else None,
+            memory_bytes=samples.memory[k] if samples.memory is not None else None,
+            peak_bytes=samples.peaks[k] if samples.peaks is not None else None,
+            flops=counted[k] if counted is not None else None,
+            shape=seen.shapes[k] if seen is not None else "",
+            layout=seen.layouts[k] if seen is not None else "",
+            inputs=facts[k][0],
+            training=facts[k][1],
+            returned=facts[k][2],
+        )
+        for k, ((_, info), m, s, h) in enumerate(zip(described, medians, samples.nodes, samples.host, strict=True))
+    )
+    used_clock = clock_name if node_clock_name == clock_name else f"{node_clock_name} nodes, {clock_name} passes"
+    return Profile(
+        name=name,
+        nodes=stats,
+        total_samples_ns=tuple(samples.totals),
+        instrumented_samples_ns=tuple(samples.instrumented),
+        reference_samples_ns=tuple(samples.references),
+        environment=environment(
+            protocol.threads, device, allocator, used_clock if measured else "not measured", engine=engine
+        ),
+        protocol=protocol,
+        capture=captured.capture,
+        measured=measured,
+    )
+
+
+def _node_timer(engine: str, device: torch.device, clock_name: str, clock: Clock) -> tuple[str, Timer]:
+    """The timer of each node, and its clock's name.
+
+    CUDA: device events. CPU, compiled engine: ``perf_counter_ns``, whose call costs about 50 ns where the
+    thread's CPU clock costs several hundred (a system call), which would slow a graph of small ops by
+    more than it measures; the passes keep ``clock``. CPU, interpreter: ``clock``, which its per-node
+    Python overhead dwarfs anyway.
+    """
+    if device.type == "cuda":
+        return "cuda-events", EventTimer(DeviceSide.cuda(device))
+    if engine == "compiled":
+        return "wall", ClockTimer(time.perf_counter_ns)
+    return clock_name, ClockTimer(clock)
+
+
+OFF_CPU_LIMIT = 0.01
+"""A pass whose thread was off the CPU (preempted by a neighbour) for more than this share of its wall time
+is measured again, where nodes are stamped on the wall clock and passes on the thread's CPU clock."""
+
+
+PREEMPTED_NS = 50_000
+"""Less time than this off the CPU in a pass is the clocks' own cost, not a neighbour's time slice."""
+
+
+def off_cpu_share(cpu_ns: int, wall_ns: int) -> float:
+    """The share of a pass's wall time its thread spent off the CPU (0 when under ``PREEMPTED_NS``)."""
+    off = wall_ns - cpu_ns
+    return off / wall_ns if off > PREEMPTED_NS and wall_ns > 0 else 0.0
+
+
+def chosen_passes(off_cpu: Sequence[float], wanted: int) -> list[int]:
+    """The passes whose node times count: the first ``wanted`` that ran with the thread on the CPU (off it
+    at most ``OFF_CPU_LIMIT`` of the time), or, where too few did, the ``wanted`` least disturbed, in order."""
+    clean = [i for i, f in enumerate(off_cpu) if f <= OFF_CPU_LIMIT]
+    if len(clean) >= wanted:
+        return clean[:wanted]
+    return sorted(sorted(range(len(off_cpu)), key=lambda i: (off_cpu[i], i))[:wanted])
+
+
+class _Samples:
+    """What the kept passes measured, per node and per pass."""
+
+    def __init__(self, count: int) -> None:
+        self.nodes: list[list[int]] = [[] for _ in range(count)]
+        self.host: list[list[int]] = [[] for _ in range(count)]
+        self.memory: list[int] | None = None
+        self.peaks: list[int] | None = None
+        self.totals: list[int] = []
+        self.instrumented: list[int] = []
+        self.references: list[int] = []
+        self.off_cpu: list[float] = []
+
+    def enough(self, wanted: int) -> bool:
+        """Whether ``wanted`` kept passes ran with the thread on the CPU throughout."""
+        return sum(f <= OFF_CPU_LIMIT for f in self.off_cpu) >= wanted
+
+    def choose(self, wanted: int) -> None:
+        """Keep the node times, instrumented totals and reference times of the passes ``chosen_passes`` picks."""
+        picked = chosen_passes(self.off_cpu, wanted)
+        self.nodes = [[s[i] for i in picked] for s in self.nodes]
+        self.host = [[s[i] for i in picked] if s else s for s in self.host]
+        self.instrumented = [self.instrumented[i] for i in picked]
+        if self.references:  # none in an unmeasured profile
+            self.references = [self.references[i] for i in picked]
+
+    def keep(self, whole: int, times: PassTimes, off_cpu: float = 0.0) -> None:
+        self.instrumented.append(whole)
+        self.off_cpu.append(off_cpu)
+        for k, t in enumerate(times.node_ns):
+            self.nodes[k].append(t)
+        if times.host_ns is not None:
+            for k, t in enumerate(times.host_ns):
+                self.host[k].append(t)
+        self.memory = times.memory_bytes if times.memory_bytes is not None else self.memory
+        self.peaks = times.peak_bytes if times.peak_bytes is not None else self.peaks
+
+
+def _timed_pass(
+    module: torch.nn.Module,
+    *,
+    captured: Captured,
+    timing: Engine,
+    runners: Sequence[Runner],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    clock: Clock,
+    device: torch.device,
+) -> tuple[int, int, PassTimes]:
+    """One instrumented pass on fresh copies of the inputs: its whole time on ``clock`` and on the wall
+    clock, and its times per node."""
+    prepared = prepared_inputs(captured, args, kwargs)
+    sync(device)
+    timing.begin_pass()
+    wall = time.perf_counter_ns()
+    start = clock()
+    run_pass(module, captured, runners, prepared)
+    sync(device)
+    whole = clock() - start
+    wall = time.perf_counter_ns() - wall
+    return whole, wall, timing.end_pass()

@@ -1,0 +1,132 @@
+"""Fresh-process runs for baselines: re-run one test in new interpreters and collect their profiles.
+
+The noise between processes is far larger than within one, so a baseline holds runs from several
+processes. ``sample`` starts ``pytest TEST --fxprof-sample REQUEST`` once per extra run; the child
+profiles each ``fxprof`` call of that test with the parent's settings and writes the summaries to the
+file the request names. Owns the child's command line and the request and response files.
+
+Must not import torch or pytest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypedDict
+
+from pytest_fxprof.records.measurement import Run
+from pytest_fxprof.store.baseline import RunJSON, run_from_json
+
+OUTPUT_TAIL = 3000
+_DROPPED_ENV = ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+
+
+class SamplingError(Exception):
+    """A fresh process could not produce a comparable profile."""
+
+
+class SampleRequest(TypedDict):
+    test_id: str
+    settings: dict[str, Any]
+    out: str
+
+
+class SampleJSON(TypedDict):
+    nodes: list[str]
+    run: RunJSON
+
+
+def plugin_args(args: Sequence[str]) -> tuple[str, ...]:
+    """The ``-p NAME`` and ``--import-mode`` arguments of a command line, which a child must repeat."""
+    out: list[str] = []
+    it = iter(args)
+    for arg in it:
+        if arg in ("-p", "--import-mode"):
+            value = next(it, None)
+            if value is not None:
+                out += [arg, value]
+        elif arg.startswith(("-p", "--import-mode=")) and arg != "-p":
+            out.append(arg)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Relaunch:
+    """How to start pytest again as this run was started: same directory, rootdir, ini file, plugins.
+
+    The ini file's ``addopts`` and ``PYTEST_ADDOPTS`` are left out on purpose: options such as
+    ``--junitxml`` or ``-n`` would make the child overwrite the parent's files or fork workers.
+    """
+
+    invocation_dir: Path
+    rootdir: Path
+    inifile: Path | None
+    extra_args: tuple[str, ...] = ()
+
+    def command(self, test_id: str, request: Path) -> list[str]:
+        path, sep, rest = test_id.partition("::")
+        target = str(self.rootdir / path) + sep + rest
+        cmd = [sys.executable, "-m", "pytest", target, "-q", "-p", "no:cacheprovider", "-o", "addopts="]
+        cmd += ["--rootdir", str(self.rootdir)]
+        if self.inifile is not None:
+            cmd += ["-c", str(self.inifile)]
+        return [*cmd, *self.extra_args, "--fxprof-sample", str(request)]
+
+
+def _tail(text: str) -> str:
+    return text if len(text) <= OUTPUT_TAIL else "..." + text[-OUTPUT_TAIL:]
+
+
+def sample(
+    relaunch: Relaunch,
+    test_id: str,
+    settings: dict[str, Any],
+    count: int,
+    expected: Mapping[str, Sequence[str]],
+) -> dict[str, list[Run]]:
+    """``count`` runs per ``fxprof`` call of ``test_id``, each from a fresh process.
+
+    ``expected`` maps each call's key to its node keys; a child whose graph differs is an error
+    (a capture that depends on the process cannot be baselined).
+    """
+    runs: dict[str, list[Run]] = {key: [] for key in expected}
+    env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
+    for i in range(1, count + 1):
+        with tempfile.TemporaryDirectory(prefix="fxprof-") as tmp:
+            request, out = Path(tmp) / "request.json", Path(tmp) / "runs.json"
+            req: SampleRequest = {"test_id": test_id, "settings": settings, "out": str(out)}
+            request.write_text(json.dumps(req), encoding="utf-8")
+            cmd = relaunch.command(test_id, request)
+            proc = subprocess.run(
+                cmd, cwd=relaunch.invocation_dir, env=env, capture_output=True, text=True, check=False
+            )
+            where = f"fresh process {i} of {count} for {test_id}"
+            if proc.returncode != 0 or not out.is_file():
+                raise SamplingError(
+                    f"{where} failed (exit {proc.returncode}); command: {' '.join(cmd)}\n"
+                    f"{_tail(proc.stdout + proc.stderr)}"
+                )
+            data = json.loads(out.read_text(encoding="utf-8"))
+        for key, node_keys in expected.items():
+            got = data.get(key)
+            if got is None:
+                raise SamplingError(f"{where} made no fxprof call {key!r}; calls must not depend on the process")
+            if list(got["nodes"]) != list(node_keys):
+                raise SamplingError(
+                    f"{where} captured a different graph for {key!r}; the capture must be deterministic"
+                )
+            try:
+                runs[key].append(run_from_json(got["run"], f"{key}.run", len(node_keys)))
+            except ValueError as exc:
+                raise SamplingError(f"{where} sent a malformed profile: {exc}") from None
+    return runs
+
+
+def write_samples(path: Path, samples: Mapping[str, SampleJSON]) -> None:
+    path.write_text(json.dumps(dict(samples), sort_keys=True), encoding="utf-8")

@@ -1,0 +1,204 @@
+"""What was measured and where: nodes and their identity, one process's run, the environment, the protocol,
+the capture, and a baseline entry that holds them.
+
+Owns the frozen dataclasses that every stage passes on, and the median and spread they are summarised with.
+Must not import torch, pytest or pandas.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One timed node of a captured graph.
+
+    ``key`` is the node's stable identity (op, module path, target and its occurrence among nodes with
+    the same three), which does not shift when an op is inserted elsewhere in the graph. ``name`` is
+    the generated FX node name and ``source`` the ``file:line`` of the user's code that made the node
+    (empty when the capture did not record it); both are shown to people but never used for matching.
+    """
+
+    key: str
+    name: str
+    op: str
+    target: str
+    module: str
+    source: str = ""
+
+    @property
+    def signature(self) -> tuple[str, str, str]:
+        """What must be equal for two nodes of different graphs to be the same node."""
+        return (self.op, self.module, self.target)
+
+    @property
+    def where(self) -> str:
+        """Human-readable location: the module path, or ``<root>`` for the top-level module."""
+        return self.module or "<root>"
+
+
+def node_key(op: str, module: str, target: str, occurrence: int) -> str:
+    """The stable key of the ``occurrence``-th node with this op, module path and target."""
+    return f"{op}:{module or '<root>'}:{target}#{occurrence}"
+
+
+@dataclass(frozen=True)
+class Environment:
+    """Where a measurement was taken. Only ``MATCH_FIELDS`` must agree for two runs to be compared."""
+
+    torch: str
+    python: str
+    platform: str
+    cpu: str
+    threads: int
+    device: str
+    allocator: str
+    clock: str = "wall"
+    engine: str = "interpreter"
+
+    MATCH_FIELDS = ("torch", "cpu", "threads", "device", "allocator", "clock", "engine")
+
+    def differences(self, other: Environment) -> list[str]:
+        """Readable ``field: ours != theirs`` lines for each field that must match but does not."""
+        out = []
+        for name in self.MATCH_FIELDS:
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if mine != theirs:
+                out.append(f"{name}: baseline {mine!r}, this run {theirs!r}")
+        return out
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How a profile was measured: passes thrown away, passes kept, threads, and fresh processes."""
+
+    warmup: int
+    passes: int
+    threads: int
+    processes: int
+
+
+@dataclass(frozen=True)
+class Capture:
+    """How the module became a graph: the capture ``method`` (``symbolic_trace``, ``export``, ``dynamo`` or
+    a user's tracer), the submodules kept whole, how many graphs it made, and in ``detail`` why an
+    automatic capture chose this method (what failed before it). ``detail`` and ``graphs`` are reported,
+    never compared."""
+
+    method: str
+    leaf_modules: tuple[str, ...] = ()
+    graphs: int = field(default=1, compare=False)
+    detail: str = field(default="", compare=False)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One process's summary of a profile: medians in nanoseconds, aligned with the graph's nodes.
+
+    ``total_ns`` is the plain (uninstrumented) forward, ``instrumented_ns`` a whole profiled pass and
+    ``reference_ns`` a fixed workload that shares no kernels with torch, timed in the same passes, so
+    that the machine's speed at the time can be divided out of the total.
+    """
+
+    total_ns: int
+    instrumented_ns: int
+    reference_ns: int
+    node_ns: tuple[int, ...]
+    node_spread_ns: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """Relative tolerances: the smallest band a node, aggregate or the total gets, whatever its measured
+    spread. A baseline records the ones it was taken with, for reference; a check uses its own settings."""
+
+    node: float
+    total: float
+
+
+@dataclass(frozen=True)
+class BaselineEntry:
+    """Everything recorded for one ``fxprof`` call of one test."""
+
+    capture: Capture
+    environment: Environment
+    protocol: Protocol
+    tolerances: Tolerances
+    nodes: tuple[NodeInfo, ...]
+    runs: tuple[Run, ...]
+
+
+@dataclass(frozen=True)
+class NodeStats:
+    """Timing of one node within one profile.
+
+    ``flops`` is what torch's flop counter counted in the node (None when not counted). On CUDA,
+    ``median_ns`` is device time from events, ``host_ns`` the host's time in the node (its launch
+    cost), ``memory_bytes`` what the allocator held after the node and ``peak_bytes`` the most it held
+    while the node ran; None on devices that do not report them.
+
+    What the node made and from what, seen in the untimed counting pass (empty where it was not run):
+    ``shape`` its output (``float32[1, 64, 56, 56]``; several outputs in parentheses), ``layout`` that
+    output's memory layout (``contiguous``, ``channels_last`` or ``strided``; empty for no tensor),
+    ``inputs`` the positions (in the profile's nodes) of the timed nodes whose outputs it takes, and
+    ``training`` the train/eval mode of the module it calls or the ``training`` argument of a batch norm
+    (None where neither applies); ``returned`` whether its output leaves its graph (the graph returns it).
+    """
+
+    info: NodeInfo
+    median_ns: int
+    spread_ns: int
+    share: float
+    samples_ns: tuple[int, ...]
+    host_ns: int | None = None
+    memory_bytes: int | None = None
+    peak_bytes: int | None = None
+    flops: int | None = None
+    shape: str = ""
+    layout: str = ""
+    inputs: tuple[int, ...] = ()
+    training: bool | None = None
+    returned: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    @property
+    def op(self) -> str:
+        return self.info.op
+
+    @property
+    def target(self) -> str:
+        return self.info.target
+
+    @property
+    def module(self) -> str:
+        return self.info.module
+
+    @property
+    def spread(self) -> float:
+        """Spread across passes relative to the median (interquartile range / median)."""
+        return self.spread_ns / self.median_ns if self.median_ns else 0.0
+
+    @property
+    def flops_per_s(self) -> float | None:
+        """Achieved floating-point operations per second (None when not counted, or for no work)."""
+        if not self.flops or not self.median_ns:
+            return None
+        return self.flops / (self.median_ns / 1e9)
+
+
+def median_int(values: tuple[int, ...] | list[int]) -> int:
+    """Median rounded to a whole nanosecond (0 for no values)."""
+    return round(statistics.median(values)) if values else 0
+
+
+def iqr_int(values: tuple[int, ...] | list[int]) -> int:
+    """Interquartile range rounded to a whole nanosecond (0 for fewer than two values)."""
+    if len(values) < 2:
+        return 0
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return round(q[2] - q[0])

@@ -1,0 +1,161 @@
+"""A profile: what one ``fxprof`` call measured, node by node, and its roll-ups by module and operator type.
+
+Owns ``Profile``, the plain record the profiler returns and every later stage reads, and the roll-ups
+computed from its nodes. ``ProfileResult``, what users get, adds the tables, hints and DataFrames on top
+(``pytest_fxprof.result``).
+
+Must not import torch, pytest or pandas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from pytest_fxprof.records.measurement import (
+    BaselineEntry,
+    Capture,
+    Environment,
+    NodeStats,
+    Protocol,
+    Run,
+    Tolerances,
+    iqr_int,
+    median_int,
+)
+from pytest_fxprof.records.verdicts import Comparison
+
+ROLLUPS = ("module", "op")
+ROOT = "<model>"
+
+
+@dataclass(frozen=True)
+class Rollup:
+    """The nodes of one module subtree (``by="module"``; ``<model>`` is the whole model) or of one
+    operator type (``by="op"``): their time per pass summed, then the median and spread over passes."""
+
+    by: str
+    name: str
+    depth: int
+    nodes: int
+    median_ns: int
+    spread_ns: int
+    share: float
+    flops: int | None
+
+    @property
+    def flops_per_s(self) -> float | None:
+        if not self.flops or not self.median_ns:
+            return None
+        return self.flops / (self.median_ns / 1e9)
+
+
+def rollups(nodes: Sequence[NodeStats], by: str) -> tuple[Rollup, ...]:
+    """Every module subtree, or every operator type, of ``nodes``, slowest first (the model first)."""
+    if by not in ROLLUPS:
+        raise ValueError(f"by must be one of {', '.join(ROLLUPS)}, not {by!r}")
+    members: dict[str, list[NodeStats]] = {}
+    for n in nodes:
+        if by == "op":
+            names = [n.target]
+        else:
+            parts = n.module.split(".") if n.module else []
+            names = [ROOT] + [".".join(parts[:d]) for d in range(1, len(parts) + 1)]
+        for name in names:
+            members.setdefault(name, []).append(n)
+    passes = min((len(n.samples_ns) for n in nodes), default=0)
+    whole = [sum(n.samples_ns[i] for n in nodes) for i in range(passes)]
+    busy = (median_int(whole) if whole else sum(n.median_ns for n in nodes)) or 1
+    out = []
+    for name, group in members.items():
+        passes = min(len(n.samples_ns) for n in group)
+        per_pass = [sum(n.samples_ns[i] for n in group) for i in range(passes)]
+        median = median_int(per_pass) if per_pass else sum(n.median_ns for n in group)
+        counted = [n.flops for n in group if n.flops is not None]
+        depth = 0 if name == ROOT or by == "op" else name.count(".") + 1
+        out.append(
+            Rollup(
+                by=by,
+                name=name,
+                depth=depth,
+                nodes=len(group),
+                median_ns=median,
+                spread_ns=iqr_int(per_pass),
+                share=median / busy,
+                flops=sum(counted) if len(counted) == len(group) else None,
+            )
+        )
+    return tuple(sorted(out, key=lambda r: (r.name != ROOT, -r.median_ns, r.name)))
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What one profile measured: the plain record. Users get it as a ``ProfileResult``.
+
+    ``measured`` is False when the module ran once, cold, without a measurement protocol (a plain
+    pytest run without ``--fxprof`` or ``--fxprof-update``): the times are then indicative only.
+    ``confirmations`` are the runs of re-measurements taken because the profile looked slower (a
+    regression stands only if every measurement shows it). ``comparison`` is set when the fixture
+    compared the profile with a baseline. ``seconds`` is the wall time the profile took, confirmation
+    included (0 when not timed).
+    """
+
+    name: str
+    nodes: tuple[NodeStats, ...]
+    total_samples_ns: tuple[int, ...]
+    instrumented_samples_ns: tuple[int, ...]
+    reference_samples_ns: tuple[int, ...]
+    environment: Environment
+    protocol: Protocol
+    capture: Capture
+    measured: bool = True
+    confirmations: tuple[Run, ...] = ()
+    seconds: float = 0.0
+    comparison: Comparison | None = field(default=None, compare=False)
+
+    @property
+    def total_ns(self) -> int:
+        """Median time of the plain, uninstrumented forward (the instrumented pass if none was timed)."""
+        return median_int(self.total_samples_ns or self.instrumented_samples_ns)
+
+    @property
+    def remeasured(self) -> bool:
+        return bool(self.confirmations)
+
+    @property
+    def instrumented_ns(self) -> int:
+        """Median time of a whole instrumented pass."""
+        return median_int(self.instrumented_samples_ns)
+
+    @property
+    def overhead(self) -> float | None:
+        """Instrumented pass / plain forward: the profiler's cost as a ratio (None if not timed)."""
+        if not self.total_samples_ns or not self.total_ns:
+            return None
+        return self.instrumented_ns / self.total_ns
+
+    def run(self) -> Run:
+        """This profile as one process's summary, the unit a baseline stores."""
+        return Run(
+            total_ns=self.total_ns,
+            instrumented_ns=self.instrumented_ns,
+            reference_ns=median_int(self.reference_samples_ns),
+            node_ns=tuple(n.median_ns for n in self.nodes),
+            node_spread_ns=tuple(n.spread_ns for n in self.nodes),
+        )
+
+    def entry(self, tolerances: Tolerances, extra_runs: tuple[Run, ...] = ()) -> BaselineEntry:
+        """This profile (and runs of the same graph from other processes) as a baseline entry."""
+        return BaselineEntry(
+            capture=self.capture,
+            environment=self.environment,
+            protocol=self.protocol,
+            tolerances=tolerances,
+            nodes=tuple(n.info for n in self.nodes),
+            runs=(self.run(), *extra_runs),
+        )
+
+    def rollup(self, by: str = "module") -> tuple[Rollup, ...]:
+        """Time per module subtree (``"module"``: the model, ``layer1``, ``layer1.0``, ...) or per operator
+        type (``"op"``), slowest first."""
+        return rollups(self.nodes, by)

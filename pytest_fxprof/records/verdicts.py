@@ -1,0 +1,223 @@
+"""What the gate decided: a verdict per node, per aggregate and for the total, each with its reason.
+
+Owns the verdict records that ``judge.decision.compare`` returns and every view reads: ``Comparison`` and the
+``NodeVerdict``, ``AggregateVerdict`` and ``TotalVerdict`` it holds, each carrying its ``Judgement`` (the
+ratios, the band and what set it, the verdict and why). Plain data: the rules that make them live in
+``judge.decision``.
+
+Must not import torch, pytest or pandas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from pytest_fxprof.records.measurement import NodeInfo
+
+
+class Verdict(StrEnum):
+    OK = "ok"
+    SLOWER = "slower"
+    FASTER = "faster"
+    NOISY = "too noisy"
+
+
+class Status(StrEnum):
+    PASS = "pass"  # noqa: S105 - a verdict, not a password
+    REGRESSION = "regression"
+    MISMATCH = "mismatch"
+
+
+class BandSource(StrEnum):
+    TOLERANCE = "tolerance"
+    SPREAD = "spread"
+    FLOOR = "floor"
+
+
+class Kind(StrEnum):
+    NODE = "node"
+    OP = "op"
+    MODULE = "module"
+    TOTAL = "total"
+
+
+def conservative(ratios: Sequence[float]) -> float:
+    """The ratio that every measurement supports: the smallest if all are slower, the largest if all faster."""
+    if min(ratios) > 1.0:
+        return min(ratios)
+    if max(ratios) < 1.0:
+        return max(ratios)
+    return ratios[-1]
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """Ratio against the baseline (one per measurement), the band and what set it, and the verdict."""
+
+    ratios: tuple[float, ...]
+    band: float
+    band_source: BandSource
+    verdict: Verdict
+    reason: str
+    sigma: float | None = None
+    """The between-process deviation (log scale) the band was derived from; None if not estimated."""
+    floor: float = 0.0
+    """The absolute floor as a share of the item's baseline time."""
+
+    @property
+    def ratio(self) -> float:
+        return conservative(self.ratios)
+
+    @property
+    def confirmed(self) -> bool | None:
+        """Whether every measurement agreed with the first one's flag; None when measured once, when the
+        first measurement flagged nothing, or when the band was too noisy to decide anything."""
+        if len(self.ratios) < 2 or not self.ratios[0] > 1.0 + self.band or self.verdict is Verdict.NOISY:
+            return None
+        return self.verdict is Verdict.SLOWER
+
+
+class _Judged:
+    """What every verdict record reads off its judgement."""
+
+    judgement: Judgement
+    baseline_ns: float
+
+    @property
+    def ratio(self) -> float:
+        return self.judgement.ratio
+
+    @property
+    def band(self) -> float:
+        return self.judgement.band
+
+    @property
+    def band_source(self) -> BandSource:
+        return self.judgement.band_source
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.judgement.verdict
+
+    @property
+    def reason(self) -> str:
+        return self.judgement.reason
+
+    @property
+    def delta_ns(self) -> float:
+        """Time lost (positive) or won, after dividing out what the verdict's test divided out."""
+        return self.baseline_ns * (self.ratio - 1.0)
+
+
+@dataclass(frozen=True)
+class NodeVerdict(_Judged):
+    """The decision for one node present in both baseline and run."""
+
+    node: NodeInfo
+    baseline_ns: float
+    current_ns: float
+    speed_factor: float
+    floor_ns: float
+    gates: bool
+    judgement: Judgement
+    divisor: float = 1.0
+    """What the slower test divided the node's time by (``Policy.divisor`` of its speed factor)."""
+
+
+@dataclass(frozen=True)
+class AggregateVerdict(_Judged):
+    """The decision for a group of nodes: one operator type or one module subtree."""
+
+    kind: Kind
+    name: str
+    members: tuple[NodeInfo, ...]
+    baseline_ns: float
+    current_ns: float
+    speed_factor: float
+    judgement: Judgement
+    divisor: float = 1.0
+    """What the slower test divided the members' time by, for their time-weighted speed factor."""
+    member_index: tuple[int, ...] = ()
+    """Where the members' own verdicts stand in ``Comparison.nodes``."""
+
+
+@dataclass(frozen=True)
+class TotalVerdict(_Judged):
+    """The decision for the whole instrumented pass, divided by the reference workload."""
+
+    baseline_ns: float
+    current_ns: float
+    machine_factor: float
+    judgement: Judgement
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Everything the gate decided about one profile."""
+
+    status: Status
+    mismatches: tuple[str, ...]
+    speed_factor: float
+    baseline_processes: int
+    nodes: tuple[NodeVerdict, ...]
+    total: TotalVerdict | None
+    added: tuple[NodeInfo, ...]
+    removed: tuple[NodeInfo, ...]
+    aggregates: tuple[AggregateVerdict, ...] = ()
+    measurements: int = 1
+
+    @property
+    def slower(self) -> tuple[NodeVerdict, ...]:
+        """Slowed nodes that fail the test, the most time lost first."""
+        hits = [v for v in self.nodes if v.verdict is Verdict.SLOWER and v.gates]
+        return tuple(sorted(hits, key=lambda v: (-v.delta_ns, v.node.key)))
+
+    @property
+    def slower_small(self) -> tuple[NodeVerdict, ...]:
+        """Slowed nodes too small to fail a test alone (their aggregates gate them)."""
+        hits = [v for v in self.nodes if v.verdict is Verdict.SLOWER and not v.gates]
+        return tuple(sorted(hits, key=lambda v: (-v.delta_ns, v.node.key)))
+
+    @property
+    def slower_aggregates(self) -> tuple[AggregateVerdict, ...]:
+        hits = [a for a in self.aggregates if a.verdict is Verdict.SLOWER]
+        return tuple(sorted(hits, key=lambda a: (-a.delta_ns, a.kind.value, a.name)))
+
+    @property
+    def faster(self) -> tuple[NodeVerdict, ...]:
+        hits = [v for v in self.nodes if v.verdict is Verdict.FASTER and v.gates]
+        return tuple(sorted(hits, key=lambda v: (v.delta_ns, v.node.key)))
+
+    @property
+    def noisy(self) -> tuple[str, ...]:
+        """Items whose band is too wide to decide: warnings, never a pass or a failure in disguise."""
+        out = [f"node {v.node.name}: {v.reason}" for v in self.nodes if v.verdict is Verdict.NOISY and v.gates]
+        out += [f"{a.kind.value} {a.name}: {a.judgement.reason}" for a in self.aggregates if a.verdict is Verdict.NOISY]
+        if self.total is not None and self.total.verdict is Verdict.NOISY:
+            out.append(f"total: {self.total.reason}")
+        return tuple(out)
+
+    @property
+    def unconfirmed(self) -> tuple[str, ...]:
+        """Items the first measurement flagged that a re-measurement did not: warnings, not failures."""
+        out = [f"node {v.node.name}: {v.reason}" for v in self.nodes if v.judgement.confirmed is False and v.gates]
+        out += [
+            f"{a.kind.value} {a.name}: {a.judgement.reason}" for a in self.aggregates if a.judgement.confirmed is False
+        ]
+        if self.total is not None and self.total.judgement.confirmed is False:
+            out.append(f"total: {self.total.reason}")
+        return tuple(out)
+
+    @property
+    def graph_changed(self) -> bool:
+        return bool(self.added or self.removed)
+
+    def leaders(self, aggregate: AggregateVerdict, limit: int = 3) -> tuple[NodeVerdict, ...]:
+        """The members that point at the cause: those that took the most time beyond their baseline in
+        the first measurement, worst first. Raw times, as the aggregate divides its members by factors
+        from outside it: a slowdown shared by every member shows here though no member's own ratio does."""
+        members = [self.nodes[i] for i in aggregate.member_index]
+        lost = [v for v in members if v.current_ns > v.baseline_ns]
+        return tuple(sorted(lost, key=lambda v: (v.baseline_ns - v.current_ns, v.node.key))[:limit])

@@ -1,0 +1,374 @@
+"""Baseline files: one JSON file per test, its schema, its validation, and the directory that holds them.
+
+Owns the on-disk format (``SCHEMA_VERSION``) and the mapping from test id to file name. Files are written
+with sorted keys, integers for times, two-space indentation and a trailing newline (``files.dumps``), so
+recording the same data twice gives the same bytes and a refresh diffs readably, and atomically
+(``files.write_atomic``). Must not import torch, pytest or pandas.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypedDict
+
+from pytest_fxprof.records.measurement import (
+    BaselineEntry,
+    Capture,
+    Environment,
+    NodeInfo,
+    Protocol,
+    Run,
+    Tolerances,
+)
+from pytest_fxprof.store.files import dumps, write_atomic
+
+SCHEMA_VERSION = 1
+SUFFIX = ".json"
+MAX_SLUG = 80
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_CONFLICT = re.compile(r"^(<<<<<<<|>>>>>>>|=======)( |$)", re.MULTILINE)
+
+
+class BaselineError(Exception):
+    """A baseline file that cannot be used. The message names the file, the problem and the fix."""
+
+    def __init__(self, path: Path, problem: str, fix: str) -> None:
+        super().__init__(f"{path}: {problem}. {fix}")
+        self.path = path
+        self.problem = problem
+
+
+class NewerSchemaError(BaselineError):
+    """The file was written by a newer pytest-fxprof; it is never read, nor overwritten, by this one."""
+
+
+# JSON shapes ---------------------------------------------------------------------------------------
+
+
+class NodeJSON(TypedDict):
+    key: str
+    name: str
+    op: str
+    target: str
+    module: str
+    source: str
+
+
+class RunJSON(TypedDict):
+    total_ns: int
+    instrumented_ns: int
+    reference_ns: int
+    node_ns: list[int]
+    node_spread_ns: list[int]
+
+
+class EntryJSON(TypedDict):
+    capture: dict[str, Any]
+    environment: dict[str, Any]
+    protocol: dict[str, int]
+    tolerances: dict[str, float]
+    nodes: list[NodeJSON]
+    runs: list[RunJSON]
+
+
+class FileJSON(TypedDict):
+    schema_version: int
+    test_id: str
+    entries: dict[str, EntryJSON]
+
+
+@dataclass(frozen=True)
+class BaselineFile:
+    """A test's baselines, one entry per ``fxprof`` call (keyed by its name or call number)."""
+
+    test_id: str
+    entries: Mapping[str, BaselineEntry]
+
+
+def entry_to_json(entry: BaselineEntry) -> EntryJSON:
+    env = entry.environment
+    return {
+        "capture": {
+            "method": entry.capture.method,
+            "leaf_modules": list(entry.capture.leaf_modules),
+            "graphs": entry.capture.graphs,
+            "detail": entry.capture.detail,
+        },
+        "environment": {
+            "torch": env.torch,
+            "python": env.python,
+            "platform": env.platform,
+            "cpu": env.cpu,
+            "threads": env.threads,
+            "device": env.device,
+            "allocator": env.allocator,
+            "clock": env.clock,
+            "engine": env.engine,
+        },
+        "protocol": {
+            "warmup": entry.protocol.warmup,
+            "passes": entry.protocol.passes,
+            "threads": entry.protocol.threads,
+            "processes": entry.protocol.processes,
+        },
+        "tolerances": {"node": entry.tolerances.node, "total": entry.tolerances.total},
+        "nodes": [
+            {"key": n.key, "name": n.name, "op": n.op, "target": n.target, "module": n.module, "source": n.source}
+            for n in entry.nodes
+        ],
+        "runs": [run_to_json(r) for r in entry.runs],
+    }
+
+
+def run_to_json(run: Run) -> RunJSON:
+    return {
+        "total_ns": run.total_ns,
+        "instrumented_ns": run.instrumented_ns,
+        "reference_ns": run.reference_ns,
+        "node_ns": list(run.node_ns),
+        "node_spread_ns": list(run.node_spread_ns),
+    }
+
+
+# Validation ----------------------------------------------------------------------------------------
+
+
+class _ShapeError(Exception):
+    """A field with the wrong type or missing; the message is the field's path and what was expected."""
+
+
+def _get(obj: object, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if not isinstance(obj, dict):
+        raise _ShapeError(f"{where or 'the top level'} should be an object")
+    if key not in obj:
+        raise _ShapeError(f"{where}.{key} is missing" if where else f"'{key}' is missing")
+    value = obj[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    # bool is an int in Python; a true/false where a number belongs is still the wrong shape
+    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+        names = " or ".join(k.__name__ for k in kinds)
+        raise _ShapeError(f"{where + '.' if where else ''}{key} should be {names}, found {type(value).__name__}")
+    return value
+
+
+def _count(obj: object, key: str, where: str, minimum: int = 0) -> int:
+    value: int = _get(obj, key, int, where)
+    if value < minimum:
+        raise _ShapeError(f"{where}.{key} should be at least {minimum}, found {value}")
+    return value
+
+
+def _number(obj: object, key: str, where: str) -> float:
+    value = float(_get(obj, key, (int, float), where))
+    if not math.isfinite(value) or value < 0:
+        raise _ShapeError(f"{where}.{key} should be a finite non-negative number, found {value}")
+    return value
+
+
+def _strings(obj: object, key: str, where: str) -> tuple[str, ...]:
+    values = _get(obj, key, list, where)
+    if not all(isinstance(v, str) for v in values):
+        raise _ShapeError(f"{where}.{key} should be a list of strings")
+    return tuple(values)
+
+
+def _int_list(obj: object, key: str, where: str, length: int) -> tuple[int, ...]:
+    values = _get(obj, key, list, where)
+    if len(values) != length or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        raise _ShapeError(f"{where}.{key} should be {length} non-negative integers (one per node)")
+    return tuple(values)
+
+
+def _run_from_json(raw: object, where: str, count: int) -> Run:
+    return Run(
+        total_ns=_count(raw, "total_ns", where),
+        instrumented_ns=_count(raw, "instrumented_ns", where),
+        reference_ns=_count(raw, "reference_ns", where),
+        node_ns=_int_list(raw, "node_ns", where, count),
+        node_spread_ns=_int_list(raw, "node_spread_ns", where, count),
+    )
+
+
+def _entry_from_json(raw: object, where: str) -> BaselineEntry:
+    cap = _get(raw, "capture", dict, where)
+    env = _get(raw, "environment", dict, where)
+    proto = _get(raw, "protocol", dict, where)
+    tol = _get(raw, "tolerances", dict, where)
+    nodes_raw = _get(raw, "nodes", list, where)
+    nodes = []
+    for i, n in enumerate(nodes_raw):
+        w = f"{where}.nodes[{i}]"
+        key, name, op, target, module = (_get(n, k, str, w) for k in ("key", "name", "op", "target", "module"))
+        source = _get(n, "source", str, w) if "source" in n else ""  # older files have none
+        nodes.append(NodeInfo(key, name, op, target, module, source))
+    runs_raw = _get(raw, "runs", list, where)
+    if not runs_raw:
+        raise _ShapeError(f"{where}.runs is empty")
+    runs = [_run_from_json(r, f"{where}.runs[{i}]", len(nodes)) for i, r in enumerate(runs_raw)]
+    w_env = f"{where}.environment"
+    return BaselineEntry(
+        capture=Capture(
+            method=_get(cap, "method", str, f"{where}.capture"),
+            leaf_modules=_strings(cap, "leaf_modules", f"{where}.capture"),
+            # older files: one symbolic graph
+            graphs=_count(cap, "graphs", f"{where}.capture", minimum=1) if "graphs" in cap else 1,
+            detail=_get(cap, "detail", str, f"{where}.capture") if "detail" in cap else "",
+        ),
+        environment=Environment(
+            torch=_get(env, "torch", str, w_env),
+            python=_get(env, "python", str, w_env),
+            platform=_get(env, "platform", str, w_env),
+            cpu=_get(env, "cpu", str, w_env),
+            threads=_count(env, "threads", w_env, minimum=1),
+            device=_get(env, "device", str, w_env),
+            allocator=_get(env, "allocator", str, w_env),
+            # files written before the clock was recorded were timed on the wall clock
+            clock=_get(env, "clock", str, w_env) if isinstance(env, dict) and "clock" in env else "wall",
+            # and before the engine was, by the interpreter
+            engine=_get(env, "engine", str, w_env) if isinstance(env, dict) and "engine" in env else "interpreter",
+        ),
+        protocol=Protocol(
+            warmup=_count(proto, "warmup", f"{where}.protocol"),
+            passes=_count(proto, "passes", f"{where}.protocol", minimum=1),
+            threads=_count(proto, "threads", f"{where}.protocol", minimum=1),
+            processes=_count(proto, "processes", f"{where}.protocol", minimum=1),
+        ),
+        tolerances=Tolerances(
+            node=_number(tol, "node", f"{where}.tolerances"),
+            total=_number(tol, "total", f"{where}.tolerances"),
+        ),
+        nodes=tuple(nodes),
+        runs=tuple(runs),
+    )
+
+
+def _reject_constant(name: str) -> float:
+    raise json.JSONDecodeError(f"{name} is not a number this format allows", name, 0)
+
+
+def parse(text: str, path: Path) -> BaselineFile:
+    """Validate a baseline file's text; raise ``BaselineError`` naming what is wrong."""
+    rerecord = "Fix or delete it, then record it again with `pytest --fxprof-update`"
+    if not text.strip():
+        raise BaselineError(path, "the file is empty (an interrupted write or a bad checkout?)", rerecord)
+    if _CONFLICT.search(text):
+        raise BaselineError(
+            path,
+            "the file contains git merge-conflict markers",
+            "Resolve the conflict by keeping one side (or re-record it with `pytest --fxprof-update`)",
+        )
+    try:
+        raw = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise BaselineError(
+            path, f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}; truncated?)", rerecord
+        ) from None
+    try:
+        version = _get(raw, "schema_version", int, "")
+        if version > SCHEMA_VERSION:
+            raise NewerSchemaError(
+                path,
+                f"it has schema version {version}, newer than the {SCHEMA_VERSION} this pytest-fxprof reads",
+                "Upgrade pytest-fxprof to the version that wrote it",
+            )
+        if version < 1:
+            raise _ShapeError(f"schema_version {version} is not a version pytest-fxprof ever wrote")
+        test_id = _get(raw, "test_id", str, "")
+        entries_raw = _get(raw, "entries", dict, "")
+        entries = {str(k): _entry_from_json(v, f"entries[{k!r}]") for k, v in sorted(entries_raw.items())}
+    except _ShapeError as exc:
+        raise BaselineError(path, f"the file is not a pytest-fxprof baseline: {exc}", rerecord) from None
+    return BaselineFile(test_id=test_id, entries=entries)
+
+
+def render(baseline: BaselineFile) -> str:
+    data: FileJSON = {
+        "schema_version": SCHEMA_VERSION,
+        "test_id": baseline.test_id,
+        "entries": {k: entry_to_json(v) for k, v in baseline.entries.items()},
+    }
+    return dumps(data)
+
+
+# File names and the store --------------------------------------------------------------------------
+
+
+def file_name(test_id: str) -> str:
+    """A safe, collision-free file name for a test id.
+
+    Only ``[A-Za-z0-9._-]`` survive from the id (no separator, so no path can escape the directory),
+    the readable part is cut to ``MAX_SLUG`` characters and never starts with a dot, and a hash of the
+    whole id keeps two ids that read alike apart.
+    """
+    slug = _UNSAFE.sub("_", test_id).strip("._-")[:MAX_SLUG].rstrip("._-") or "test"
+    digest = hashlib.sha256(test_id.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{slug}-{digest}{SUFFIX}"
+
+
+@dataclass(frozen=True)
+class BaselineStore:
+    """The baseline directory."""
+
+    directory: Path
+
+    def path_for(self, test_id: str) -> Path:
+        return self.directory / file_name(test_id)
+
+    def load(self, test_id: str) -> BaselineFile | None:
+        """The test's baselines, None if it has none; ``BaselineError`` if its file is unusable."""
+        path = self.path_for(test_id)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BaselineError(path, f"cannot be read ({exc})", "Check the file's permissions and encoding") from None
+        baseline = parse(text, path)
+        if baseline.test_id != test_id:
+            raise BaselineError(
+                path,
+                f"it belongs to test {baseline.test_id!r}, not {test_id!r}",
+                "It was copied or renamed by hand; delete it and record again with `pytest --fxprof-update`",
+            )
+        return baseline
+
+    def write(self, baseline: BaselineFile) -> Path:
+        path = self.path_for(baseline.test_id)
+        write_atomic(path, render(baseline))
+        return path
+
+    def recorded_tests(self) -> Iterator[tuple[Path, str | None]]:
+        """Every baseline file with the test id it holds (None where the file cannot be parsed)."""
+        if not self.directory.is_dir():
+            return
+        for path in sorted(self.directory.glob(f"*{SUFFIX}")):
+            try:
+                yield path, parse(path.read_text(encoding="utf-8"), path).test_id
+            except (BaselineError, OSError, UnicodeDecodeError):
+                yield path, None
+
+
+def as_file(test_id: str, entries: Mapping[str, BaselineEntry]) -> BaselineFile:
+    return BaselineFile(test_id=test_id, entries=dict(sorted(entries.items())))
+
+
+def entry_from_json(raw: object, where: str = "entry") -> BaselineEntry:
+    """Validate and build an entry sent from another process; ``ValueError`` names the bad field."""
+    try:
+        return _entry_from_json(raw, where)
+    except _ShapeError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def run_from_json(raw: object, where: str, count: int) -> Run:
+    """Validate and build one process's run of a ``count``-node graph; ``ValueError`` names the bad field."""
+    try:
+        return _run_from_json(raw, where, count)
+    except _ShapeError as exc:
+        raise ValueError(str(exc)) from None

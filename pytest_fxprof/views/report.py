@@ -1,0 +1,247 @@
+"""The JSON report (``--fxprof-report``): every profiled test with every node's decision and its reason.
+
+Owns the report's shape (``REPORT_VERSION``). A view of the verdict records; decides nothing. Must not
+import torch or pytest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, TypedDict
+
+from pytest_fxprof.judge.hints import profile_hints
+from pytest_fxprof.records.measurement import NodeInfo, NodeStats
+from pytest_fxprof.records.profile import ROLLUPS, Profile
+from pytest_fxprof.records.verdicts import AggregateVerdict, Comparison, Judgement, Kind, NodeVerdict, Verdict
+from pytest_fxprof.store.baseline import run_to_json
+from pytest_fxprof.store.files import dumps, write_atomic
+from pytest_fxprof.views.render import band_used
+
+REPORT_VERSION = 1
+
+
+class ProfileRecord(TypedDict):
+    """One ``fxprof`` call as plain data: what the terminal summary and the report need."""
+
+    test_id: str
+    key: str
+    status: str
+    summary: str
+    report: dict[str, Any]
+
+
+def _node_ref(n: NodeInfo) -> dict[str, str]:
+    return {"key": n.key, "name": n.name, "op": n.op, "target": n.target, "module": n.module, "source": n.source}
+
+
+def _optional(n: NodeStats) -> dict[str, Any]:
+    """FLOPs where counted; host time and memory where the device reports them."""
+    out: dict[str, Any] = {}
+    if n.flops is not None:
+        out["flops"] = n.flops
+        out["flops_per_s"] = round(n.flops_per_s) if n.flops_per_s is not None else None
+    if n.host_ns is not None:
+        out["host_ns"] = n.host_ns
+    if n.memory_bytes is not None:
+        out["memory_bytes"] = n.memory_bytes
+        out["peak_bytes"] = n.peak_bytes
+    return out
+
+
+def _rollups(result: Profile) -> dict[str, list[dict[str, Any]]]:
+    return {
+        by: [
+            {
+                "name": r.name,
+                "depth": r.depth,
+                "nodes": r.nodes,
+                "current_ns": r.median_ns,
+                "spread_ns": r.spread_ns,
+                "share": round(r.share, 5),
+                "flops": r.flops,
+            }
+            for r in result.rollup(by)
+        ]
+        for by in ROLLUPS
+    }
+
+
+def profile_report(
+    test_id: str, key: str, status: str, result: Profile, comparison: Comparison | None
+) -> dict[str, Any]:
+    """The report of one profile; node decisions are present when it was compared with a baseline."""
+    verdicts = {v.node.key: v for v in comparison.nodes} if comparison else {}
+    nodes = []
+    for n in result.nodes:
+        row: dict[str, Any] = {
+            **_node_ref(n.info),
+            "current_ns": n.median_ns,
+            "spread": round(n.spread, 4),
+            "share": round(n.share, 5),
+            "samples_ns": list(n.samples_ns),
+            "shape": n.shape,
+            "layout": n.layout,
+            **_optional(n),
+        }
+        v = verdicts.get(n.info.key)
+        if v is not None:
+            row.update(
+                baseline_ns=round(v.baseline_ns),
+                speed_factor=round(v.speed_factor, 4),
+                divisor=round(v.divisor, 4),
+                floor_ns=round(v.floor_ns),
+                gates=v.gates,
+                **judgement_json(v.judgement),
+            )
+        nodes.append(row)
+    out: dict[str, Any] = {
+        "test_id": test_id,
+        "key": key,
+        "status": status,
+        "environment": asdict(result.environment),
+        "capture": {
+            "method": result.capture.method,
+            "leaf_modules": list(result.capture.leaf_modules),
+            "graphs": result.capture.graphs,
+            "detail": result.capture.detail,
+        },
+        "protocol": asdict(result.protocol),
+        # current_ns and baseline_ns are instrumented passes (what the total verdict compares)
+        "total": {
+            "current_ns": result.instrumented_ns,
+            "instrumented_ns": result.instrumented_ns,
+            "plain_ns": result.total_ns,
+            "samples_ns": list(result.instrumented_samples_ns),
+        },
+        "overhead": round(result.overhead, 4) if result.overhead is not None else None,
+        "remeasured": result.remeasured,
+        "seconds": round(result.seconds, 3),
+        "runs": [run_to_json(r) for r in (result.run(), *result.confirmations)],
+        "nodes": nodes,
+        "rollups": _rollups(result),
+        "hints": [
+            {
+                "kind": h.kind,
+                "message": h.message,
+                "nodes": list(h.nodes),
+                "keys": list(h.keys),
+                "time_ns": h.time_ns,
+                "share": round(h.share, 5),
+            }
+            for h in profile_hints(result)
+        ],
+    }
+    if comparison is not None:
+        out["speed_factor"] = round(comparison.speed_factor, 4)
+        out["baseline_processes"] = comparison.baseline_processes
+        out["mismatches"] = list(comparison.mismatches)
+        out["added"] = [_node_ref(n) for n in comparison.added]
+        out["removed"] = [_node_ref(n) for n in comparison.removed]
+        out["measurements"] = comparison.measurements
+        out["aggregates"] = [
+            {
+                "kind": a.kind.value,
+                "name": a.name,
+                "members": [m.key for m in a.members],
+                "baseline_ns": round(a.baseline_ns),
+                "current_ns": round(a.current_ns),
+                "speed_factor": round(a.speed_factor, 4),
+                "divisor": round(a.divisor, 4),
+                **judgement_json(a.judgement),
+            }
+            for a in comparison.aggregates
+        ]
+        if comparison.total is not None:
+            t = comparison.total
+            out["total"].update(
+                baseline_ns=round(t.baseline_ns),
+                machine_factor=round(t.machine_factor, 4),
+                **judgement_json(t.judgement),
+            )
+        out["flagged"], out["warned"] = _flags(comparison)
+    return out
+
+
+def judgement_json(j: Judgement) -> dict[str, Any]:
+    return {
+        "ratio": round(j.ratio, 4),
+        "ratios": [round(r, 4) for r in j.ratios],
+        "band": round(j.band, 4),
+        "band_source": j.band_source.value,
+        "sigma": round(j.sigma, 4) if j.sigma is not None else None,
+        "floor": round(j.floor, 4),
+        "verdict": j.verdict.value,
+        "confirmed": j.confirmed,
+        "reason": j.reason,
+    }
+
+
+def _flags(c: Comparison) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """What failed the profile, and what was slower (or undecidable) without failing it."""
+
+    def node(v: NodeVerdict) -> dict[str, Any]:
+        return {"kind": "node", "name": v.node.name, "module": v.node.module, "ratio": round(v.ratio, 4)}
+
+    def aggregate(a: AggregateVerdict) -> dict[str, Any]:
+        module = a.name if a.kind is Kind.MODULE else ""
+        leaders = [
+            {
+                "name": v.node.name,
+                "module": v.node.module,
+                "baseline_ns": round(v.baseline_ns),
+                "current_ns": round(v.current_ns),
+            }
+            for v in c.leaders(a)
+        ]
+        return {"kind": a.kind.value, "name": a.name, "module": module, "ratio": round(a.ratio, 4), "led_by": leaders}
+
+    def warns(j: Judgement) -> bool:
+        return j.confirmed is False or j.verdict is Verdict.NOISY
+
+    flagged = [node(v) for v in c.slower] + [aggregate(a) for a in c.slower_aggregates]
+    total = {"kind": "total", "name": "total", "module": "", "ratio": round(c.total.ratio, 4)} if c.total else None
+    if total is not None and c.total is not None and c.total.verdict is Verdict.SLOWER:
+        flagged.append(total)
+    warned = [node(v) for v in c.slower_small]
+    warned += [node(v) for v in c.nodes if v.gates and warns(v.judgement)]
+    warned += [aggregate(a) for a in c.aggregates if warns(a.judgement)]
+    if total is not None and c.total is not None and warns(c.total.judgement):
+        warned.append(total)
+    return flagged, warned
+
+
+def verdict_tone(verdict: str | None, gates: bool = True, confirmed: bool | None = None) -> str:
+    """How every view colours a decision: ``bad`` (it failed the test), ``warn`` (a slower node too small to
+    fail alone, one a second measurement did not confirm, faster beyond its band, too noisy to decide),
+    ``good`` (within its band) or ``none`` (not compared)."""
+    if verdict is None:
+        return "none"
+    if verdict == Verdict.OK.value:
+        return "warn" if confirmed is False else "good"
+    if verdict == Verdict.SLOWER.value:
+        return "bad" if gates else "warn"
+    return "warn"
+
+
+def item_tone(item: Mapping[str, Any]) -> str:
+    """``verdict_tone`` of a report's node, aggregate or total."""
+    return verdict_tone(item.get("verdict"), bool(item.get("gates", True)), item.get("confirmed"))
+
+
+def worst_nodes(nodes: Sequence[Mapping[str, Any]], limit: int | None = None) -> list[Mapping[str, Any]]:
+    """A report's compared nodes, those that use most of their band first (``render.band_used``; ties in graph
+    order): what every view calls the worst."""
+    judged = [n for n in nodes if "ratio" in n]  # a node added since the baseline has no ratio
+    return sorted(judged, key=lambda n: -band_used(n["ratio"], n["band"]))[:limit]
+
+
+def write_report(path: Path, mode: str, records: Sequence[ProfileRecord], unused: Sequence[str]) -> None:
+    data = {
+        "report_version": REPORT_VERSION,
+        "mode": mode,
+        "profiles": [r["report"] for r in sorted(records, key=lambda r: (r["test_id"], r["key"]))],
+        "unused_baselines": sorted(unused),
+    }
+    write_atomic(path, dumps(data))

@@ -1,0 +1,83 @@
+"""The terminal summary's lines for one profile, each with the colour of its verdict.
+
+Owns what the ``fxprof`` section of the terminal summary shows: the profile's summary line, its worst nodes
+and, with ``-v``, its whole node table and hints. Reads the same per-profile records as the other views, so
+profiles measured in xdist workers show the same way. Colours are names the terminal writer applies only
+when the terminal supports them. Must not import torch or pytest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pytest_fxprof.records.units import fmt_ns
+from pytest_fxprof.views.render import WORST_SHOWN, grid
+from pytest_fxprof.views.report import ProfileRecord, item_tone, worst_nodes
+
+Line = tuple[str, str | None]
+"""A line of text and the colour to write it in (None: the terminal's own)."""
+
+STATUS_COLOURS = {"regression": "red", "pass": "green", "recorded": "green"}
+TONE_COLOURS = {"bad": "red", "warn": "yellow", "good": "green"}
+WARNING_COLOUR = "yellow"
+INDENT = "    "
+
+
+def status_colour(status: str) -> str:
+    return STATUS_COLOURS.get(status, WARNING_COLOUR)
+
+
+def node_colour(node: Mapping[str, Any]) -> str | None:
+    """A node's colour, by ``report.item_tone`` as in every view (a new node has none)."""
+    return TONE_COLOURS.get(item_tone(node))
+
+
+def profile_lines(record: ProfileRecord, verbose: bool = False) -> list[Line]:
+    """The summary line; then the worst nodes (or, with ``verbose``, every node and the hints)."""
+    profile = record["report"]
+    out: list[Line] = [(record["summary"], status_colour(record["status"]))]
+    nodes = profile["nodes"]
+    if not nodes or record["status"] == "unmeasured":  # one cold pass: its times say little
+        return out
+    compared = any("ratio" in n for n in nodes)
+    if verbose:
+        ordered = sorted(nodes, key=lambda n: (-n["current_ns"], n["key"]))
+        out += _table(ordered, compared)
+        out += [(f"{INDENT}hint: {h['message']}", "cyan") for h in profile.get("hints", [])]
+    elif compared:
+        out += _table(worst_nodes(nodes, WORST_SHOWN), compared, header=False)
+    return out
+
+
+def _table(nodes: Sequence[Mapping[str, Any]], compared: bool, header: bool = True) -> list[Line]:
+    """Nodes as aligned rows, each coloured by its verdict."""
+    head = ["node", "target", "module", "shape", "median", "spread", "share"]
+    if compared:
+        head += ["baseline", "ratio", "band", "verdict"]
+    rows = []
+    for n in nodes:
+        row = [
+            n["name"],
+            n["target"],
+            n["module"] or "<root>",
+            n.get("shape", ""),
+            fmt_ns(n["current_ns"]),
+            f"{n['spread']:.0%}",
+            f"{n['share']:.1%}",
+        ]
+        if compared:
+            judged = "ratio" in n
+            row += [
+                fmt_ns(n["baseline_ns"]) if judged else "",
+                f"x{n['ratio']:.2f}" if judged else "",
+                f"+{n['band']:.0%}" if judged else "",
+                n["verdict"] if judged else "new",
+            ]
+        rows.append(row)
+    numeric = {4, 5, 6, 7, 8, 9}
+    lines = grid(head, rows, right=numeric)
+    colours: list[str | None] = [None, None] if header else []
+    colours += [node_colour(n) for n in nodes]
+    texts = lines if header else lines[2:]
+    return [(INDENT + text, colour) for text, colour in zip(texts, colours, strict=True)]
