@@ -24,15 +24,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ProfileResult(Profile):
-    """What one profile measured. Returned by ``pytest_fxprof.profile`` and the ``fxprof`` fixture.
-
-    ``measured`` is False when the module ran once, cold, without a measurement protocol (a plain
-    pytest run without ``--fxprof`` or ``--fxprof-update``): the times are then indicative only.
-    ``confirmations`` are the runs of re-measurements taken because the profile looked slower (a
-    regression stands only if every measurement shows it). ``comparison`` is set when the fixture
-    compared the profile with a baseline. ``seconds`` is the wall time the profile took, confirmation
-    included (0 when not timed).
-    """
+    """What one profile measured, returned by ``pytest_fxprof.profile`` and the ``fxprof`` fixture: every field
+    of ``Profile`` (see there), and its tables, hints and DataFrames at hand."""
 
     @classmethod
     def of(cls, profile: Profile) -> ProfileResult:

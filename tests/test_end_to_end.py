@@ -1,7 +1,12 @@
 """End to end on a real torchvision model: record from fresh processes, check, catch a slowdown.
 
-The only timing claim is about a slowdown far beyond any band: a node made 4x slower, 3-5 % of the
-model, which fails the test alone where it gates and through its module subtree in any case. The
+The only timing claim is about a slowdown far beyond any band: a node made 16x slower, 3-5 % of the
+model before, which fails the test alone where it gates and through its module subtree in any case; whether
+it gates depends on its measured size, so each case asserts its own message. Sixteen times is enough for its
+subtree too (about 8x its time) to stay beyond a +100 % band with the drift of a machine that got twice as
+busy since the recording divided out of it. A recording whose two processes
+disagreed beyond ``NOISY_BAND`` on that node decides nothing about it, by design: the test then skips, as it
+does when the machine was too busy to compare at all. The
 unchanged check asserts that a verdict was reached for every node, not which verdict: on a shared
 machine an unchanged run may still be judged either way, and this suite never asserts on speed. Both
 checks run with the default confirmation: a profile that looks slower is measured again in a fresh
@@ -11,6 +16,7 @@ process, which sees the same ``SLOW_NODE``.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -37,10 +43,19 @@ def slow_down(module, fraction):
 def test_resnet18(fxprof):
     model = models.resnet18(weights=None).eval()
     if os.environ.get("SLOW_NODE"):
-        slow_down(model.get_submodule(os.environ["SLOW_NODE"]), 3.0)
+        slow_down(model.get_submodule(os.environ["SLOW_NODE"]), 15.0)
     result = fxprof(model, torch.randn(1, 3, 112, 112))
     assert len(result.nodes) == 69
 """
+
+
+def skip_if_the_recording_was_too_noisy(*items: dict[str, Any]) -> None:
+    """Skip when the two processes of the recording disagreed so much on the slowed node or its subtree that
+    its band came out beyond ``NOISY_BAND``: the gate then rightly decides nothing about it (and says so), and
+    the run can say nothing about what this test checks. A loaded machine can make them disagree that much."""
+    noisy = [f"{item['name']}: {item['reason']}" for item in items if item["verdict"] == "too noisy"]
+    if noisy:
+        pytest.skip("the recording was too noisy to decide on the slowed node: " + "; ".join(noisy))
 
 
 def test_resnet18_record_check_and_catch(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -71,19 +86,24 @@ def test_resnet18_record_check_and_catch(pytester: pytest.Pytester, monkeypatch:
     monkeypatch.setenv("SLOW_NODE", "layer1.0.conv1")
     caught = pytester.runpytest("--fxprof", "--fxprof-report=report.json", *fast)
     skip_if_the_machine_was_busy(caught)
-    assert caught.ret == pytest.ExitCode.TESTS_FAILED
     report = json.loads((pytester.path / "report.json").read_text())
     (profile,) = report["profiles"]
-    slowed = {n["name"]: n for n in profile["nodes"] if n.get("verdict") == "slower"}
-    assert "layer1_0_conv1" in slowed
-    conv = slowed["layer1_0_conv1"]
+    conv = next(n for n in profile["nodes"] if n["name"] == "layer1_0_conv1")
+    subtree = next(a for a in profile["aggregates"] if (a["kind"], a["name"]) == ("module", "layer1.0"))
+    assert conv["verdict"] in ("slower", "too noisy")  # sixteen times slower is never within a band
+    assert subtree["verdict"] in ("slower", "too noisy")
+    skip_if_the_recording_was_too_noisy(conv, subtree)
+    assert caught.ret == pytest.ExitCode.TESTS_FAILED
+    assert conv["verdict"] == "slower"
     assert conv["confirmed"] is True  # the fresh process's confirmation saw it too
     assert profile["remeasured"] is True
     flagged = {(f["kind"], f["name"]) for f in profile["flagged"]}
     assert ("module", "layer1.0") in flagged  # its subtree fails the test whether or not the node gates
     if conv["gates"]:
         assert ("node", "layer1_0_conv1") in flagged
-        caught.stdout.fnmatch_lines(["*slower node: layer1_0_conv1 (call_module Conv2d in layer1.0.conv1)*"])
+        caught.stdout.fnmatch_lines(
+            ["*slower node: layer1_0_conv1 (call_module Conv2d in layer1.0.conv1, torchvision/models/resnet.py:*): *"]
+        )
     else:
         assert ("node", "layer1_0_conv1") not in flagged
         assert any(w["kind"] == "node" and w["name"] == "layer1_0_conv1" for w in profile["warned"])

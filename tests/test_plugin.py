@@ -3,15 +3,19 @@
 Every inner run is in-process (``pytester.runpytest``), so torch is imported here once: pytester restores
 ``sys.modules`` after each inner run, and torch cannot be imported twice in one interpreter.
 
-Timing is never asserted on. The profiled model is a few ``nn.Linear``/``nn.ReLU`` nodes on a 4x8 tensor
-(tens of microseconds) around a leaf module that spins for 2 ms of CPU time, the one node large enough to
-decide on. (CPU time: a single-threaded profile is timed on its thread's CPU clock, which preemption does not
-move; a spin on the wall clock would do less work when preempted and look faster.)
+Every inner run reads a fake clock (``CLOCK_CONFTEST``, written beside the generated tests, so that xdist
+workers and the fresh processes of a recording or a confirmation read it too): each reading is 1 us after the
+last, and a model's own work moves it on by a fixed amount. Every time a profile measures (each node, each
+pass, the plain forward, the reference workload) is then the same in every process and under any load, so
+these tests assert on verdicts without depending on the machine. The gate's behaviour on real clocks is
+covered by ``tests/test_end_to_end.py`` and, with numbers, by ``bench/``.
 
-Runs that only need to pass use tolerances beyond ``NOISY_BAND`` (``LOOSE``): nothing can be decided, so
-nothing can fail on timing (every item is reported as too noisy). Runs that must catch a slowdown use
-``DECIDE``: a +100 % band and a 500 us floor, which leaves every microsecond node and aggregate undecided and
-only the 2 ms node and the total decided; the slowdown is 30 ms more in that node, sixteen times its time.
+The profiled model is a few ``nn.Linear``/``nn.ReLU`` nodes on a 4x8 tensor (1 us each on the fake clock)
+around a leaf module that takes 2 ms, the one node large enough to decide on; it takes 30 ms more where the
+test slows it down. Runs that only need to pass use wide tolerances (``LOOSE``): a node, an aggregate or the
+total would have to take four times its baseline to fail. Runs that must catch a slowdown use ``DECIDE``: a
++100 % band and a 500 us floor, which leaves every microsecond node and aggregate undecided and only the 2 ms
+node and the total decided; the slowdown is 30 ms more in that node, sixteen times its time.
 """
 
 from __future__ import annotations
@@ -51,27 +55,59 @@ XDIST = pytest.mark.parametrize(
 QUIET = ("-W", "ignore::pytest.PytestAssertRewriteWarning")
 SLOW_ENV = "FXPROF_TEST_SLOW"
 
+CLOCK_CONFTEST = '''
+"""The fake clock of the inner runs (see tests/test_plugin.py): every time a profile reads is fixed."""
+
+import pytest
+
+import pytest_fxprof.measure.profiler as profiler
+from fakeclock import CLOCK
+
+
+@pytest.fixture(autouse=True)
+def _fake_clock(monkeypatch):
+    monkeypatch.setattr(profiler, "clock_for", lambda threads, device: ("thread-cpu", CLOCK))
+    monkeypatch.setattr(profiler, "WALL_CLOCK", CLOCK)
+'''
+
+FAKE_CLOCK = '''
+class FakeClock:
+    """Nanoseconds: each reading 1 us after the last; ``advance`` is work that takes that long."""
+
+    def __init__(self):
+        self.now = 0
+
+    def __call__(self):
+        self.now += 1_000
+        return self.now
+
+    def advance(self, ns):
+        self.now += ns
+
+
+CLOCK = FakeClock()
+'''
+
 MODEL = f'''
 import os
-import time
 
 import pytest
 import torch
 from torch import nn
 
+from fakeclock import CLOCK
+
 
 class Slow(nn.Module):
-    """Spins for 2 ms of its thread's CPU time per call, 30 ms more when {SLOW_ENV} names its tag (read once,
-    when built): a fixed amount of work, whether or not the process is preempted meanwhile."""
+    """Takes 2 ms on the fake clock per call, 30 ms more when {SLOW_ENV} names its tag (read once, when
+    built)."""
 
     def __init__(self, tag):
         super().__init__()
         self.spin = os.environ.get("{SLOW_ENV}") == tag
 
     def forward(self, x):
-        until = time.thread_time() + (0.032 if self.spin else 0.002)
-        while time.thread_time() < until:
-            pass
+        CLOCK.advance(32_000_000 if self.spin else 2_000_000)
         return x
 
 
@@ -108,17 +144,20 @@ def write_tests(pytester: pytest.Pytester, body: str, name: str = "test_perf") -
     return pytester.makepyfile(**{name: MODEL + textwrap.dedent(body)})
 
 
-def runp(pytester: pytest.Pytester, *args: str, busy_ok: bool = False) -> pytest.RunResult:
-    """An inner run; it skips the test when the machine was too busy to compare, unless ``busy_ok``."""
-    result = pytester.runpytest(*QUIET, *args)
-    if not busy_ok:
-        skip_if_the_machine_was_busy(result)
-    return result
+CLOCK_FILES = ("conftest.py", "fakeclock.py")
+"""What ``runp`` writes beside the generated tests."""
 
 
-def run(pytester: pytest.Pytester, *args: str, busy_ok: bool = False) -> pytest.RunResult:
+def runp(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """An inner run, on the fake clock."""
+    pytester.makepyfile(fakeclock=FAKE_CLOCK)
+    pytester.makeconftest(CLOCK_CONFTEST)
+    return pytester.runpytest(*QUIET, *args)
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     """An inner run with the fast protocol and the wide tolerances."""
-    return runp(pytester, *FAST, *LOOSE, *args, busy_ok=busy_ok)
+    return runp(pytester, *FAST, *LOOSE, *args)
 
 
 def decide(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
@@ -129,10 +168,9 @@ def decide(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
 def skip_if_the_machine_was_busy(result: pytest.RunResult) -> None:
     """Skip when a profile was not compared because its reference workload ran beyond MACHINE_FACTOR_LIMIT.
 
-    A loaded machine (xdist workers beside another busy job, or a shared CI runner during the few passes
-    these inner runs time) can slow the reference workload of the recording or of the check that much;
-    the gate then rightly calls the machine another one, and the run can say nothing about what these
-    tests check.
+    For runs on real clocks (the end-to-end test): a loaded machine can slow the reference workload of the
+    recording or of the check that much; the gate then rightly calls the machine another one, and the run
+    can say nothing about what the test checks. The fake clock of this module's runs never does.
     """
     busy = [line for line in result.outlines if ": mismatch (machine speed: " in line]
     if busy:
@@ -338,23 +376,21 @@ def test_confirm_modes(
 
 BURST = f"""
 import os
-import time
 
 import torch
+from fakeclock import CLOCK
 from torch import nn
 
 CALLS = []
 
 
 class Burst(nn.Module):
-    \"\"\"Spins 2 ms of CPU time per call, 30 ms more in its first 7 calls when {SLOW_ENV} is set.\"\"\"
+    \"\"\"Takes 2 ms on the fake clock per call, 30 ms more in its first 7 calls when {SLOW_ENV} is set.\"\"\"
 
     def forward(self, x):
         CALLS.append(1)
         spin = os.environ.get("{SLOW_ENV}") and len(CALLS) <= 7
-        until = time.thread_time() + (0.032 if spin else 0.002)
-        while time.thread_time() < until:
-            pass
+        CLOCK.advance(32_000_000 if spin else 2_000_000)
         return x
 
 
@@ -599,7 +635,7 @@ def test_graph_change(pytester: pytest.Pytester, flags: list[str], ret: pytest.E
     text = result.stdout.str()
     assert "graph changed since the baseline: 1 node(s) added, 0 removed" in text
     assert "added: extra (Tanh in extra)" in text
-    # the run's other warnings say that its wide bands decide nothing (LOOSE); one is about the graph
+    # one of the run's warnings is about the graph
     changed = [w for w in fxprof_warnings(result) if "graph changed" in w]
     if ret == pytest.ExitCode.OK:
         result.assert_outcomes(passed=1)
@@ -790,6 +826,14 @@ def test_report_json(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
     profiles = {p["test_id"]: p for p in report["profiles"]}
     assert list(profiles) == ["test_perf.py::test_a", "test_perf.py::test_b"]
     a, b = profiles["test_perf.py::test_a"], profiles["test_perf.py::test_b"]
+    # every time is the fake clock's, in every process: 1 us a node, 2 ms for the slow one (32 ms where slowed)
+    assert [(n["baseline_ns"], n["current_ns"]) for n in a["nodes"]] == [
+        (1_000, 1_000),
+        (1_000, 1_000),
+        (2_001_000, 2_001_000),
+        (1_000, 1_000),
+    ]
+    assert [n["current_ns"] for n in b["nodes"]] == [1_000, 1_000, 32_001_000, 1_000]
     assert (a["key"], a["status"]) == ("call0", "pass")
     assert (b["key"], b["status"]) == ("call0", "regression")
     for profile in (a, b):
@@ -948,10 +992,9 @@ def test_corrupt_baseline_fails_and_is_left_unchanged(pytester: pytest.Pytester,
     path.write_text(_corrupt(kind, path.read_text(encoding="utf-8")), encoding="utf-8")
     before = snapshot(directory)
 
-    result = run(pytester, "--fxprof", busy_ok=True)
+    result = run(pytester, "--fxprof")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    busy = any(": mismatch (machine speed: " in line for line in result.outlines)  # test_b skipped, not compared
-    result.assert_outcomes(passed=0 if busy else 1, skipped=1 if busy else 0, failed=1)
+    result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["FAILED test_perf.py::test_a - *"])
     text = result.stdout.str()
     assert f"fxprof: {path}: {problem}" in text
@@ -1151,10 +1194,8 @@ def test_parametrized_ids_get_safe_file_names(pytester: pytest.Pytester) -> None
         "test_perf.py::test_p[a/b/..]",
         "test_perf.py::test_p[..]",
     }
-    assert sorted(p.name for p in pytester.path.iterdir() if not p.name.startswith(".")) == [
-        "baselines",
-        "test_perf.py",
-    ]
+    written = {p.name for p in pytester.path.iterdir() if not p.name.startswith(".")} - set(CLOCK_FILES)
+    assert sorted(written) == ["baselines", "test_perf.py"]
     assert not (pytester.path.parent / "escape").exists()
 
     result = run(pytester, "--fxprof")

@@ -20,6 +20,7 @@ from tests.test_plugin import (
     decide,
     fxprof_section,
     run,
+    runp,
     write_tests,
 )
 
@@ -146,7 +147,7 @@ def test_a_view_that_cannot_be_written_fails_the_run_and_loses_nothing(pytester:
 
 def test_views_and_verdicts_come_only_from_measured_runs(pytester: pytest.Pytester) -> None:
     write_tests(pytester, TWO_TESTS)
-    result = pytester.runpytest(*FAST, "--fxprof-html=report.html", "--junitxml=junit.xml")
+    result = runp(pytester, *FAST, "--fxprof-html=report.html", "--junitxml=junit.xml")
     assert result.ret == pytest.ExitCode.OK
     assert not (pytester.path / "report.html").exists()
     assert properties(pytester.path / "junit.xml") == {"test_a": {}, "test_b": {}}  # one cold pass: no verdict

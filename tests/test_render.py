@@ -383,6 +383,23 @@ def test_node_line_of_a_faster_node() -> None:
     )
 
 
+def test_node_and_notice_lines_name_the_source_line() -> None:
+    """Where the capture recorded the user's source line, every line that names a node says it after its
+    module path, as in the failure a real model gives."""
+
+    def sourced(e: BaselineEntry) -> BaselineEntry:
+        return replace(e, nodes=tuple(replace(n, source=f"net.py:{10 + i}") for i, n in enumerate(e.nodes)))
+
+    c = compare(sourced(BASELINE), sourced(entry({"conv2": 3.0, "flatten": 3.0})), POLICY)
+    (v,) = c.slower
+    line = node_line(v)
+    assert line.startswith("conv2 (call_module layer1.conv in layer1.conv, net.py:")
+    assert f"in layer1.conv, {v.node.source}): 300.0 us -> 900.0 us = x3.00" in line
+    assert f"  slower node: {line}" in regression_message("t", c).splitlines()
+    (small,) = notice_lines(c)
+    assert "flatten (call_function torch.flatten in <root>, net.py:" in small
+
+
 def test_node_line_shows_only_a_slower_speed_factor() -> None:
     slower = compare(BASELINE, entry({"pool": 2.0 * 1.3, **{n: 1.3 for n in BASE_NS if n != "pool"}}), POLICY)
     ratio = 2.6 / 1.3**1.5
