@@ -14,7 +14,6 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -201,21 +200,36 @@ def test_layers_are_told_apart() -> None:
 # The package --------------------------------------------------------------------------------------------
 
 
-def upward_imports() -> Iterator[str]:
-    for module, path in modules().items():
-        own = layer(module)
-        if own == TOP:
+def reaching_up(module: str, source: str) -> list[str]:
+    """The imports in ``source`` (the module ``module``) of a layer its own may not import."""
+    own = layer(module)
+    if own == TOP:
+        return []
+    out = []
+    for imp in imports_of(source, module):
+        if top_name(imp.module) != PACKAGE or imp.module == PACKAGE:
             continue
-        for imp in imports_of(path.read_text(encoding="utf-8"), module):
-            if top_name(imp.module) != PACKAGE or imp.module == PACKAGE:
-                continue
-            target = layer(imp.module)
-            if target != own and target not in MAY_IMPORT[own]:
-                yield f"{path.relative_to(ROOT)}:{imp.line}: {own} imports {imp.module} ({target})"
+        target = layer(imp.module)
+        if target != own and target not in MAY_IMPORT[own]:
+            out.append(f"{module}:{imp.line}: {own} imports {imp.module} ({target})")
+    return out
+
+
+def test_an_import_that_reaches_up_or_aside_is_found_even_inside_a_function() -> None:
+    lazy_view = "def table(self):\n    from pytest_fxprof.views.render import profile_table\n"
+    assert reaching_up("pytest_fxprof.records.profile", lazy_view) == [
+        "pytest_fxprof.records.profile:2: records imports pytest_fxprof.views.render (views)",
+        "pytest_fxprof.records.profile:2: records imports pytest_fxprof.views.render.profile_table (views)",
+    ]
+    assert reaching_up("pytest_fxprof.views.report", "from pytest_fxprof import measure\n")  # beside it
+    assert reaching_up("pytest_fxprof.judge.hints", "from pytest_fxprof.result import ProfileResult\n")  # the top
+    assert reaching_up("pytest_fxprof.views.report", "from pytest_fxprof.judge.hints import Hint\n") == []
+    assert reaching_up("pytest_fxprof.plugin", "from pytest_fxprof.measure import profiler\n") == []
 
 
 def test_no_layer_imports_one_above_it_or_beside_it() -> None:
-    assert list(upward_imports()) == []
+    found = [hit for module, path in modules().items() for hit in reaching_up(module, path.read_text("utf-8"))]
+    assert found == []
 
 
 def test_every_sub_package_is_a_layer_and_states_its_contract() -> None:
@@ -225,9 +239,10 @@ def test_every_sub_package_is_a_layer_and_states_its_contract() -> None:
         assert parse_contract(docstring(SOURCE / name / "__init__.py")).names, name
 
 
-def source_breaches(module: str, path: Path, contract: Contract) -> list[str]:
+def source_breaches(module: str, source: str, contract: Contract) -> list[str]:
+    """The imports in ``source`` that break ``contract``."""
     out = []
-    for imp in imports_of(path.read_text(encoding="utf-8"), module):
+    for imp in imports_of(source, module):
         name = top_name(imp.module)
         if name in contract.strict and imp.where != "typing":
             out.append(f"{module}:{imp.line} imports {imp.module}")
@@ -247,7 +262,17 @@ def test_every_module_of_the_package_has_a_contract() -> None:
 
 @pytest.mark.parametrize("module", CONTRACTED)
 def test_the_source_keeps_the_contract(module: str) -> None:
-    assert source_breaches(module, modules()[module], contract_of(module)) == []
+    assert source_breaches(module, modules()[module].read_text("utf-8"), contract_of(module)) == []
+
+
+def test_a_breach_of_a_contract_is_found_in_the_source() -> None:
+    strict, lazy = Contract(strict=frozenset({"torch"})), Contract(lazy=frozenset({"pandas"}))
+    function_level = "def f():\n    import torch.fx\n    import pandas as pd\n"
+    assert source_breaches("m", function_level, strict) == ["m:2 imports torch.fx"]
+    assert source_breaches("m", function_level, lazy) == []
+    assert source_breaches("m", "import pandas\n", lazy) == ["m:1 imports pandas at module level"]
+    typing_only = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n"
+    assert source_breaches("m", typing_only, strict) == []
 
 
 IMPORT_CHECK = """
