@@ -36,6 +36,7 @@ from pytest_fxprof.session import (
 )
 from pytest_fxprof.settings import SETTING_NAMES, TEXT_CHOICES, Mode, Settings, SettingsError, apply, from_json
 from pytest_fxprof.store.baseline import BaselineError, BaselineStore
+from pytest_fxprof.store.files import loads
 
 RUN_KEY = pytest.StashKey[RunState]()
 SETTINGS_KEY = pytest.StashKey[Settings]()
@@ -225,7 +226,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if mode is Mode.SAMPLE:
         request = Path(config.getoption("fxprof_sample"))
         try:
-            config.stash[SAMPLE_KEY] = json.loads(request.read_text(encoding="utf-8"))
+            config.stash[SAMPLE_KEY] = loads(request.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise pytest.UsageError(f"--fxprof-sample {request}: cannot read the request ({exc})") from None
     if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):

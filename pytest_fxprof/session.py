@@ -389,8 +389,17 @@ class RunState:
         self.partial = self.partial or payload["partial"]
 
     def write_baselines(self) -> tuple[list[Path], list[str]]:
-        """Write every queued baseline (each file atomically); return the files and any errors."""
+        """Write every queued baseline (each file atomically); return the files and any errors. Temporary files
+        that a killed update left in the directory go first."""
         written, errors = [], []
+        try:
+            stale = self.store.remove_stale_temporaries()
+        except OSError as exc:
+            errors.append(f"could not remove temporary files a killed update left in {self.store.directory}: {exc}")
+        else:
+            if stale:
+                names = ", ".join(p.name for p in stale)
+                self.notes.append(f"removed {len(stale)} temporary file(s) a killed update left: {names}")
         for test_id, raw_entries in sorted(self.writes.items()):
             try:
                 entries = {k: entry_from_json(v, f"{test_id} [{k}]") for k, v in raw_entries.items()}

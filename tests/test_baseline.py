@@ -6,13 +6,17 @@ import copy
 import json
 import os
 import re
+import signal
 import stat
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import pytest_fxprof.store.baseline as baseline_module
 import pytest_fxprof.store.files as files_module
 from pytest_fxprof.records.measurement import (
     BaselineEntry,
@@ -33,10 +37,11 @@ from pytest_fxprof.store.baseline import (
     entry_from_json,
     file_name,
     parse,
+    read_baseline,
     render,
     run_from_json,
 )
-from pytest_fxprof.store.files import dumps, write_atomic
+from pytest_fxprof.store.files import dumps, stale_temporaries, write_atomic
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = DATA / "baseline_v1.json"
@@ -111,7 +116,7 @@ ROUND_TRIP = [
                     protocol=Protocol(0, 1, 1, 1),
                     tolerances=Tolerances(node=0.0, total=1.5),
                     nodes=make_entry(2).nodes,
-                    runs=(Run(0, 0, 0, (0, 0), (0, 0)),),
+                    runs=(Run(0, 1, 0, (0, 1), (0, 0)),),  # a run must have measured some time
                 )
             },
         ),
@@ -765,3 +770,99 @@ def test_written_files_get_the_mode_a_plain_open_gives(
     write_atomic(tmp_path / "report.html", "<html></html>\n")
     assert stat.S_IMODE(path.stat().st_mode) == mode
     assert stat.S_IMODE((tmp_path / "report.html").stat().st_mode) == mode
+
+
+# Files no baseline can be: each one clear error, never a crash or a silent use ----------------------------
+
+
+def test_a_deeply_nested_file_is_one_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    with pytest.raises(BaselineError, match=r"deep\.json: the file is not a pytest-fxprof baseline: it is nested too"):
+        read_baseline(path)
+    assert list(BaselineStore(tmp_path).recorded_tests()) == [(path, None)]
+
+
+def test_a_file_over_the_size_limit_is_refused_unread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = BaselineStore(tmp_path)
+    path = store.write(as_file(TEST_ID, {"0": make_entry()}))
+    monkeypatch.setattr(baseline_module, "MAX_BYTES", path.stat().st_size - 1)
+    reads: list[Path] = []
+
+    def read_text(self: Path, *args: Any, **kwargs: Any) -> str:
+        reads.append(self)
+        return ""
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    with pytest.raises(BaselineError, match=r"it is too large to be a baseline \(0 MiB, more than the 0 MiB limit"):
+        store.load(TEST_ID)
+    assert reads == []  # not read at all
+    assert list(store.recorded_tests()) == [(path, None)]
+
+
+def zero_times(raw: dict[str, Any]) -> dict[str, Any]:
+    run = raw["entries"]["0"]["runs"][0]
+    run.update(total_ns=0, instrumented_ns=0, reference_ns=0, node_ns=[0] * len(run["node_ns"]))
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        pytest.param(
+            lambda text: text.replace('"total_ns": 1000000', '"total_ns": 1' + "0" * 400, 1),
+            r"the integer 100000000000\.\.\. \(401 digits\) is beyond 64 bits",
+            id="400-digits",
+        ),
+        pytest.param(
+            lambda text: text.replace('"test_id": ', '"test_id": "t::other", "test_id": ', 1),
+            r"the key 'test_id' appears twice in one object",
+            id="duplicate-key",
+        ),
+        pytest.param(
+            lambda text: dumps(zero_times(json.loads(text))),
+            r"entries\['0'\]\.runs\[0\] holds no measured time \(instrumented_ns and every node_ns are 0\)",
+            id="all-zero-times",
+        ),
+    ],
+)
+def test_numbers_and_keys_no_baseline_holds_are_refused(
+    tmp_path: Path, edit: Callable[[str], str], problem: str
+) -> None:
+    text = render(as_file(TEST_ID, {"0": make_entry(2, 1)}))
+    edited = edit(text)
+    assert edited != text
+    with pytest.raises(BaselineError, match=problem):
+        parse(edited, PATH)
+
+
+def test_a_symbolic_link_in_the_directory_is_refused_not_followed(tmp_path: Path) -> None:
+    elsewhere = BaselineStore(tmp_path / "elsewhere").write(as_file(TEST_ID, {"0": make_entry()}))
+    store = BaselineStore(tmp_path / "baselines")
+    store.directory.mkdir()
+    store.path_for(TEST_ID).symlink_to(elsewhere)
+    with pytest.raises(BaselineError, match=r"it is a symbolic link \(to .*elsewhere.*\), not a baseline file"):
+        store.load(TEST_ID)
+    assert list(store.recorded_tests()) == [(store.path_for(TEST_ID), None)]
+
+
+KILLED_WRITER = """
+import os, signal, sys
+from pathlib import Path
+import pytest_fxprof.store.files as files
+os.replace = lambda src, dst: os.kill(os.getpid(), signal.SIGKILL)  # killed between the write and the rename
+files.write_atomic(Path(sys.argv[1]), "{}")
+"""
+
+
+def test_the_temporary_file_of_a_killed_writer_is_removed_and_a_live_ones_kept(tmp_path: Path) -> None:
+    store = BaselineStore(tmp_path)
+    killed = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(store.path_for(TEST_ID))], check=False)
+    assert killed.returncode == -signal.SIGKILL
+    (left,) = tmp_path.glob(".*.tmp")
+    assert files_module.TEMPORARY.match(left.name)
+    live = tmp_path / f".other.{os.getpid()}.abc123.tmp"  # a writer still at work
+    live.write_text("{", encoding="utf-8")
+    assert stale_temporaries(tmp_path) == [left]
+    assert store.remove_stale_temporaries() == [left]
+    assert sorted(tmp_path.iterdir()) == [live]

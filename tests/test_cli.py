@@ -393,6 +393,7 @@ def _baseline_text(tmp_path: Path) -> str:
             '{"report_version": 1, "profiles": {}}', "the report's 'profiles' should be a list", id="report-shape"
         ),
         pytest.param("no-runs", "the report is malformed: profiles[0].runs is missing", id="report-profile"),
+        pytest.param("[" * 100_000 + "]" * 100_000, "it is nested too deeply to be a file", id="nested-too-deep"),
     ],
 )
 @pytest.mark.parametrize("command", ["show", "diff-a", "diff-b"])
@@ -475,6 +476,16 @@ def test_prune_lists_and_keeps_without_yes(project: pytest.Pytester, capsys: pyt
     assert "1 unreadable (fix or delete by hand; never removed here):" in out
     assert "broken.json: not valid JSON" in out
     assert "nothing was removed; to remove these 3 file(s): fxprof prune --yes" in out
+
+
+def test_prune_lists_a_file_nested_too_deeply_as_unreadable(
+    project: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (project.path / "baselines" / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    code, out, err = run(capsys, "prune", "--yes")
+    assert (code, err) == (0, "")
+    assert "deep.json: the file is not a pytest-fxprof baseline: it is nested too deeply" in out
+    assert "deep.json" in _files(project)  # never removed here
 
 
 def test_prune_with_yes_removes_only_what_it_listed(

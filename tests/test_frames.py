@@ -104,6 +104,8 @@ def test_reading_something_that_is_not_a_report_says_so(tmp_path: Path) -> None:
     [
         ('{"report_version": 1, "profiles": [{"test_id": "t", "key": "k"}]}', "a profile lacks a field"),
         ('{"report_version": 1, "profiles": [', "not valid JSON"),
+        ("[" * 100_000 + "]" * 100_000, "it is nested too deeply"),
+        ('{"report_version": 1, "report_version": 1, "profiles": []}', "the key 'report_version' appears twice"),
     ],
 )
 def test_a_damaged_report_names_the_file_and_the_fix(tmp_path: Path, text: str, message: str) -> None:

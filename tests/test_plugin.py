@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -1042,6 +1044,38 @@ def test_unused_baseline_is_reported(pytester: pytest.Pytester, xdist: list[str]
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(passed=1)
     assert "1 baseline(s) whose test no longer exists (failing; delete them):" in fxprof_section(result)
+
+
+@pytest.mark.parametrize("mode", ["--fxprof-update", "--fxprof"])
+def test_one_unreadable_file_in_the_directory_costs_one_line_never_the_run(
+    pytester: pytest.Pytester, mode: str
+) -> None:
+    """A stray file nested too deeply for a JSON parser's recursion: the run still ends with its summary, its
+    junit XML and the exit status its tests earned."""
+    write_tests(pytester, "def test_a(fxprof):\n    profile(fxprof, 'a')\n")
+    assert run(pytester, "--fxprof-update").ret == pytest.ExitCode.OK
+    stray = pytester.path / "baselines" / "stray.json"
+    stray.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    result = run(pytester, mode, "--junitxml=junit.xml")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.assert_outcomes(passed=1)
+    assert "  stray.json (unreadable)" in fxprof_section(result)
+    assert (pytester.path / "junit.xml").is_file()
+    assert "RecursionError" not in result.stdout.str() + result.stderr.str()
+
+
+def test_an_update_removes_the_temporary_file_a_killed_update_left(pytester: pytest.Pytester) -> None:
+    write_tests(pytester, "def test_a(fxprof):\n    profile(fxprof, 'a')\n")
+    assert run(pytester, "--fxprof-update").ret == pytest.ExitCode.OK
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])  # a process that is no longer running
+    dead.wait()
+    left = pytester.path / "baselines" / f".test_perf.py_test_a-0.{dead.pid}.x1y2z3.tmp"
+    left.write_text('{"schema_version": 1', encoding="utf-8")
+    result = run(pytester, "--fxprof-update")
+    assert result.ret == pytest.ExitCode.OK
+    assert not left.exists()
+    assert f"removed 1 temporary file(s) a killed update left: {left.name}" in fxprof_section(result)
+    assert sorted(p.suffix for p in (pytester.path / "baselines").iterdir()) == [".json"]
 
 
 def test_a_file_that_collects_nothing_does_not_make_its_baselines_unused(

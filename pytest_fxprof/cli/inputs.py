@@ -10,7 +10,6 @@ Must not import torch or pytest. Must not import pandas at module level.
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +18,8 @@ from typing import Any
 from pytest_fxprof.records.measurement import BaselineEntry
 from pytest_fxprof.settings import Settings
 from pytest_fxprof.store.baseline import BaselineError, BaselineFile, BaselineStore, entry_from_json, parse
-from pytest_fxprof.store.files import write_atomic
-from pytest_fxprof.views.report import REPORT_VERSION
+from pytest_fxprof.store.files import TooLargeError, loads, read_text, write_atomic
+from pytest_fxprof.views.report import REPORT_MAX_BYTES, REPORT_VERSION
 
 PROG = "fxprof"
 
@@ -77,7 +76,9 @@ class Report:
 
 def _read_text(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return read_text(path, REPORT_MAX_BYTES)
+    except TooLargeError as exc:
+        raise error(path, f"too large for a baseline or a report ({exc})", "Pass a file pytest-fxprof wrote") from None
     except FileNotFoundError:
         raise error(path, "no such file", f"Check the path (relative to {Path.cwd()})") from None
     except IsADirectoryError:
@@ -90,9 +91,9 @@ def load(path: Path) -> BaselineFile | Report:
     """A baseline file or a report, told apart by their version keys; ``CliError`` for anything else."""
     text = _read_text(path)
     try:
-        raw = json.loads(text)
+        raw = loads(text)
     except ValueError:
-        raw = None  # not JSON: the baseline parser words what is wrong (conflict markers, empty, truncated)
+        raw = None  # not JSON this package writes: the baseline parser words what is wrong
     try:
         if raw is None or (isinstance(raw, dict) and "schema_version" in raw):
             return parse(text, path)

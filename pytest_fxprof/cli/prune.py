@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_fxprof.cli.inputs import DEFAULT_BASELINE_DIR, EXIT_OK, PROG, CliError, error
 from pytest_fxprof.session import why_unused
-from pytest_fxprof.store.baseline import SUFFIX, BaselineError, parse
+from pytest_fxprof.store.baseline import SUFFIX, BaselineError, read_baseline
+from pytest_fxprof.store.files import TEMPORARY, stale_temporaries
 
 if TYPE_CHECKING:
     import pytest
@@ -183,16 +184,16 @@ class Prunable:
 
 def find_prunable(directory: Path, collection: Collection) -> Prunable:
     """The plugin's rule: a test not collected whose file is gone, or whose file collected other tests."""
-    out = Prunable(leftovers=sorted(directory.glob(".*.tmp")))
+    out = Prunable(leftovers=leftovers(directory))
     files = collection.files
     tests: list[str] = []
     for path in sorted(directory.glob(f"*{SUFFIX}")):
         try:
-            test_id = parse(path.read_text(encoding="utf-8"), path).test_id
+            test_id = read_baseline(path).test_id
         except BaselineError as exc:
             out.unreadable.append((path, exc.problem))
             continue
-        except (OSError, UnicodeDecodeError) as exc:
+        except OSError as exc:
             out.unreadable.append((path, f"cannot be read ({exc})"))
             continue
         tests.append(test_id)
@@ -209,6 +210,13 @@ def find_prunable(directory: Path, collection: Collection) -> Prunable:
             "baselines these are, with --baseline-dir pointing at them"
         )
     return out
+
+
+def leftovers(directory: Path) -> list[Path]:
+    """Temporary files of interrupted writes: those of writers no longer running, and those named before
+    writers put their process id in the name (nothing can be writing them still)."""
+    unnamed = [p for p in directory.glob(".*.tmp") if TEMPORARY.match(p.name) is None]
+    return sorted({*unnamed, *stale_temporaries(directory)})
 
 
 def _prune_hint(args: argparse.Namespace) -> str:

@@ -22,6 +22,7 @@ from typing import Any, TypedDict
 
 from pytest_fxprof.records.measurement import Run
 from pytest_fxprof.store.baseline import RunJSON, run_from_json
+from pytest_fxprof.store.files import loads
 
 OUTPUT_TAIL = 3000
 _DROPPED_ENV = ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
@@ -112,7 +113,10 @@ def sample(
                     f"{where} failed (exit {proc.returncode}); command: {' '.join(cmd)}\n"
                     f"{_tail(proc.stdout + proc.stderr)}"
                 )
-            data = json.loads(out.read_text(encoding="utf-8"))
+            try:
+                data = loads(out.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise SamplingError(f"{where} wrote an unreadable result ({exc}); command: {' '.join(cmd)}") from None
         for key, node_keys in expected.items():
             got = data.get(key)
             if got is None:

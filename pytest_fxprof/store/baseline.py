@@ -8,9 +8,11 @@ recording the same data twice gives the same bytes and a refresh diffs readably,
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
+import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -26,7 +28,7 @@ from pytest_fxprof.records.measurement import (
     Run,
     Tolerances,
 )
-from pytest_fxprof.store.files import dumps, write_atomic
+from pytest_fxprof.store.files import TooLargeError, dumps, loads, read_text, stale_temporaries, write_atomic
 
 SCHEMA_VERSION = 1
 SUFFIX = ".json"
@@ -186,13 +188,17 @@ def _int_list(obj: object, key: str, where: str, length: int) -> tuple[int, ...]
 
 
 def _run_from_json(raw: object, where: str, count: int) -> Run:
-    return Run(
+    run = Run(
         total_ns=_count(raw, "total_ns", where),
         instrumented_ns=_count(raw, "instrumented_ns", where),
         reference_ns=_count(raw, "reference_ns", where),
         node_ns=_int_list(raw, "node_ns", where, count),
         node_spread_ns=_int_list(raw, "node_spread_ns", where, count),
     )
+    if run.instrumented_ns == 0 or (count and not any(run.node_ns)):
+        # nothing a profile measures takes no time: such a run would make any check look infinitely slower
+        raise _ShapeError(f"{where} holds no measured time (instrumented_ns and every node_ns are 0)")
+    return run
 
 
 def _entry_from_json(raw: object, where: str) -> BaselineEntry:
@@ -248,10 +254,6 @@ def _entry_from_json(raw: object, where: str) -> BaselineEntry:
     )
 
 
-def _reject_constant(name: str) -> float:
-    raise json.JSONDecodeError(f"{name} is not a number this format allows", name, 0)
-
-
 def parse(text: str, path: Path) -> BaselineFile:
     """Validate a baseline file's text; raise ``BaselineError`` naming what is wrong."""
     rerecord = "Fix or delete it, then record it again with `pytest --fxprof-update`"
@@ -264,11 +266,13 @@ def parse(text: str, path: Path) -> BaselineFile:
             "Resolve the conflict by keeping one side (or re-record it with `pytest --fxprof-update`)",
         )
     try:
-        raw = json.loads(text, parse_constant=_reject_constant)
+        raw = loads(text)
     except json.JSONDecodeError as exc:
         raise BaselineError(
             path, f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}; truncated?)", rerecord
         ) from None
+    except ValueError as exc:
+        raise BaselineError(path, f"the file is not a pytest-fxprof baseline: {exc}", rerecord) from None
     try:
         version = _get(raw, "schema_version", int, "")
         if version > SCHEMA_VERSION:
@@ -311,6 +315,35 @@ def file_name(test_id: str) -> str:
     return f"{slug}-{digest}{SUFFIX}"
 
 
+MAX_BYTES = 64 << 20
+"""A baseline file larger than this (64 MiB) is refused unread: the largest model profiled here (2,629 nodes,
+five processes) gives about 1 MiB."""
+
+
+def read_baseline(path: Path) -> BaselineFile:
+    """The baseline in the file at ``path``, a plain file of the directory; ``BaselineError`` for anything else
+    (a symbolic link, a file too large, unreadable or malformed), ``FileNotFoundError`` when there is none."""
+    if path.is_symlink():
+        raise BaselineError(
+            path,
+            f"it is a symbolic link (to {os.readlink(path)}), not a baseline file of this directory",
+            "Replace the link with the file itself, or delete it and record again with `pytest --fxprof-update`",
+        )
+    try:
+        text = read_text(path, MAX_BYTES)
+    except FileNotFoundError:
+        raise
+    except TooLargeError as exc:
+        raise BaselineError(
+            path,
+            f"it is too large to be a baseline ({exc})",
+            "Delete it and record again with `pytest --fxprof-update`",
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BaselineError(path, f"cannot be read ({exc})", "Check the file's permissions and encoding") from None
+    return parse(text, path)
+
+
 @dataclass(frozen=True)
 class BaselineStore:
     """The baseline directory."""
@@ -324,12 +357,9 @@ class BaselineStore:
         """The test's baselines, None if it has none; ``BaselineError`` if its file is unusable."""
         path = self.path_for(test_id)
         try:
-            text = path.read_text(encoding="utf-8")
+            baseline = read_baseline(path)
         except FileNotFoundError:
             return None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise BaselineError(path, f"cannot be read ({exc})", "Check the file's permissions and encoding") from None
-        baseline = parse(text, path)
         if baseline.test_id != test_id:
             raise BaselineError(
                 path,
@@ -343,14 +373,23 @@ class BaselineStore:
         write_atomic(path, render(baseline))
         return path
 
+    def remove_stale_temporaries(self) -> list[Path]:
+        """Delete the temporary files that writers killed before their rename left here; return them."""
+        removed = []
+        for path in stale_temporaries(self.directory):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(path)
+        return removed
+
     def recorded_tests(self) -> Iterator[tuple[Path, str | None]]:
         """Every baseline file with the test id it holds (None where the file cannot be parsed)."""
         if not self.directory.is_dir():
             return
         for path in sorted(self.directory.glob(f"*{SUFFIX}")):
             try:
-                yield path, parse(path.read_text(encoding="utf-8"), path).test_id
-            except (BaselineError, OSError, UnicodeDecodeError):
+                yield path, read_baseline(path).test_id
+            except (BaselineError, OSError):
                 yield path, None
 
 

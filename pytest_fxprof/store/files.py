@@ -1,17 +1,34 @@
 """Files the plugin writes: whole or not at all, in one JSON encoding.
 
 Owns ``write_atomic`` (a temporary file beside the target, then a rename: a reader sees the old file or the
-new one, never half of either) and ``dumps``, the JSON encoding of every file the plugin writes (baselines,
-reports, samples). Every view, the baseline store and the command write through here. Must not import torch,
-pytest or pandas.
+new one, never half of either), the clean-up of the temporary files a killed writer left (``stale_temporaries``),
+``dumps``, the JSON encoding of every file the plugin writes (baselines, reports, samples), and ``loads`` and
+``read_text``, which read JSON strictly and within a size limit, so that no file, however malformed, costs more
+than one clear error. Every view, the baseline store and the command read and write through here.
+
+Must not import torch, pytest or pandas.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
+from typing import Any
+
+MAX_INT = 2**64 - 1
+"""No integer in a file the plugin writes is larger (times are nanoseconds: 2**64 is 584 years); a larger one is
+a damaged file, and would overflow the arithmetic that reads it."""
+
+TEMPORARY = re.compile(r"^\.(?P<stem>.*)\.(?P<pid>\d+)\.[^.]+\.tmp$")
+"""The name of ``write_atomic``'s temporary file: hidden, its target's stem, the writer's process id, a random
+part, ``.tmp``."""
+
+
+class TooLargeError(OSError):
+    """A file larger than anything the plugin writes of its kind."""
 
 
 def dumps(data: object) -> str:
@@ -19,10 +36,47 @@ def dumps(data: object) -> str:
     return json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
+def _reject_constant(name: str) -> Any:
+    raise json.JSONDecodeError(f"{name} is not a number this format allows", name, 0)
+
+
+def _bounded_int(text: str) -> int:
+    value = int(text)
+    if abs(value) > MAX_INT:
+        raise ValueError(f"the integer {text[:12]}... ({len(text)} digits) is beyond 64 bits, more than it writes")
+    return value
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"the key {key!r} appears twice in one object")
+        out[key] = value
+    return out
+
+
+def loads(text: str) -> Any:
+    """JSON as the plugin writes it: ``ValueError`` for NaN or Infinity, an integer beyond 64 bits, a key twice in
+    one object, or nesting too deep to read (``json.JSONDecodeError``, a kind of it, where the text is not JSON)."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant, parse_int=_bounded_int, object_pairs_hook=_unique_keys)
+    except RecursionError:
+        raise ValueError("it is nested too deeply to be a file pytest-fxprof wrote") from None
+
+
+def read_text(path: Path, limit: int) -> str:
+    """The file's text; ``TooLargeError`` for one over ``limit`` bytes, without reading it."""
+    size = path.stat().st_size
+    if size > limit:
+        raise TooLargeError(f"{size / 2**20:.0f} MiB, more than the {limit / 2**20:.0f} MiB limit for such a file")
+    return path.read_text(encoding="utf-8")
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file and a rename: readers see old or new, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem[:40]}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem[:40]}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     try:
         os.chmod(tmp, 0o666 & ~_UMASK)  # the mode a plain open() would give, not mkstemp's owner-only one
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
@@ -43,3 +97,30 @@ def _umask() -> int:
 
 _UMASK = _umask()
 """Read once, at import: reading it sets it for an instant, which would race with other threads' files."""
+
+
+def stale_temporaries(directory: Path) -> list[Path]:
+    """Temporary files of ``write_atomic`` in ``directory`` whose writer is no longer running (killed between
+    the write and the rename); a live writer's are left alone."""
+    if not directory.is_dir():
+        return []
+    out = []
+    for path in sorted(directory.glob(".*.tmp")):
+        match = TEMPORARY.match(path.name)
+        if match is not None and not _running(int(match["pid"])):
+            out.append(path)
+    return out
+
+
+def _running(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    except OSError:  # pragma: no cover - a platform that cannot tell: keep the file
+        return True
+    return True

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_fxprof.records.verdicts import Comparison, Judgement, NodeVerdict
-from pytest_fxprof.views.report import judgement_json
+from pytest_fxprof.store.files import TooLargeError, loads, read_text
+from pytest_fxprof.views.report import REPORT_MAX_BYTES, judgement_json
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -149,9 +150,13 @@ def read_report(path: str | Path, by: str = "node") -> pd.DataFrame:
         raise ValueError(f"by must be one of {', '.join(READ_BY)}, not {by!r}")
     again = "write it again with pytest --fxprof --fxprof-report PATH"
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = loads(read_text(Path(path), REPORT_MAX_BYTES))
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}); {again}") from None
+    except TooLargeError as exc:
+        raise ValueError(f"{path}: too large to be a report ({exc})") from None
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}; {again}") from None
     if not isinstance(data, dict) or "report_version" not in data or not isinstance(data.get("profiles"), list):
         raise ValueError(f"{path} is not a report written by --fxprof-report (it has no report_version)")
     try:

@@ -20,6 +20,8 @@ from pytest_fxprof.store.files import dumps, write_atomic
 from pytest_fxprof.views.render import band_used
 
 REPORT_VERSION = 1
+REPORT_MAX_BYTES = 1 << 30
+"""A report larger than this (1 GiB) is refused unread where one is read back (``read_report``, ``fxprof``)."""
 
 
 class ProfileRecord(TypedDict):
