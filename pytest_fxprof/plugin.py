@@ -22,6 +22,7 @@ from pytest_fxprof.measure.sampling import Relaunch, SampleRequest, SamplingErro
 from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.session import (
     Confirm,
+    FinishedTest,
     OnFaster,
     OnGraphChange,
     OnMismatch,
@@ -373,7 +374,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             item.stash[SPOILED_KEY] = True
         if report.when == "teardown":
             run = item.config.stash[RUN_KEY]
+            notes = len(run.notes)
             state.settle(run, passed=not item.stash.get(SPOILED_KEY, False))
+            if hasattr(item.config, "workerinput"):  # an xdist worker: the controller gets it with this report
+                # plain JSON data only: execnet refuses anything else
+                report.fxprof = json.loads(json.dumps(run.test_payload(state, run.notes[notes:])))
             if run.mode in (Mode.CHECK, Mode.UPDATE):
                 from pytest_fxprof.views.outputs import user_properties
 
@@ -402,8 +407,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if hasattr(config, "workerinput"):  # an xdist worker: the controller writes
         if session.config.getoption("keyword") or session.config.getoption("markexpr"):
             run.partial = True
-        # plain JSON data only: execnet refuses anything else, and a refused payload loses every result
-        config.workeroutput[WORKER_KEY] = json.loads(json.dumps(run.payload()))  # type: ignore[attr-defined]
+        config.workeroutput[WORKER_KEY] = run.payload()  # type: ignore[attr-defined]
         return
     if run.mode not in (Mode.CHECK, Mode.UPDATE):
         return
@@ -480,12 +484,21 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 
 class XdistController:
-    """Registered only in an xdist controller: gathers what each worker profiled."""
+    """Registered only in an xdist controller: gathers what each test profiled as its teardown report arrives,
+    and what each worker collected when it finishes."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        payload: FinishedTest | None = getattr(report, "fxprof", None)
+        if payload is not None:
+            self.config.stash[RUN_KEY].merge_test(payload)
 
     def pytest_testnodedown(self, node: Any, error: object) -> None:
         payload: WorkerPayload | None = getattr(node, "workeroutput", {}).get(WORKER_KEY)
         if payload is not None:
             self.config.stash[RUN_KEY].merge(payload)
+        else:
+            worker = str((getattr(node, "gateway", None) and node.gateway.id) or "?")
+            self.config.stash[RUN_KEY].lost_worker(worker, error)

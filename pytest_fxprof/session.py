@@ -103,13 +103,20 @@ class UsageError(Exception):
     """The fixture was called in a way it cannot serve; the message says how to call it."""
 
 
-class WorkerPayload(TypedDict):
-    """What an xdist worker sends to the controller, as plain data."""
+class FinishedTest(TypedDict):
+    """What one test left in an xdist worker, sent to the controller on the test's teardown report as plain
+    data, so that it arrives as soon as the test ends, whatever happens to the worker later."""
 
+    test_id: str
     records: list[ProfileRecord]
-    writes: dict[str, dict[str, EntryJSON]]
-    dropped: dict[str, list[str]]
+    writes: dict[str, EntryJSON] | None
+    dropped: list[str] | None
     notes: list[str]
+
+
+class WorkerPayload(TypedDict):
+    """What an xdist worker sends to the controller when it finishes: what it collected."""
+
     collected: list[str]
     partial: bool
 
@@ -369,24 +376,43 @@ class RunState:
     def queue_write(self, test_id: str, entries: dict[str, BaselineEntry]) -> None:
         self.writes[test_id] = {key: entry_to_json(e) for key, e in entries.items()}
 
-    def payload(self) -> WorkerPayload:
+    def test_payload(self, test: TestState, notes: Sequence[str]) -> FinishedTest:
+        """What ``test`` left here (its records, its queued baseline, the entries it dropped, ``notes``)."""
         return {
-            "records": self.records,
-            "writes": self.writes,
-            "dropped": self.dropped,
-            "notes": self.notes,
-            "collected": sorted(self.collected),
-            "partial": self.partial,
+            "test_id": test.test_id,
+            "records": list(test.records),
+            "writes": self.writes.get(test.test_id),
+            "dropped": self.dropped.get(test.test_id),
+            "notes": list(notes),
         }
 
-    def merge(self, payload: WorkerPayload) -> None:
+    def merge_test(self, payload: FinishedTest) -> None:
+        """Take what a test left in a worker."""
         for record in payload["records"]:
             self.add_record(record)
-        self.writes.update(payload["writes"])
-        self.dropped.update(payload["dropped"])
+        test_id = payload["test_id"]
+        if payload["writes"] is not None:
+            self.writes[test_id] = payload["writes"]
+        if payload["dropped"] is not None:
+            self.dropped[test_id] = payload["dropped"]
         self.notes.extend(payload["notes"])
+
+    def payload(self) -> WorkerPayload:
+        return {"collected": sorted(self.collected), "partial": self.partial}
+
+    def merge(self, payload: WorkerPayload) -> None:
         self.collected.update(payload["collected"])
         self.partial = self.partial or payload["partial"]
+
+    def lost_worker(self, worker: str, error: object) -> None:
+        """A worker ended without saying what it collected (it crashed): the tests it finished were received
+        one by one, the one it was running left nothing, and no baseline can be called unused."""
+        self.partial = True
+        self.notes.append(
+            f"pytest-xdist worker {worker} crashed ({' '.join(str(error).split())[:200] or 'no reason given'}): "
+            "the results of the tests it had finished were kept, the test it was running left none, and "
+            "baselines were not checked for tests that no longer exist (what it collected is unknown)"
+        )
 
     def write_baselines(self) -> tuple[list[Path], list[str]]:
         """Write every queued baseline (each file atomically); return the files and any errors. Temporary files

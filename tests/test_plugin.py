@@ -1078,6 +1078,41 @@ def test_an_update_removes_the_temporary_file_a_killed_update_left(pytester: pyt
     assert sorted(p.suffix for p in (pytester.path / "baselines").iterdir()) == [".json"]
 
 
+CRASHES = """
+@pytest.mark.parametrize("case", [1, 2, 3, 4])
+def test_case(fxprof, case):
+    profile(fxprof)
+    if case == 4:
+        os._exit(1)  # the worker dies before the test ends
+"""
+
+
+@pytest.mark.parametrize("mode", ["--fxprof-update", "--fxprof"])
+def test_a_crashed_worker_loses_nothing_its_finished_tests_measured(pytester: pytest.Pytester, mode: str) -> None:
+    write_tests(pytester, CRASHES)
+    if mode == "--fxprof":  # recorded without the crash: the fourth case records no baseline
+        write_tests(pytester, CRASHES.replace("os._exit(1)", "pass"))
+        assert run(pytester, "--fxprof-update").ret == pytest.ExitCode.OK
+        write_tests(pytester, CRASHES)
+    result = run(pytester, mode, "-n", "1", "--fxprof-report=r.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=3, failed=1)
+    section = fxprof_section(result)
+    finished = [
+        f"test_perf.py::test_case[{i}] [call0]: {'recorded' if mode == '--fxprof-update' else 'pass'}"
+        for i in (1, 2, 3)
+    ]
+    for line in finished:
+        assert any(s.startswith(line) for s in section), section
+    assert any(s.startswith("pytest-xdist worker gw0 crashed") for s in section), section
+    assert [p["test_id"] for p in load(pytester.path / "r.json")["profiles"]][:3] == [
+        f"test_perf.py::test_case[{i}]" for i in (1, 2, 3)
+    ]
+    if mode == "--fxprof-update":
+        recorded = {load(f)["test_id"] for f in baseline_files(pytester.path / "baselines")}
+        assert recorded == {f"test_perf.py::test_case[{i}]" for i in (1, 2, 3)}
+
+
 def test_a_file_that_collects_nothing_does_not_make_its_baselines_unused(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

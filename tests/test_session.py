@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_fxprof.session import Reactions, RunState
+from pytest_fxprof.session import FinishedTest, Reactions, RunState
 from pytest_fxprof.settings import Mode
 from pytest_fxprof.store.baseline import BaselineStore
 from pytest_fxprof.views.report import ProfileRecord
@@ -27,11 +27,23 @@ def test_a_test_run_again_keeps_only_its_last_record_of_each_call(tmp_path: Path
     ]
 
 
+def finished(test_id: str, *records: ProfileRecord) -> FinishedTest:
+    return {"test_id": test_id, "records": list(records), "writes": None, "dropped": None, "notes": []}
+
+
 def test_records_from_workers_merge_the_same_way(tmp_path: Path) -> None:
     controller = RunState(Mode.CHECK, BaselineStore(tmp_path), Reactions())
-    worker = RunState(Mode.CHECK, BaselineStore(tmp_path), Reactions())
-    worker.add_record(record("t.py::a", "call0", "regression"))
-    worker.add_record(record("t.py::a", "call0", "pass"))
-    worker.add_record(record("t.py::b", "call0", "pass"))
-    controller.merge(worker.payload())
+    controller.merge_test(finished("t.py::a", record("t.py::a", "call0", "regression")))
+    controller.merge_test(finished("t.py::a", record("t.py::a", "call0", "pass")))  # run again
+    controller.merge_test(finished("t.py::b", record("t.py::b", "call0", "pass")))
     assert [(r["test_id"], r["status"]) for r in controller.records] == [("t.py::a", "pass"), ("t.py::b", "pass")]
+
+
+def test_a_worker_that_crashed_makes_the_run_partial_and_says_what_was_kept(tmp_path: Path) -> None:
+    controller = RunState(Mode.UPDATE, BaselineStore(tmp_path), Reactions())
+    controller.merge_test(finished("t.py::a", record("t.py::a", "call0", "recorded")))
+    controller.lost_worker("gw0", "Not properly terminated")
+    assert controller.partial  # what it collected is unknown: nothing may be called unused
+    assert [r["test_id"] for r in controller.records] == ["t.py::a"]
+    (note,) = controller.notes
+    assert note.startswith("pytest-xdist worker gw0 crashed (Not properly terminated): the results of the tests")
