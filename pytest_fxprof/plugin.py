@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -279,8 +279,9 @@ class Fxprof:
     submodule paths or classes to time whole, ``tracer`` replaces the default ``torch.fx.Tracer``.
     """
 
-    def __init__(self, state: TestState) -> None:
+    def __init__(self, state: TestState, settings: Callable[[], Settings] | None = None) -> None:
         self._state = state
+        self._settings = settings
 
     @property
     def mode(self) -> str:
@@ -299,7 +300,12 @@ class Fxprof:
         from pytest_fxprof.capture.errors import CaptureError, ProfileError
 
         try:
+            if self._settings is not None:  # the test's markers now: one added at run time counts too
+                self._state.settings = self._settings()
             return self._state.profile(module, args, kwargs, name=name, leaf_modules=leaf_modules, tracer=tracer)
+        except SettingsError as exc:  # before the profile counted the call
+            self._state.failed_calls += 1
+            message = f"fxprof: {exc}"
         except (CaptureError, ProfileError, BaselineError, UsageError) as exc:
             message = f"fxprof: {exc}"
         pytest.fail(message, pytrace=False)
@@ -316,10 +322,16 @@ def fxprof(request: pytest.FixtureRequest) -> Fxprof:
     except SettingsError as exc:  # rejected at collection already, except in xdist workers
         pytest.fail(f"fxprof: {exc}", pytrace=False)
     sample_out = None
-    if run.mode is Mode.SAMPLE:
+
+    def marked() -> Settings:
+        return _marker_settings(item, config.stash[SETTINGS_KEY])
+
+    refresh: Callable[[], Settings] | None = marked
+    if run.mode is Mode.SAMPLE:  # the recording process's settings, whatever the markers say here
         req = config.stash[SAMPLE_KEY]
         settings = from_json(req["settings"])
         sample_out = Path(req["out"]) if req["test_id"] == item.nodeid else None
+        refresh = None
     relaunch = Relaunch(
         invocation_dir=config.invocation_params.dir,
         rootdir=config.rootpath,
@@ -336,7 +348,7 @@ def fxprof(request: pytest.FixtureRequest) -> Fxprof:
         sample_out=sample_out,
     )
     item.stash[TEST_KEY] = state
-    return Fxprof(state)
+    return Fxprof(state, refresh)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -374,11 +386,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             item.stash[SPOILED_KEY] = True
         if report.when == "teardown":
             run = item.config.stash[RUN_KEY]
-            notes = len(run.notes)
+            notes, errors = len(run.notes), len(run.errors)
             state.settle(run, passed=not item.stash.get(SPOILED_KEY, False))
             if hasattr(item.config, "workerinput"):  # an xdist worker: the controller gets it with this report
-                # plain JSON data only: execnet refuses anything else
-                report.fxprof = json.loads(json.dumps(run.test_payload(state, run.notes[notes:])))
+                payload = run.test_payload(state, run.notes[notes:], run.errors[errors:])
+                report.fxprof = json.loads(json.dumps(payload))  # plain JSON data only: execnet refuses the rest
             if run.mode in (Mode.CHECK, Mode.UPDATE):
                 from pytest_fxprof.views.outputs import user_properties
 
@@ -411,10 +423,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     if run.mode not in (Mode.CHECK, Mode.UPDATE):
         return
-    errors: list[str] = []
+    errors: list[str] = list(run.errors)
     written: list[Path] = []
     if run.mode is Mode.UPDATE:
-        written, errors = run.write_baselines()
+        written, failed = run.write_baselines()
+        errors += failed
     unused = run.unused(_selected_paths(session), config.rootpath)
     outputs: list[Path] = []
     for name in ("report", *VIEWS):
@@ -454,7 +467,11 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     tr = terminalreporter
     tr.section("fxprof")
     records = sorted(run.records, key=lambda r: (r["test_id"], r["key"]))
-    if not records:
+    if not records and run.failed_calls:
+        tr.write_line(
+            f"no profile was taken: {run.failed_calls} call(s) of the fxprof fixture failed (their tests say why)"
+        )
+    elif not records:
         tr.write_line("no test called the fxprof fixture")
     from pytest_fxprof.views.terminal import profile_lines
 

@@ -112,6 +112,8 @@ class FinishedTest(TypedDict):
     writes: dict[str, EntryJSON] | None
     dropped: list[str] | None
     notes: list[str]
+    errors: list[str]
+    failed_calls: int
 
 
 class WorkerPayload(TypedDict):
@@ -122,7 +124,9 @@ class WorkerPayload(TypedDict):
 
 
 def rerecord_hint(test_id: str) -> str:
-    return f"record it with: pytest --fxprof-update '{test_id}'"
+    """The command that records the test's baseline again, its id quoted for a POSIX shell whatever it holds."""
+    quoted = "'" + test_id.replace("'", "'\"'\"'") + "'"
+    return f"record it with: pytest --fxprof-update {quoted}"
 
 
 class TestState:
@@ -155,6 +159,7 @@ class TestState:
         self.pending: dict[str, BaselineEntry] | None = None
         self.warnings: list[str] = []
         self.records: list[ProfileRecord] = []  # also handed to the run; what this test's pytest report carries
+        self.failed_calls = 0
 
     def _key(self, name: str | None) -> str:
         if name is None:
@@ -179,6 +184,22 @@ class TestState:
         return self._baseline
 
     def profile(
+        self,
+        module: Any,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        *,
+        name: str | None,
+        leaf_modules: Sequence[Any],
+        tracer: Any,
+    ) -> ProfileResult:
+        try:
+            return self._profile(module, args, kwargs, name=name, leaf_modules=leaf_modules, tracer=tracer)
+        except BaseException:
+            self.failed_calls += 1
+            raise
+
+    def _profile(
         self,
         module: Any,
         args: Sequence[Any],
@@ -317,7 +338,9 @@ class TestState:
         return Outcome()
 
     def settle(self, run: RunState, passed: bool) -> None:
-        """At the end of the test (teardown included): queue the recorded baseline, or say why not."""
+        """At the end of the test (teardown included): count its failed calls, and queue the recorded baseline,
+        or say why not."""
+        run.failed_calls += self.failed_calls
         if self.mode is not Mode.UPDATE or not self.results:
             return
         if self.pending is None or not passed:
@@ -327,8 +350,8 @@ class TestState:
             return
         try:
             previous = self.store.load(self.test_id)
-        except NewerSchemaError:  # write nothing over a file that a newer pytest-fxprof wrote
-            run.notes.append(f"{self.test_id}: not recorded, its baseline has a newer schema; upgrade pytest-fxprof")
+        except NewerSchemaError:  # write nothing over a file that a newer pytest-fxprof wrote, and fail the run
+            run.errors.append(f"{self.test_id}: not recorded, its baseline has a newer schema; upgrade pytest-fxprof")
             return
         except BaselineError as exc:
             run.notes.append(f"{self.test_id}: replacing an unreadable baseline ({exc.problem})")
@@ -363,6 +386,10 @@ class RunState:
         self.writes: dict[str, dict[str, EntryJSON]] = {}
         self.dropped: dict[str, list[str]] = {}
         self.notes: list[str] = []
+        self.errors: list[str] = []
+        """What the run could not do and must fail for, though every test passed."""
+        self.failed_calls = 0
+        """Calls of the fixture that failed (and failed their tests)."""
         self.collected: set[str] = set()
         self.partial = False
 
@@ -376,14 +403,17 @@ class RunState:
     def queue_write(self, test_id: str, entries: dict[str, BaselineEntry]) -> None:
         self.writes[test_id] = {key: entry_to_json(e) for key, e in entries.items()}
 
-    def test_payload(self, test: TestState, notes: Sequence[str]) -> FinishedTest:
-        """What ``test`` left here (its records, its queued baseline, the entries it dropped, ``notes``)."""
+    def test_payload(self, test: TestState, notes: Sequence[str], errors: Sequence[str]) -> FinishedTest:
+        """What ``test`` left here (its records, its queued baseline, the entries it dropped, ``notes`` and
+        ``errors``, its failed calls)."""
         return {
             "test_id": test.test_id,
             "records": list(test.records),
             "writes": self.writes.get(test.test_id),
             "dropped": self.dropped.get(test.test_id),
             "notes": list(notes),
+            "errors": list(errors),
+            "failed_calls": test.failed_calls,
         }
 
     def merge_test(self, payload: FinishedTest) -> None:
@@ -396,6 +426,8 @@ class RunState:
         if payload["dropped"] is not None:
             self.dropped[test_id] = payload["dropped"]
         self.notes.extend(payload["notes"])
+        self.errors.extend(payload["errors"])
+        self.failed_calls += payload["failed_calls"]
 
     def payload(self) -> WorkerPayload:
         return {"collected": sorted(self.collected), "partial": self.partial}

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -32,7 +33,16 @@ import pytest
 import torch
 
 import pytest_fxprof.measure.profiler  # noqa: F401  (kept imported across in-process runs, like torch)
-from pytest_fxprof.session import Confirm, OnFaster, OnGraphChange, OnMismatch, OnMissing, OnUnused, Reactions
+from pytest_fxprof.session import (
+    Confirm,
+    OnFaster,
+    OnGraphChange,
+    OnMismatch,
+    OnMissing,
+    OnUnused,
+    Reactions,
+    rerecord_hint,
+)
 
 # symbolic capture: no check of the graph against the module; the interpreter engine: no pass measured again
 # for preemption (the compiled engine's wall-clock stamps); so the module runs only in the passes counted
@@ -1405,6 +1415,36 @@ def test_a_test_that_fails_after_its_call_is_not_recorded(pytester: pytest.Pytes
     assert [load(p)["test_id"] for p in files] == ["test_perf.py::test_good"]
 
 
+def test_a_run_whose_every_call_failed_says_so(pytester: pytest.Pytester) -> None:
+    write_tests(pytester, "def test_a(fxprof):\n    fxprof('not a module', torch.randn(2))\n")
+    result = run(pytester, "--fxprof-update")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(failed=1)
+    assert fxprof_section(result)[0] == (
+        "no profile was taken: 1 call(s) of the fxprof fixture failed (their tests say why)"
+    )
+
+
+def test_a_marker_added_at_run_time_counts(pytester: pytest.Pytester) -> None:
+    write_tests(
+        pytester,
+        """
+        def test_a(fxprof, request):
+            request.node.add_marker(pytest.mark.fxprof(passes=2))
+            profile(fxprof)
+        """,
+    )
+    assert run(pytester, "--fxprof-update").ret == pytest.ExitCode.OK
+    entry = load(only_file(pytester.path / "baselines"))["entries"]["call0"]
+    assert entry["protocol"]["passes"] == 2  # not the command line's 3
+
+
+def test_the_record_command_quotes_any_test_id() -> None:
+    test_id = "test_perf.py::test_p[it's $HOME `x`]"
+    command = rerecord_hint(test_id).removeprefix("record it with: ")
+    assert shlex.split(command) == ["pytest", "--fxprof-update", test_id]
+
+
 def test_update_never_overwrites_a_newer_schema(pytester: pytest.Pytester) -> None:
     write_tests(pytester, "def test_a(fxprof):\n    profile(fxprof)\n")
     assert run(pytester, "--fxprof-update").ret == pytest.ExitCode.OK
@@ -1414,6 +1454,8 @@ def test_update_never_overwrites_a_newer_schema(pytester: pytest.Pytester) -> No
     path.write_text(json.dumps(data), encoding="utf-8")
     before = path.read_bytes()
     result = run(pytester, "--fxprof-update")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED  # the test passed, but its baseline was not recorded
+    result.assert_outcomes(passed=1)
     assert "test_perf.py::test_a: not recorded, its baseline has a newer schema; upgrade pytest-fxprof" in (
         fxprof_section(result)
     )

@@ -28,7 +28,15 @@ def test_a_test_run_again_keeps_only_its_last_record_of_each_call(tmp_path: Path
 
 
 def finished(test_id: str, *records: ProfileRecord) -> FinishedTest:
-    return {"test_id": test_id, "records": list(records), "writes": None, "dropped": None, "notes": []}
+    return {
+        "test_id": test_id,
+        "records": list(records),
+        "writes": None,
+        "dropped": None,
+        "notes": [],
+        "errors": [],
+        "failed_calls": 0,
+    }
 
 
 def test_records_from_workers_merge_the_same_way(tmp_path: Path) -> None:
