@@ -329,6 +329,87 @@ def test_tensors_inside_any_container_are_cloned() -> None:
     assert torch.equal(x, torch.zeros(2))
 
 
+CALLS: list[int] = []
+
+
+@torch.fx.wrap
+def flaky_scale(x: torch.Tensor) -> torch.Tensor:
+    """A function node that fails on its sixth call, as memory running out would."""
+    CALLS.append(1)
+    if len(CALLS) == 6:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    return x * 2
+
+
+class FlakyLeaf(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls == 6:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return x * 2
+
+
+class FlakyNet(nn.Module):
+    def __init__(self, in_function: bool) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.leaf = FlakyLeaf()
+        self.in_function = in_function
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x)
+        return torch.relu(flaky_scale(y) if self.in_function else self.leaf(y))
+
+
+@pytest.mark.parametrize("engine", ["compiled", "interpreter"])
+@pytest.mark.parametrize(
+    ("in_function", "node"), [(False, "leaf (call_module FlakyLeaf in leaf, "), (True, "flaky_scale (call_function ")]
+)
+def test_a_node_that_fails_in_a_later_pass_is_named_with_advice_that_fits(
+    engine: str, in_function: bool, node: str
+) -> None:
+    CALLS.clear()
+    with pytest.raises(ProfileError) as info:
+        quick(FlakyNet(in_function), torch.randn(2, 4), engine=engine, leaf_modules=["leaf"], capture="symbolic")
+    message = str(info.value)
+    first, *rest = message.splitlines()
+    assert first.startswith(f"the captured graph of FlakyNet failed in node {node}")
+    assert "test_profiler.py:" in first  # its source line
+    said, _, where = first.partition(" (at ")
+    assert said.endswith("): OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")  # once
+    assert "test_profiler.py:" in where  # the line that raised it
+    assert "It ran in the passes before this one: it fails only on some calls" in rest[0]
+    assert "concrete_args" not in message  # the advice for a branch fixed at trace time is not this one's
+    assert isinstance(info.value.__cause__, torch.OutOfMemoryError)  # the original, kept
+
+
+def traced(module: nn.Module) -> Any:
+    return torch.jit.trace(module, torch.randn(2, 4))  # type: ignore[no-untyped-call]
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit:FutureWarning")
+@pytest.mark.parametrize("make", [torch.jit.script, traced], ids=["script", "trace"])
+def test_a_torchscript_module_is_refused_with_the_fix(make: Any) -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    with pytest.raises(
+        ProfileError, match=r"cannot capture a TorchScript module .*Fix: pass the nn.Module you scripted"
+    ):
+        quick(make(model), torch.randn(2, 4))
+
+
+@pytest.mark.parametrize("where", ["module", "input"])
+def test_the_meta_device_is_refused_with_the_fix(where: str) -> None:
+    model = nn.Linear(4, 4, device="meta" if where == "module" else "cpu")
+    x = torch.randn(2, 4, device="meta" if where == "input" else "cpu")
+    with pytest.raises(ProfileError, match=r"on the meta device, which holds no data.*Fix: materialise") as info:
+        quick(model, x)
+    assert "leaf_modules" not in str(info.value)  # not a capture's advice
+
+
 def test_a_graph_that_fails_where_the_module_runs_gets_a_hint() -> None:
     class Masked(nn.Module):
         def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch.utils import _pytree as pytree
 
 from pytest_fxprof.capture import dynamo, export, symbolic
 from pytest_fxprof.capture.check import Checker
@@ -74,6 +75,27 @@ def capture_module(
 _MODE_NAMES = {"export": "torch.export", "dynamo": "torch.compile (dynamo)"}
 
 
+def check_module(module: Any, args: Any, kwargs: Any) -> None:
+    """Refuse, with the fix, a module that no capture can take or that nothing could time: not an
+    ``nn.Module``, a TorchScript module, or one (or inputs) on the meta device, which holds no data."""
+    if isinstance(module, torch.jit.ScriptModule):
+        raise ProfileError(
+            f"fxprof cannot capture a TorchScript module ({type(module).__name__}, made by torch.jit.script or "
+            "torch.jit.trace): its code is TorchScript, not Python that torch.fx can follow. Fix: pass the "
+            "nn.Module you scripted (model, not torch.jit.script(model))"
+        )
+    if not isinstance(module, torch.nn.Module):
+        raise ProfileError(f"fxprof profiles a torch.nn.Module, got {type(module).__name__}")
+    tensors = [*module.parameters(), *module.buffers()]
+    tensors += [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+    if any(t.is_meta for t in tensors):
+        raise ProfileError(
+            f"{type(module).__name__} has parameters, buffers or inputs on the meta device, which holds no data: "
+            "nothing can run on it, so nothing can be timed. Fix: materialise the model on a real device "
+            "(module.to_empty(device='cpu') and load its weights, or build it there) and pass inputs there too"
+        )
+
+
 def _check_request(
     module: Any,
     args: Any,
@@ -84,8 +106,7 @@ def _check_request(
     tracer: torch.fx.Tracer | None,
 ) -> None:
     """Refuse what cannot be captured before trying, each with the fix."""
-    if not isinstance(module, torch.nn.Module):
-        raise ProfileError(f"fxprof profiles a torch.nn.Module, got {type(module).__name__}")
+    check_module(module, args, kwargs)
     name = type(module).__name__
     if isinstance(args, str | bytes) or not isinstance(args, Sequence):
         raise ProfileError(f"the positional inputs of {name} must be a sequence, got {type(args).__name__}")

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from pytest_fxprof.capture.sources import user_frame
+from pytest_fxprof.records.measurement import NodeInfo
 
 if TYPE_CHECKING:
     import torch
@@ -45,11 +46,40 @@ def one_line(exc: BaseException) -> str:
     return f"{line} (at {where})" if where else line
 
 
-def graph_failure(module: torch.nn.Module, exc: Exception) -> str:
-    """Why the captured graph failed where the module itself ran: usually a value traced as a tensor."""
-    cause = f"{type(exc).__name__}: {exc}".strip().splitlines()
+class NodeError(Exception):
+    """A node of a captured graph raised while an engine ran it. ``index`` is its position among the nodes the
+    engine times (``describe_nodes``'s order), None where the engine could not tell; what the node raised is
+    ``error`` (and the ``__cause__``)."""
+
+    def __init__(self, index: int | None, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.index = index
+        self.error = error
+
+
+def graph_failure(
+    module: torch.nn.Module, exc: BaseException, node: NodeInfo | None = None, *, ran_before: bool = False
+) -> str:
+    """Why the captured graph failed where the module itself ran, naming the node where one is known.
+
+    On the graph's first run: usually a value traced as a tensor (a branch fixed at trace time). After runs
+    that worked: something that fails only on some calls (memory, state the model keeps).
+    """
+    where = ""
+    if node is not None:
+        source = f", {node.source}" if node.source else ""
+        where = f" in node {node.name} ({node.op} {node.target} in {node.where}{source})"
+    head = f"the captured graph of {type(module).__name__} failed{where}: {one_line(exc)}"
+    if ran_before:
+        return (
+            f"{head}\n"
+            "  It ran in the passes before this one: it fails only on some calls (out of memory, a state the model "
+            "keeps between calls, an error it raises now and then).\n"
+            "  Fix: make the module run every time on these inputs (a profile runs it some twenty times: the "
+            "warm-up, the measured passes, a FLOP count); for memory, smaller inputs or a free device."
+        )
     return (
-        f"the captured graph of {type(module).__name__} failed: {' '.join(cause[:1])} {' '.join(cause[-1:])}\n"
+        f"{head}\n"
         "  Tracing treats every input as a tensor, so a branch on an input that is None or a Python value "
         "(if mask is not None: ...) is fixed at trace time.\n"
         "  Fix: pass tracer= a torch.fx.Tracer whose trace() gets concrete_args for those inputs, or keep "

@@ -18,9 +18,9 @@ from typing import Any
 import torch
 import torch.fx
 
-from pytest_fxprof.capture.errors import ProfileError, graph_failure
+from pytest_fxprof.capture.errors import NodeError, ProfileError, graph_failure
 from pytest_fxprof.capture.state import fresh_copy
-from pytest_fxprof.records.measurement import Capture
+from pytest_fxprof.records.measurement import Capture, NodeInfo
 
 LeafSpec = str | type
 Runner = Callable[..., Any]
@@ -71,11 +71,23 @@ def prepared_inputs(captured: Captured, args: Sequence[Any], kwargs: dict[str, A
     return captured.prepare(*fresh_copy((list(args), kwargs)))
 
 
-def run_pass(module: torch.nn.Module, captured: Captured, runners: Sequence[Runner], prepared: Any) -> None:
-    """One pass of the graphs; a graph that fails where the module runs becomes a ``ProfileError`` with a hint."""
+def run_pass(
+    module: torch.nn.Module,
+    captured: Captured,
+    runners: Sequence[Runner],
+    prepared: Any,
+    *,
+    nodes: Sequence[NodeInfo] = (),
+    ran_before: bool = False,
+) -> None:
+    """One pass of the graphs; a graph that fails where the module runs becomes a ``ProfileError`` with a hint,
+    naming the node (of ``nodes``, the runners' timed nodes) where the runner could tell which one failed."""
     try:
         captured.forward(runners, prepared)
     except ProfileError:  # the capture's own account (dynamo would recompile, another path ran)
         raise
+    except NodeError as exc:
+        node = nodes[exc.index] if exc.index is not None and exc.index < len(nodes) else None
+        raise ProfileError(graph_failure(module, exc.error, node, ran_before=ran_before)) from exc.error
     except Exception as exc:
-        raise ProfileError(graph_failure(module, exc)) from exc
+        raise ProfileError(graph_failure(module, exc, ran_before=ran_before)) from exc

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import torch
 import torch.fx
 
+from pytest_fxprof.capture.errors import NodeError
 from pytest_fxprof.capture.graphs import Runner
 
 Clock = Callable[[], int]
@@ -186,6 +187,21 @@ class Engine:
 Observer = Callable[[int, Any], None]
 
 
+def failing_node(program: torch.fx.GraphModule, exc: BaseException) -> torch.fx.Node | None:
+    """The node of ``program``'s graph whose line of the generated forward was running when ``exc`` was raised
+    (None where the traceback does not pass through that code)."""
+    code = type(program).forward.__code__
+    lines: dict[int, int | None] = getattr(program, "_lineno_map", None) or {}
+    tb = exc.__traceback__
+    found = None
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            found = lines.get(tb.tb_lineno - code.co_firstlineno)
+        tb = tb.tb_next
+    nodes: list[torch.fx.Node] = list(program.graph.nodes)
+    return nodes[found] if found is not None and 0 <= found < len(nodes) else None
+
+
 def instrument(
     gm: torch.fx.GraphModule,
     timed: Sequence[torch.fx.Node],
@@ -243,16 +259,23 @@ class CompiledEngine(Engine):
             timed = [n for n in gm.graph.nodes if n in self.index]
             idx = [self.index[n] for n in timed]
             program = instrument(gm, timed, timer.stamp, (observe, idx) if observe else None)
-            self.programs.append((program, idx))
+            # the program's copies of the timed nodes, by name (a copy keeps its node's name)
+            copies = {n.name: self.index[n] for n in timed}
+            self.programs.append((program, idx, copies))
 
     def runners(self) -> list[Runner]:
-        return [self._runner(program, idx) for program, idx in self.programs]
+        return [self._runner(program, idx, copies) for program, idx, copies in self.programs]
 
-    def _runner(self, program: torch.fx.GraphModule, idx: list[int]) -> Runner:
+    def _runner(self, program: torch.fx.GraphModule, idx: list[int], copies: dict[str, int]) -> Runner:
         calls = self.calls
+        forward = program.forward  # not program(): its call wrapper prints the code and drops the traceback
 
         def run(*inputs: Any) -> Any:
-            out, stamps = program(*inputs)
+            try:
+                out, stamps = forward(*inputs)
+            except Exception as exc:
+                node = failing_node(program, exc)
+                raise NodeError(copies.get(node.name) if node is not None else None, exc) from exc
             calls.append((idx, stamps))  # paired up after the pass, not while it is timed
             return out
 
@@ -265,6 +288,7 @@ class CompiledEngine(Engine):
 class _StampingInterpreter(torch.fx.Interpreter):
     def __init__(self, gm: torch.fx.GraphModule, engine: InterpreterEngine) -> None:
         super().__init__(gm)
+        self.extra_traceback = False  # the node is named by the NodeError, not in the message of what it raised
         self.engine = engine
         self.idx: list[int] = []
         self.pairs: list[tuple[Any, Any]] = []
@@ -275,7 +299,10 @@ class _StampingInterpreter(torch.fx.Interpreter):
             return super().run_node(n)
         stamp = self.engine.timer.stamp
         start = stamp()
-        out = super().run_node(n)
+        try:
+            out = super().run_node(n)
+        except Exception as exc:
+            raise NodeError(k, exc) from exc
         self.pairs.append((start, stamp()))
         self.idx.append(k)
         return out

@@ -18,6 +18,7 @@ import torch.fx
 
 from pytest_fxprof.capture.graphs import Captured, Runner, prepared_inputs, run_pass
 from pytest_fxprof.measure.engine import ClockTimer, CompiledEngine
+from pytest_fxprof.records.measurement import NodeInfo
 
 
 @dataclass
@@ -35,6 +36,9 @@ def count_flops(
     nodes: Sequence[torch.fx.Node],
     args: Sequence[Any],
     kwargs: dict[str, Any],
+    *,
+    infos: Sequence[NodeInfo] = (),
+    ran_before: bool = False,
 ) -> Seen:
     """Floating-point operations per node, in one pass of the graphs under torch's flop counter, and the
     shape and layout of what each node made.
@@ -64,7 +68,8 @@ def count_flops(
         return run
 
     engine.begin_pass()
-    run_pass(module, captured, [counted(r) for r in engine.runners()], prepared_inputs(captured, args, kwargs))
+    runners = [counted(r) for r in engine.runners()]
+    run_pass(module, captured, runners, prepared_inputs(captured, args, kwargs), nodes=infos, ran_before=ran_before)
     return Seen(engine.end_pass().node_ns, shapes, layouts)
 
 

@@ -19,8 +19,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from pytest_fxprof.capture.choose import capture_module
-from pytest_fxprof.capture.errors import ProfileError
+from pytest_fxprof.capture.choose import capture_module, check_module
 from pytest_fxprof.capture.graphs import Captured, LeafSpec, Runner, prepared_inputs, run_pass
 from pytest_fxprof.capture.nodes import describe_nodes
 from pytest_fxprof.capture.state import fresh_copy, kept_as_is
@@ -43,7 +42,7 @@ from pytest_fxprof.measure.machine import (
     sync,
     tune_allocator,
 )
-from pytest_fxprof.records.measurement import NodeStats, Protocol, iqr_int, median_int
+from pytest_fxprof.records.measurement import NodeInfo, NodeStats, Protocol, iqr_int, median_int
 from pytest_fxprof.records.profile import Profile
 
 
@@ -95,8 +94,7 @@ def profile_module(
     operations in one more, untimed pass under torch's flop counter (not in an unmeasured profile): a
     warm-up pass of its own would leave the engine's code cold in the first kept pass.
     """
-    if not isinstance(module, torch.nn.Module):
-        raise ProfileError(f"fxprof profiles a torch.nn.Module, got {type(module).__name__}")
+    check_module(module, args, kwargs)
     allocator = tune_allocator() if measured else "not measured"
     device = device_of(module, args, kwargs)
     clock_name, clock = clock_for(protocol.threads, device)
@@ -107,11 +105,17 @@ def profile_module(
         captured = capture_module(module, args, kwargs, mode=capture, leaf_modules=leaf_modules, tracer=tracer)
         described = describe_nodes(captured.graphs)
         nodes = [node for node, _ in described]
+        infos = [info for _, info in described]
+        checked = capture != "symbolic"  # every other capture ran its graphs once, against the module
         timing = make_engine(engine, captured.graphs, nodes, timer)
         runners = timing.runners()
         samples = _Samples(len(nodes))
         # one untimed pass under torch's flop counter, before the warm-up passes that the engine runs
-        seen = count_flops(module, captured, nodes, args, kwargs) if flops and measured else None
+        seen = (
+            count_flops(module, captured, nodes, args, kwargs, infos=infos, ran_before=checked)
+            if flops and measured
+            else None
+        )
         counted = seen.flops if seen is not None else None
         facts = graph_facts(captured.graphs, nodes)
         watch = measured and node_clock_name == "wall" and clock_name == "thread-cpu"
@@ -140,6 +144,8 @@ def profile_module(
                 kwargs=kwargs,
                 clock=clock,
                 device=device,
+                nodes=infos,
+                ran_before=checked or i > 0 or seen is not None,
             )
             if keep:
                 samples.keep(whole, times, off_cpu=off_cpu_share(whole, wall) if watch else 0.0)
@@ -269,15 +275,18 @@ def _timed_pass(
     kwargs: dict[str, Any],
     clock: Clock,
     device: torch.device,
+    nodes: Sequence[NodeInfo],
+    ran_before: bool,
 ) -> tuple[int, int, PassTimes]:
     """One instrumented pass on fresh copies of the inputs: its whole time on ``clock`` and on the wall
-    clock, and its times per node."""
+    clock, and its times per node. ``nodes`` name the node that fails, if one does; ``ran_before`` says whether
+    the graphs ran before (a capture checked against the module, or an earlier pass)."""
     prepared = prepared_inputs(captured, args, kwargs)
     sync(device)
     timing.begin_pass()
     wall = WALL_CLOCK()
     start = clock()
-    run_pass(module, captured, runners, prepared)
+    run_pass(module, captured, runners, prepared, nodes=nodes, ran_before=ran_before)
     sync(device)
     whole = clock() - start
     wall = WALL_CLOCK() - wall
