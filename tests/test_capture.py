@@ -475,6 +475,43 @@ def test_a_tracer_with_pytree_concrete_args_gets_flat_inputs() -> None:
     assert output_difference(eager(model, batch), out) is None
 
 
+class Flagged(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, flag: bool = True) -> torch.Tensor:
+        y = self.fc(x)
+        out: torch.Tensor = y.relu() if flag else y.sigmoid()
+        return out
+
+
+class FlagTracer(torch.fx.Tracer):
+    def trace(self, root: Any, concrete_args: Any = None) -> torch.fx.Graph:
+        return super().trace(root, concrete_args={"flag": True})
+
+
+def test_a_concrete_argument_binds_by_position_and_its_guard_is_not_a_node() -> None:
+    """torch.fx names the placeholder of a concrete ``flag`` ``flag_1`` and guards it with an eq and an
+    assert: the call's value still reaches it, and the guard runs untimed."""
+    torch.manual_seed(0)
+    model, x = Flagged().eval(), torch.randn(2, 4)
+    captured = capture(model, x, mode="symbolic", options={"tracer": FlagTracer()}, flag=True)
+    assert [p.target for p in captured.graphs[0].graph.find_nodes(op="placeholder")] == ["x", "flag_1"]
+    assert [info.name for _, info in describe_nodes(captured.graphs)] == ["fc", "relu"]
+    assert captured.prepare([x], {"flag": True}) == [x, True]
+
+
+def test_a_call_against_a_concrete_argument_is_refused_not_timed_as_the_other_graph() -> None:
+    refused = r"the tracer fixed flag=True .* but this call passes flag=False: the graph traced for True would"
+    model, x, tracer = Flagged().eval(), torch.randn(2, 4), {"tracer": FlagTracer()}
+    with pytest.raises(ProfileError, match=refused):  # checked against the module at capture
+        capture(model, x, mode="auto", options=tracer, flag=False)
+    captured = capture(model, x, mode="symbolic", options=tracer, flag=False)  # as it is: no check
+    with pytest.raises(ProfileError, match=refused):  # but its inputs are refused before any pass
+        captured.prepare([x], {"flag": False})
+
+
 def test_a_fallback_prints_nothing(capfd: pytest.CaptureFixture[str]) -> None:
     """export prints the partial graph and torch logs warnings when they fail: auto reports that in detail."""
     torch.manual_seed(0)

@@ -20,14 +20,18 @@ import torch.fx
 from pytest_fxprof.capture.sources import source_line
 from pytest_fxprof.records.measurement import NodeInfo, node_key
 
+GUARD_META = "fxprof_guard"
+"""``node.meta`` key a capture sets on the nodes that check its inputs rather than compute (the guards a tracer's
+``concrete_args`` add): they run, but are not timed nor named as the model's nodes."""
+
 
 def describe_nodes(graphs: Sequence[torch.fx.GraphModule]) -> list[tuple[torch.fx.Node, NodeInfo]]:
-    """Every node that does work, across ``graphs`` in order, with its stable identity."""
+    """Every node that does work, across ``graphs`` in order, with its stable identity (guards left out)."""
     seen: Counter[tuple[str, str, str]] = Counter()
     out = []
     for gm in graphs:
         for node in gm.graph.nodes:
-            if node.op in ("placeholder", "output"):
+            if node.op in ("placeholder", "output") or node.meta.get(GUARD_META):
                 continue
             op, module, target = node.op, _module_path(node), _target_name(gm, node)
             occurrence = seen[(op, module, target)]

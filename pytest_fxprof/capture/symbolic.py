@@ -19,6 +19,7 @@ import torch.fx._pytree
 
 from pytest_fxprof.capture.errors import CaptureError, ProfileError
 from pytest_fxprof.capture.graphs import Captured, LeafSpec, single_graph
+from pytest_fxprof.capture.nodes import GUARD_META
 from pytest_fxprof.capture.sources import user_frame
 from pytest_fxprof.records.measurement import Capture
 
@@ -35,6 +36,7 @@ class SymbolicTraceError(CaptureError):
 def capture(module: torch.nn.Module, leaf_modules: Sequence[LeafSpec], tracer: torch.fx.Tracer | None) -> Captured:
     """Symbolic tracing, with ``leaf_modules`` kept whole or a user's ``tracer``; not checked against the module."""
     gm, cap = trace_symbolic(module, leaf_modules, tracer)
+    _mark_guards(gm)
     if isinstance(gm.graph._codegen, torch.fx.graph._PyTreeCodeGen):  # a tracer given concrete_args
 
         def prepare(a: Sequence[Any], k: dict[str, Any]) -> list[Any]:
@@ -126,20 +128,78 @@ def placeholder_args(
     except TypeError as exc:
         raise ProfileError(f"the inputs do not fit {type(module).__name__}.forward: {exc}") from None
     bound.apply_defaults()
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    # torch.fx makes one placeholder per argument of forward, in order, but may rename it (a concrete argument
+    # ``flag`` becomes ``flag_1``): by position where the counts agree, else by name
+    params = list(inspect.signature(module.forward).parameters)
+    names = params if len(params) == len(placeholders) else [str(n.target).lstrip("*") for n in placeholders]
+    fixed = _specialised(gm)
     out: list[Any] = []
-    for node in gm.graph.nodes:
-        if node.op != "placeholder":
-            continue
+    for node, name in zip(placeholders, names, strict=True):
         target = str(node.target)
-        name = target.lstrip("*")
         if target.startswith("**"):
             raise ProfileError(f"{type(module).__name__}.forward takes **{name}; pass those inputs by name")
         value = bound.arguments.get(name, node.args[0] if node.args else None)
+        if node in fixed and not _same(value, fixed[node]):
+            raise ProfileError(
+                f"the tracer fixed {name}={fixed[node]!r} when it traced {type(module).__name__} (concrete_args), but "
+                f"this call passes {name}={value!r}: the graph traced for {fixed[node]!r} would be timed.\n"
+                f"  Fix: pass {name}={fixed[node]!r}, or a tracer whose concrete_args give {name} this value."
+            )
         if target.startswith("*"):
             out.extend(value or ())
         else:
             out.append(value)
     return out
+
+
+_SPECIALISED = "has been specialized to have value"
+"""What the message of a guard that torch.fx adds for a concrete argument says."""
+
+
+def _guard_of(node: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node, Any] | None:
+    """``(the eq node, the placeholder, the value)`` if ``node`` is a guard torch.fx added for a concrete
+    argument: ``torch._assert(placeholder == value, "... has been specialized to have value ...")``."""
+    if node.op != "call_function" or node.target is not torch._assert or len(node.args) < 2:
+        return None
+    check, message = node.args[0], node.args[1]
+    if not (isinstance(message, str) and _SPECIALISED in message and isinstance(check, torch.fx.Node)):
+        return None
+    if check.op != "call_function" or len(check.args) != 2:
+        return None
+    placeholder, value = check.args
+    if not (isinstance(placeholder, torch.fx.Node) and placeholder.op == "placeholder"):
+        return None
+    return check, placeholder, value
+
+
+def _mark_guards(gm: torch.fx.GraphModule) -> None:
+    """Mark the guards of concrete arguments (and the comparisons only they use) so that they are not timed."""
+    for node in gm.graph.nodes:
+        guard = _guard_of(node)
+        if guard is not None:
+            node.meta[GUARD_META] = True
+            if len(guard[0].users) == 1:
+                guard[0].meta[GUARD_META] = True
+
+
+def _specialised(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, Any]:
+    """The placeholders that a tracer's concrete arguments fixed, with their value."""
+    out = {}
+    for node in gm.graph.nodes:
+        guard = _guard_of(node)
+        if guard is not None:
+            out[guard[1]] = guard[2]
+    return out
+
+
+def _same(value: Any, fixed: Any) -> bool:
+    if value is fixed:
+        return True
+    try:
+        return bool(type(value) is type(fixed) and value == fixed)
+    except Exception:  # noqa: BLE001 - a value that cannot say it equals: not the same
+        return False
 
 
 def _pytree_placeholder_args(
