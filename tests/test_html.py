@@ -216,6 +216,15 @@ def test_section_ids_differ_where_test_ids_differ_only_in_punctuation() -> None:
     assert all(re.fullmatch(r"[A-Za-z0-9_-]+", i) for i in ids)
 
 
+def test_a_changed_number_of_graphs_is_shown() -> None:
+    regression, *_ = profiles()
+    regression["graphs"] = {"baseline": 3, "current": 2}
+    page = render_html("check", [regression], [])
+    assert "captured graphs: 3 -&gt; 2 (1 graph break(s) fewer) since the baseline" in text_of(page).replace(
+        "->", "-&gt;"
+    )
+
+
 def test_the_page_loads_nothing_from_the_network() -> None:
     regression, *_ = profiles()
     # a URL in a node nobody flags: it may be in the data, and nowhere else

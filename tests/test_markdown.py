@@ -189,6 +189,12 @@ def test_a_changed_graph_is_a_warning() -> None:
     assert "graph changed since the baseline, 1 node(s) added, 0 removed" in text
 
 
+def test_a_new_graph_break_is_a_warning_of_its_own() -> None:
+    report = {**PASSED, "added": [], "removed": [], "graphs": {"baseline": 1, "current": 2}}
+    text = markdown_summary("check", [report], [])
+    assert "graph changed since the baseline, 0 node(s) added, 0 removed, captured graphs: 1 -> 2 (1 new graph" in text
+
+
 def test_long_runs_are_capped() -> None:
     profiles = [checked({}, test_id=f"t.py::test_{i:03}") for i in range(PROFILES_SHOWN + 7)]
     text = markdown_summary("check", profiles, [])

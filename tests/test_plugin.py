@@ -661,6 +661,48 @@ def test_graph_change(pytester: pytest.Pytester, flags: list[str], ret: pytest.E
     assert any("graph changed (+1/-0)" in line for line in fxprof_section(result))
 
 
+BREAKS = """
+class Broken(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 4)
+        self.breaks = os.environ.get("GRAPH_BREAK") == "1"  # read when built, outside the compiled code
+
+    def forward(self, x):
+        y = torch.relu(self.fc1(x))
+        if self.breaks:
+            torch._dynamo.graph_break()
+        return self.fc2(y)
+
+
+@pytest.mark.fxprof(capture="dynamo")
+def test_a(fxprof):
+    fxprof(Broken(), torch.randn(4, 8))
+"""
+
+
+@pytest.mark.parametrize(
+    ("flags", "ret"),
+    [([], pytest.ExitCode.OK), (["--fxprof-on-graph-change=fail"], pytest.ExitCode.TESTS_FAILED)],
+    ids=["default-warn", "fail"],
+)
+def test_a_new_graph_break_is_a_changed_graph(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, flags: list[str], ret: pytest.ExitCode
+) -> None:
+    write_tests(pytester, BREAKS)
+    assert run(pytester, "--fxprof-update").ret == pytest.ExitCode.OK
+    monkeypatch.setenv("GRAPH_BREAK", "1")
+    result = run(pytester, "--fxprof", "--fxprof-report=r.json", *flags)
+    assert result.ret == ret, result.stdout.str()
+    text = result.stdout.str()
+    assert "graph changed since the baseline: 0 node(s) added, 0 removed" in text
+    assert "captured graphs: 1 -> 2 (1 new graph break(s))" in text
+    (profile,) = load(pytester.path / "r.json")["profiles"]
+    assert profile["graphs"] == {"baseline": 1, "current": 2}
+    assert any("graph changed (+0/-0, graphs 1 -> 2)" in line for line in fxprof_section(result))
+
+
 # Usage errors ----------------------------------------------------------------------------------------
 
 

@@ -23,10 +23,11 @@ from pytest_fxprof.views.render import (
     notice_lines,
     profile_table,
     regression_message,
+    structural_lines,
     summary_line,
     total_line,
 )
-from pytest_fxprof.views.report import worst_nodes
+from pytest_fxprof.views.report import profile_report, worst_nodes
 from tests.records_for_tests import (
     BASE_NS,
     CAPTURE,
@@ -619,6 +620,28 @@ def test_summary_line_graph_changed() -> None:
     line = summary_line("t::x", c)
     assert line.startswith("t::x: pass, ")
     assert line.endswith("; graph changed (+0/-1)")
+
+
+@pytest.mark.parametrize(
+    ("graphs", "said"), [((1, 2), "1 -> 2 (1 new graph break(s))"), ((3, 2), "3 -> 2 (1 graph break(s) fewer)")]
+)
+def test_a_changed_number_of_graphs_is_a_changed_graph_and_named_as_graph_breaks(
+    graphs: tuple[int, int], said: str
+) -> None:
+    """Same nodes, another number of graphs: a graph break that came (or went) is a performance change of its
+    own, never only a total that moved."""
+    baseline = replace(BASELINE, capture=replace(BASELINE.capture, method="dynamo", graphs=graphs[0]))
+    current = replace(entry(), capture=replace(BASELINE.capture, method="dynamo", graphs=graphs[1]))
+    c = compare(baseline, current, POLICY)
+    assert (c.graphs, c.graphs_changed, c.graph_changed) == (graphs, True, True)
+    assert (c.added, c.removed) == ((), ())
+    assert structural_lines(c) == [
+        "graph changed since the baseline: 0 node(s) added, 0 removed",
+        f"  captured graphs: {said}",
+    ]
+    assert summary_line("t::x", c).endswith(f"; graph changed (+0/-0, graphs {graphs[0]} -> {graphs[1]})")
+    report = profile_report("t::x", "call0", c.status.value, make_result(), c)
+    assert report["graphs"] == {"baseline": graphs[0], "current": graphs[1]}
 
 
 # ProfileResult -------------------------------------------------------------------------------------

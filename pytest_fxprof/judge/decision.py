@@ -460,6 +460,7 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
         removed=tuple(removed),
         aggregates=aggregates,
         measurements=len(current.runs),
+        graphs=(baseline.capture.graphs, current.capture.graphs),
     )
 
 

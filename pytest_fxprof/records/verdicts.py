@@ -167,6 +167,8 @@ class Comparison:
     removed: tuple[NodeInfo, ...]
     aggregates: tuple[AggregateVerdict, ...] = ()
     measurements: int = 1
+    graphs: tuple[int, int] = (1, 1)
+    """How many graphs the capture made: in the baseline, in this run (a new graph break adds one)."""
 
     @property
     def slower(self) -> tuple[NodeVerdict, ...]:
@@ -211,8 +213,13 @@ class Comparison:
         return tuple(out)
 
     @property
+    def graphs_changed(self) -> bool:
+        """The capture made another number of graphs than the baseline's (graph breaks came or went)."""
+        return self.graphs[0] != self.graphs[1]
+
+    @property
     def graph_changed(self) -> bool:
-        return bool(self.added or self.removed)
+        return bool(self.added or self.removed or self.graphs_changed)
 
     def leaders(self, aggregate: AggregateVerdict, limit: int = 3) -> tuple[NodeVerdict, ...]:
         """The members that point at the cause: those that took the most time beyond their baseline in

@@ -26,6 +26,7 @@ from typing import Any
 
 from pytest_fxprof.records.units import fmt_ns, fmt_rate
 from pytest_fxprof.store.files import write_atomic
+from pytest_fxprof.views.render import graphs_text
 from pytest_fxprof.views.report import verdict_tone
 
 TITLE = "pytest-fxprof report"
@@ -287,6 +288,9 @@ def _structure(p: Mapping[str, Any]) -> str:
     if p.get("mismatches"):
         items = "".join(f"<li>{_e(m)}</li>" for m in p["mismatches"])
         parts.append(f"<h3>Recorded in another environment, so not compared</h3><ul>{items}</ul>")
+    graphs = p.get("graphs") or {}
+    if graphs.get("baseline") != graphs.get("current"):
+        parts.append(f"<p><b>{_e(graphs_text(graphs['baseline'], graphs['current']))}</b> since the baseline</p>")
     for field in ("added", "removed"):
         refs = p.get(field) or []
         if refs:

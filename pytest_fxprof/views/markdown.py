@@ -19,6 +19,7 @@ from typing import Any
 
 from pytest_fxprof.records.units import fmt_ns
 from pytest_fxprof.store.files import write_atomic
+from pytest_fxprof.views.render import graphs_text
 from pytest_fxprof.views.report import item_tone, worst_nodes
 
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
@@ -235,8 +236,11 @@ def _warnings(profiles: Sequence[Mapping[str, Any]]) -> list[str]:
         label = _code(_label(p))
         out += [f"{label}: {_item(w)}, slower without failing, or undecided" for w in p.get("warned", [])]
         added, removed = len(p.get("added", [])), len(p.get("removed", []))
-        if added or removed:
-            out.append(f"{label}: graph changed since the baseline, {added} node(s) added, {removed} removed")
+        graphs = p.get("graphs") or {}
+        broke = graphs.get("baseline") != graphs.get("current")
+        if added or removed or broke:
+            change = f", {graphs_text(graphs['baseline'], graphs['current'])}" if broke else ""
+            out.append(f"{label}: graph changed since the baseline, {added} node(s) added, {removed} removed{change}")
     return out
 
 

@@ -167,11 +167,20 @@ def structural_lines(c: Comparison) -> list[str]:
     lines = []
     if c.graph_changed:
         lines.append(f"graph changed since the baseline: {len(c.added)} node(s) added, {len(c.removed)} removed")
+        if c.graphs_changed:
+            lines.append(f"  {graphs_text(*c.graphs)}")
         if c.added:
             lines.append(f"  added: {_names(c.added)}")
         if c.removed:
             lines.append(f"  removed: {_names(c.removed)}")
     return lines
+
+
+def graphs_text(before: int, now: int) -> str:
+    """A change of the number of captured graphs, named as the graph breaks it means."""
+    breaks = abs(now - before)
+    what = f"{breaks} new graph break(s)" if now > before else f"{breaks} graph break(s) fewer"
+    return f"captured graphs: {before} -> {now} ({what})"
 
 
 def _capped(lines: Sequence[str], limit: int = AGGREGATES_SHOWN) -> list[str]:
@@ -245,5 +254,6 @@ def summary_line(label: str, c: Comparison | None) -> str:
     worst = sorted(c.nodes, key=lambda v: -band_used(v.ratio, v.band))[:WORST_SHOWN]  # as report.worst_nodes
     # ratios rounded as the report rounds them first, so that this line and every view print the same digits
     worst_text = ", ".join(f"{v.node.name} x{round(v.ratio, 4):.2f}" for v in worst) or "no node in common"
-    changed = f"; graph changed (+{len(c.added)}/-{len(c.removed)})" if c.graph_changed else ""
+    graphs = f", graphs {c.graphs[0]} -> {c.graphs[1]}" if c.graphs_changed else ""
+    changed = f"; graph changed (+{len(c.added)}/-{len(c.removed)}{graphs})" if c.graph_changed else ""
     return f"{label}: {c.status.value}, {total}; worst: {worst_text}{changed}"

@@ -141,6 +141,7 @@ def profile_report(
         out["mismatches"] = list(comparison.mismatches)
         out["added"] = [_node_ref(n) for n in comparison.added]
         out["removed"] = [_node_ref(n) for n in comparison.removed]
+        out["graphs"] = {"baseline": comparison.graphs[0], "current": comparison.graphs[1]}
         out["measurements"] = comparison.measurements
         out["aggregates"] = [
             {
