@@ -123,6 +123,10 @@ class WorkerPayload(TypedDict):
     partial: bool
 
 
+SETUP_FIELDS = ("inputs:", "mode:")
+"""How a mismatch of the test's setup (``Setup.differences``) begins."""
+
+
 def rerecord_hint(test_id: str) -> str:
     """The command that records the test's baseline again, its id quoted for a POSIX shell whatever it holds."""
     quoted = "'" + test_id.replace("'", "'\"'\"'") + "'"
@@ -304,6 +308,14 @@ class TestState:
             msg = f"fxprof: no baseline for {label} in {self.store.directory}; {rerecord_hint(self.test_id)}"
             (outcome.failures if self.reactions.missing is OnMissing.FAIL else outcome.skips).append(msg)
             return "missing"
+        if c.status is Status.MISMATCH and any(m.startswith(SETUP_FIELDS) for m in c.mismatches):
+            msg = (
+                f"fxprof: {label} hands the model other inputs or another mode than its baseline was recorded with, "
+                f"so it was not compared (another setup measures something else, not a slowdown): "
+                f"{'; '.join(c.mismatches)}. If the change is meant, {rerecord_hint(self.test_id)}"
+            )
+            (outcome.failures if self.reactions.mismatch is OnMismatch.FAIL else outcome.skips).append(msg)
+            return "mismatch"
         if c.status is Status.MISMATCH:
             msg = (
                 f"fxprof: the baseline of {label} was recorded in another environment, so it was not compared: "

@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from pytest_fxprof.records.measurement import (
     NodeInfo,
     Protocol,
     Run,
+    Setup,
     Tolerances,
     node_key,
 )
@@ -137,6 +139,19 @@ ROUND_TRIP = [
             },
         ),
         id="huge-times",
+    ),
+    pytest.param(
+        as_file(
+            "t::setup",
+            {
+                "0": replace(
+                    make_entry(2, 1),
+                    setup=Setup(inputs=("args[0]: float32[4, 8] cpu", "kwargs['flag']: True"), mode="eval"),
+                    shapes=("float32[4, 16]", ""),
+                )
+            },
+        ),
+        id="setup-and-shapes",
     ),
 ]
 

@@ -703,6 +703,50 @@ def test_a_new_graph_break_is_a_changed_graph(
     assert any("graph changed (+0/-0, graphs 1 -> 2)" in line for line in fxprof_section(result))
 
 
+SETUPS = """
+def test_a(fxprof):
+    net = Net()
+    if os.environ.get("SETUP") == "train":
+        net.train()
+    else:
+        net.eval()
+    batch = 8 if os.environ.get("SETUP") == "batch" else 4
+    fxprof(net, torch.randn(batch, 8), leaf_modules=[Slow])
+"""
+
+
+@pytest.mark.parametrize(
+    ("setup", "said"),
+    [
+        ("batch", "inputs: args[0] was float32[4, 8] cpu in the baseline, float32[8, 8] cpu in this run"),
+        ("train", "mode: 'eval' in the baseline, 'train' in this run"),
+    ],
+)
+def test_another_test_setup_is_a_mismatch_never_a_slowdown(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, setup: str, said: str
+) -> None:
+    write_tests(pytester, SETUPS)
+    assert decide(pytester, "--fxprof-update").ret == pytest.ExitCode.OK
+    entry = load(only_file(pytester.path / "baselines"))["entries"]["call0"]
+    assert entry["setup"] == {"inputs": ["args[0]: float32[4, 8] cpu"], "mode": "eval"}
+    assert [n["shape"] for n in entry["nodes"]] == [
+        "float32[4, 16]",
+        "float32[4, 16]",
+        "float32[4, 16]",
+        "float32[4, 4]",
+    ]
+    monkeypatch.setenv("SETUP", setup)
+    result = decide(pytester, "--fxprof", "-rs")
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(skipped=1)
+    text = result.stdout.str()
+    assert "hands the model other inputs or another mode than its baseline was recorded with" in " ".join(text.split())
+    assert said in text
+    assert "slower" not in text
+    result = decide(pytester, "--fxprof", "--fxprof-on-mismatch=fail")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
 # Usage errors ----------------------------------------------------------------------------------------
 
 

@@ -9,7 +9,16 @@ from dataclasses import replace
 import pytest
 
 from pytest_fxprof.judge.decision import compare
-from pytest_fxprof.records.measurement import BaselineEntry, Environment, NodeInfo, NodeStats, Run, Tolerances, node_key
+from pytest_fxprof.records.measurement import (
+    BaselineEntry,
+    Environment,
+    NodeInfo,
+    NodeStats,
+    Run,
+    Setup,
+    Tolerances,
+    node_key,
+)
 from pytest_fxprof.records.units import fmt_ns
 from pytest_fxprof.records.verdicts import Comparison, Kind, Status, Verdict
 from pytest_fxprof.result import ProfileResult
@@ -642,6 +651,47 @@ def test_a_changed_number_of_graphs_is_a_changed_graph_and_named_as_graph_breaks
     assert summary_line("t::x", c).endswith(f"; graph changed (+0/-0, graphs {graphs[0]} -> {graphs[1]})")
     report = profile_report("t::x", "call0", c.status.value, make_result(), c)
     assert report["graphs"] == {"baseline": graphs[0], "current": graphs[1]}
+
+
+SETUP = Setup(inputs=("args[0]: float32[128, 3, 224, 224] cpu", "kwargs['flag']: True"), mode="eval")
+
+
+@pytest.mark.parametrize(
+    ("setup", "said"),
+    [
+        pytest.param(
+            replace(SETUP, inputs=("args[0]: float32[256, 3, 224, 224] cpu", "kwargs['flag']: True")),
+            "inputs: args[0] was float32[128, 3, 224, 224] cpu in the baseline, float32[256, 3, 224, 224] cpu in "
+            "this run",
+            id="batch",
+        ),
+        pytest.param(replace(SETUP, mode="train"), "mode: 'eval' in the baseline, 'train' in this run", id="mode"),
+        pytest.param(
+            replace(SETUP, inputs=SETUP.inputs[:1]), "inputs: 2 input(s) in the baseline, 1 in this run", id="count"
+        ),
+    ],
+)
+def test_another_test_setup_is_a_mismatch_that_names_it_never_a_slowdown(setup: Setup, said: str) -> None:
+    """Twice the batch (and twice the time in every node): the test measures something else."""
+    baseline = replace(BASELINE, setup=SETUP)
+    current = replace(entry({n.name: 2.0 for n in MODEL}), setup=setup)
+    c = compare(baseline, current, POLICY)
+    assert c.status is Status.MISMATCH
+    assert c.mismatches == (said,)
+    assert c.nodes == ()
+    assert compare(baseline, replace(current, setup=SETUP), POLICY).status is Status.REGRESSION  # same setup
+    assert compare(replace(baseline, setup=None), current, POLICY).status is Status.REGRESSION  # older baseline
+
+
+def test_a_node_whose_output_changed_is_judged_and_the_change_named() -> None:
+    shapes = tuple(f"float32[1, {8 * (i + 1)}]" for i in range(len(MODEL)))
+    wider = tuple(s.replace("[1, 8]", "[1, 16]") for s in shapes)
+    c = compare(replace(BASELINE, shapes=shapes), replace(entry({MODEL[0].name: 3.0}), shapes=wider), POLICY)
+    first = next(v for v in c.nodes if v.node == MODEL[0])
+    assert first.verdict is Verdict.SLOWER  # the model's code changed: judged as any node
+    assert first.shapes == ("float32[1, 8]", "float32[1, 16]")
+    assert node_line(first).endswith("; output changed since the baseline: float32[1, 8] -> float32[1, 16]")
+    assert all(v.shapes is None for v in c.nodes if v is not first)
 
 
 # ProfileResult -------------------------------------------------------------------------------------

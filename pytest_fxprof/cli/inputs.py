@@ -155,6 +155,8 @@ def _profile_entry(profile: object, where: str) -> tuple[tuple[str, str], Baseli
     # the tolerances an entry records are for reference only: the diff judges with its own policy
     tolerances = Settings().tolerances()
     raw = {name: profile[name] for name in ENTRY_FIELDS if name in profile}
+    if isinstance(profile.get("setup"), dict):  # reports before setups were recorded have none
+        raw["setup"] = profile["setup"]
     raw["tolerances"] = {"node": tolerances.node, "total": tolerances.total}
     return ident, entry_from_json(raw, where)
 

@@ -129,6 +129,12 @@ def entry_header(entry: BaselineEntry) -> list[str]:
         f"instrumented pass {fmt_ns(median_int([r.instrumented_ns for r in runs]))}, "
         f"reference workload {fmt_ns(median_int([r.reference_ns for r in runs]))}; "
         f"recorded with tolerances node +{entry.tolerances.node:.0%}, total +{entry.tolerances.total:.0%}",
+        "setup: "
+        + (
+            f"{entry.setup.mode} mode; inputs: {'; '.join(entry.setup.inputs) or 'none'}"
+            if entry.setup is not None
+            else "not recorded (a file from before setups were)"
+        ),
     ]
 
 

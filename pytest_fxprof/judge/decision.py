@@ -5,9 +5,10 @@ every rule can be tested with hand-built numbers. Must not import torch, pytest 
 
 The rules, in order:
 
-1. Environments must match on ``Environment.MATCH_FIELDS``, and the reference workload (timed beside the
+1. Environments must match on ``Environment.MATCH_FIELDS``, the test's setup (its inputs' signatures and the
+   module's mode) must be the baseline's, and the reference workload (timed beside the
    model, sharing none of its kernels) must run within ``MACHINE_FACTOR_LIMIT`` of its baseline speed.
-   Otherwise the verdict is a *mismatch*: no slowdown can be claimed on another machine.
+   Otherwise the verdict is a *mismatch*: no slowdown can be claimed on another machine or of another setup.
 2. Nodes are paired by signature (op, module path, target) with a sequence alignment, so an inserted or
    removed op shows up as a structural change instead of shifting every later node.
 3. Node times are divided by a *speed factor* taken from the node's peers: the time-weighted median
@@ -382,6 +383,8 @@ def _judge_total(baseline: Sequence[Run], runs: Sequence[Run], policy: Policy) -
 def mismatches_of(baseline: BaselineEntry, current: BaselineEntry) -> list[str]:
     """Why the two entries cannot be compared (empty when they can)."""
     out = baseline.environment.differences(current.environment)
+    if baseline.setup is not None and current.setup is not None:  # a test that measures something else
+        out += baseline.setup.differences(current.setup)
     if baseline.capture.method != current.capture.method:
         out.append(f"capture: baseline {baseline.capture.method!r}, this run {current.capture.method!r}")
     ref_centre = statistics.median(r.reference_ns for r in baseline.runs)
@@ -424,7 +427,10 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
         info = current.nodes[pairs[k][1]]
         verdict = judge(ratios, band, source, scale_ns=c, faster=quick, sigma=noise[k].sigma, floor=floor_ns / c)
         divisor = policy.divisor(factors[0][k])
-        return NodeVerdict(info, c, measured[0][k], factors[0][k], floor_ns, gates, verdict, divisor)
+        before = baseline.shapes[pairs[k][0]] if baseline.shapes else ""
+        after = current.shapes[pairs[k][1]] if current.shapes else ""
+        shapes = (before, after) if before and after and before != after else None
+        return NodeVerdict(info, c, measured[0][k], factors[0][k], floor_ns, gates, verdict, divisor, shapes)
 
     verdicts = tuple(node_verdict(k) for k in range(len(pairs)))
     aggregates = tuple(

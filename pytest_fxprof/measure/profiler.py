@@ -42,6 +42,7 @@ from pytest_fxprof.measure.machine import (
     sync,
     tune_allocator,
 )
+from pytest_fxprof.measure.setup import setup_of
 from pytest_fxprof.records.measurement import NodeInfo, NodeStats, Protocol, iqr_int, median_int
 from pytest_fxprof.records.profile import Profile
 
@@ -95,6 +96,7 @@ def profile_module(
     warm-up pass of its own would leave the engine's code cold in the first kept pass.
     """
     check_module(module, args, kwargs)
+    setup = setup_of(module, args, kwargs)
     allocator = tune_allocator() if measured else "not measured"
     device = device_of(module, args, kwargs)
     clock_name, clock = clock_for(protocol.threads, device)
@@ -185,6 +187,7 @@ def profile_module(
         protocol=protocol,
         capture=captured.capture,
         measured=measured,
+        setup=setup,
     )
 
 

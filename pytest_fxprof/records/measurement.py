@@ -119,8 +119,45 @@ class Tolerances:
 
 
 @dataclass(frozen=True)
+class Setup:
+    """The test's side of a measurement: what it handed to the model and in which mode.
+
+    ``inputs`` has one line per input the call took (``args[0]: float32[128, 3, 224, 224] cpu``, a Python
+    value as itself), ``mode`` is ``train``, ``eval`` or how many modules were in train mode. Another setup
+    measures something else: a check against a baseline of another setup is a mismatch, never a slowdown.
+    """
+
+    inputs: tuple[str, ...]
+    mode: str
+
+    def differences(self, other: Setup) -> list[str]:
+        """Readable lines for what differs, as ``Environment.differences`` words them."""
+        out = []
+        if self.inputs != other.inputs:
+            changed = [_changed(a, b) for a, b in zip(self.inputs, other.inputs, strict=False) if a != b]
+            if len(self.inputs) != len(other.inputs):
+                changed.append(f"{len(self.inputs)} input(s) in the baseline, {len(other.inputs)} in this run")
+            out.append(f"inputs: {'; '.join(changed)}")
+        if self.mode != other.mode:
+            out.append(f"mode: {self.mode!r} in the baseline, {other.mode!r} in this run")
+        return out
+
+
+def _changed(before: str, now: str) -> str:
+    """One input that differs: ``args[0] was float32[128, 3] cpu in the baseline, float32[256, 3] cpu now``."""
+    path, _, was = before.partition(": ")
+    other_path, _, is_now = now.partition(": ")
+    if path == other_path:
+        return f"{path} was {was} in the baseline, {is_now} in this run"
+    return f"{before} in the baseline, {now} in this run"
+
+
+@dataclass(frozen=True)
 class BaselineEntry:
-    """Everything recorded for one ``fxprof`` call of one test."""
+    """Everything recorded for one ``fxprof`` call of one test.
+
+    ``setup`` and ``shapes`` (each node's output, aligned with ``nodes``) are None and empty in files recorded
+    before they were: such an entry is compared without them."""
 
     capture: Capture
     environment: Environment
@@ -128,6 +165,8 @@ class BaselineEntry:
     tolerances: Tolerances
     nodes: tuple[NodeInfo, ...]
     runs: tuple[Run, ...]
+    setup: Setup | None = None
+    shapes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

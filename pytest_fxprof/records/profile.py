@@ -19,6 +19,7 @@ from pytest_fxprof.records.measurement import (
     NodeStats,
     Protocol,
     Run,
+    Setup,
     Tolerances,
     iqr_int,
     median_int,
@@ -97,7 +98,7 @@ class Profile:
     ``confirmations`` are the runs of re-measurements taken because the profile looked slower (a
     regression stands only if every measurement shows it). ``comparison`` is set when the fixture
     compared the profile with a baseline. ``seconds`` is the wall time the profile took, confirmation
-    included (0 when not timed).
+    included (0 when not timed). ``setup`` is what the test handed to the model and the module's mode.
     """
 
     name: str
@@ -112,6 +113,7 @@ class Profile:
     confirmations: tuple[Run, ...] = ()
     seconds: float = 0.0
     comparison: Comparison | None = field(default=None, compare=False)
+    setup: Setup | None = None
 
     @property
     def total_ns(self) -> int:
@@ -153,6 +155,8 @@ class Profile:
             tolerances=tolerances,
             nodes=tuple(n.info for n in self.nodes),
             runs=(self.run(), *extra_runs),
+            setup=self.setup,
+            shapes=tuple(n.shape for n in self.nodes) if any(n.shape for n in self.nodes) else (),
         )
 
     def rollup(self, by: str = "module") -> tuple[Rollup, ...]:

@@ -124,6 +124,9 @@ class NodeVerdict(_Judged):
     judgement: Judgement
     divisor: float = 1.0
     """What the slower test divided the node's time by (``Policy.divisor`` of its speed factor)."""
+    shapes: tuple[str, str] | None = None
+    """The node's output in the baseline and in this run, where the model's code changed it (None where it
+    did not, or where either side did not see it): judged as usual, and named beside the verdict."""
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from pytest_fxprof.records.measurement import (
     BaselineEntry,
@@ -26,6 +26,7 @@ from pytest_fxprof.records.measurement import (
     NodeInfo,
     Protocol,
     Run,
+    Setup,
     Tolerances,
 )
 from pytest_fxprof.store.files import TooLargeError, dumps, loads, read_text, stale_temporaries, write_atomic
@@ -60,6 +61,7 @@ class NodeJSON(TypedDict):
     target: str
     module: str
     source: str
+    shape: NotRequired[str]
 
 
 class RunJSON(TypedDict):
@@ -70,6 +72,11 @@ class RunJSON(TypedDict):
     node_spread_ns: list[int]
 
 
+class SetupJSON(TypedDict):
+    inputs: list[str]
+    mode: str
+
+
 class EntryJSON(TypedDict):
     capture: dict[str, Any]
     environment: dict[str, Any]
@@ -77,6 +84,7 @@ class EntryJSON(TypedDict):
     tolerances: dict[str, float]
     nodes: list[NodeJSON]
     runs: list[RunJSON]
+    setup: NotRequired[SetupJSON]
 
 
 class FileJSON(TypedDict):
@@ -95,7 +103,7 @@ class BaselineFile:
 
 def entry_to_json(entry: BaselineEntry) -> EntryJSON:
     env = entry.environment
-    return {
+    out: EntryJSON = {
         "capture": {
             "method": entry.capture.method,
             "leaf_modules": list(entry.capture.leaf_modules),
@@ -120,12 +128,26 @@ def entry_to_json(entry: BaselineEntry) -> EntryJSON:
             "processes": entry.protocol.processes,
         },
         "tolerances": {"node": entry.tolerances.node, "total": entry.tolerances.total},
-        "nodes": [
-            {"key": n.key, "name": n.name, "op": n.op, "target": n.target, "module": n.module, "source": n.source}
-            for n in entry.nodes
-        ],
+        "nodes": [_node_json(n, entry.shapes[i] if entry.shapes else None) for i, n in enumerate(entry.nodes)],
         "runs": [run_to_json(r) for r in entry.runs],
     }
+    if entry.setup is not None:
+        out["setup"] = {"inputs": list(entry.setup.inputs), "mode": entry.setup.mode}
+    return out
+
+
+def _node_json(n: NodeInfo, shape: str | None) -> NodeJSON:
+    out: NodeJSON = {
+        "key": n.key,
+        "name": n.name,
+        "op": n.op,
+        "target": n.target,
+        "module": n.module,
+        "source": n.source,
+    }
+    if shape is not None:
+        out["shape"] = shape
+    return out
 
 
 def run_to_json(run: Run) -> RunJSON:
@@ -208,11 +230,19 @@ def _entry_from_json(raw: object, where: str) -> BaselineEntry:
     tol = _get(raw, "tolerances", dict, where)
     nodes_raw = _get(raw, "nodes", list, where)
     nodes = []
+    shapes = []
     for i, n in enumerate(nodes_raw):
         w = f"{where}.nodes[{i}]"
         key, name, op, target, module = (_get(n, k, str, w) for k in ("key", "name", "op", "target", "module"))
         source = _get(n, "source", str, w) if "source" in n else ""  # older files have none
         nodes.append(NodeInfo(key, name, op, target, module, source))
+        shapes.append(_get(n, "shape", str, w) if "shape" in n else None)
+    setup = None
+    if isinstance(raw, dict) and "setup" in raw:  # older files have none
+        raw_setup = _get(raw, "setup", dict, where)
+        setup = Setup(
+            inputs=_strings(raw_setup, "inputs", f"{where}.setup"), mode=_get(raw_setup, "mode", str, f"{where}.setup")
+        )
     runs_raw = _get(raw, "runs", list, where)
     if not runs_raw:
         raise _ShapeError(f"{where}.runs is empty")
@@ -251,6 +281,8 @@ def _entry_from_json(raw: object, where: str) -> BaselineEntry:
         ),
         nodes=tuple(nodes),
         runs=tuple(runs),
+        setup=setup,
+        shapes=tuple(s or "" for s in shapes) if any(s is not None for s in shapes) else (),
     )
 
 

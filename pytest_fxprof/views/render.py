@@ -136,8 +136,12 @@ def node_line(v: NodeVerdict) -> str:
         f"{n.name} ({n.op} {n.target} in {n.where}{_at(n)}): {fmt_ns(v.baseline_ns)} -> {fmt_ns(v.current_ns)}"
         f" = x{v.ratio:.2f} after speed factor {_factor(v.speed_factor, v.divisor)}, "
         f"band +{v.band:.0%} ({v.band_source.value}), {'+' if v.delta_ns >= 0 else '-'}{fmt_ns(abs(v.delta_ns))}"
-        f"{_measured(v.judgement.ratios)}"
+        f"{_measured(v.judgement.ratios)}{_shapes(v)}"
     )
+
+
+def _shapes(v: NodeVerdict) -> str:
+    return f"; output changed since the baseline: {v.shapes[0]} -> {v.shapes[1]}" if v.shapes else ""
 
 
 def aggregate_line(a: AggregateVerdict) -> str:

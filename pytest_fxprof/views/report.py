@@ -95,6 +95,7 @@ def profile_report(
                 divisor=round(v.divisor, 4),
                 floor_ns=round(v.floor_ns),
                 gates=v.gates,
+                baseline_shape=v.shapes[0] if v.shapes else n.shape,
                 **judgement_json(v.judgement),
             )
         nodes.append(row)
@@ -110,6 +111,7 @@ def profile_report(
             "detail": result.capture.detail,
         },
         "protocol": asdict(result.protocol),
+        "setup": asdict(result.setup) if result.setup is not None else None,
         # current_ns and baseline_ns are instrumented passes (what the total verdict compares)
         "total": {
             "current_ns": result.instrumented_ns,
