@@ -303,11 +303,12 @@ class Fxprof:
             if self._settings is not None:  # the test's markers now: one added at run time counts too
                 self._state.settings = self._settings()
             return self._state.profile(module, args, kwargs, name=name, leaf_modules=leaf_modules, tracer=tracer)
-        except SettingsError as exc:  # before the profile counted the call
+        except (CaptureError, ProfileError, BaselineError, UsageError, SettingsError) as exc:
             self._state.failed_calls += 1
             message = f"fxprof: {exc}"
-        except (CaptureError, ProfileError, BaselineError, UsageError) as exc:
-            message = f"fxprof: {exc}"
+        except BaseException:  # the model's own error, raised as it is
+            self._state.failed_calls += 1
+            raise
         pytest.fail(message, pytrace=False)
 
 
