@@ -518,5 +518,5 @@ class XdistController:
         if payload is not None:
             self.config.stash[RUN_KEY].merge(payload)
         else:
-            worker = str((getattr(node, "gateway", None) and node.gateway.id) or "?")
+            worker = str(getattr(getattr(node, "gateway", None), "id", "?"))
             self.config.stash[RUN_KEY].lost_worker(worker, error)
