@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make demo: record baselines of three torchvision models, check them, then catch an injected slowdown.
+# make demo: record baselines of three torchvision models, check them, catch an injected slowdown, then catch a
+# slowdown committed on a branch by checking it against its base revision.
 # Baselines go to a temporary directory, so the committed ones in baselines/ stay as they are.
 set -uo pipefail
 BIN=${BIN:-.venv/bin}
@@ -8,11 +9,11 @@ DIR="$WORK/baselines"
 PYTEST=("$BIN/pytest" examples -p no:cacheprovider -q --fxprof-baseline-dir "$DIR")
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-step "1/5 Record baselines: each test profiled in this process and 4 fresh ones (pytest --fxprof-update)"
+step "1/6 Record baselines: each test profiled in this process and 4 fresh ones (pytest --fxprof-update)"
 "${PYTEST[@]}" --fxprof-update || exit 1
 ls "$DIR"
 
-step "2/5 Check the unchanged models against them (pytest --fxprof): expect a pass"
+step "2/6 Check the unchanged models against them (pytest --fxprof): expect a pass"
 "${PYTEST[@]}" --fxprof
 checked=$?
 if [ $checked -ne 0 ]; then
@@ -20,7 +21,7 @@ if [ $checked -ne 0 ]; then
     printf 'see the fxprof summary above, and BENCHMARKS.md for the measured false-alarm rate.\033[0m\n'
 fi
 
-step "3/5 Make ResNet18's layer3.0.conv2 50% slower (FXPROF_DEMO_SLOWDOWN): expect a failure naming that node"
+step "3/6 Make ResNet18's layer3.0.conv2 50% slower (FXPROF_DEMO_SLOWDOWN): expect a failure naming that node"
 VIEWS=(--fxprof-report "$WORK/report.json" --fxprof-html "$WORK/report.html" --fxprof-trace "$WORK/traces"
        --fxprof-markdown "$WORK/summary.md" --fxprof-benchmark-json "$WORK/benchmark.json" --junitxml "$WORK/junit.xml")
 FXPROF_DEMO_SLOWDOWN=layer3.0.conv2=0.5 "${PYTEST[@]}" --fxprof "${VIEWS[@]}"
@@ -44,7 +45,7 @@ if caught != 1 or not named:
 PY
 printf '\nThe gate caught it.\n'
 
-step "4/5 The same verdicts, as reports"
+step "4/6 The same verdicts, as reports"
 printf 'HTML (open in a browser): %s\nChrome traces (open in Perfetto or chrome://tracing): %s\n' \
     "$WORK/report.html" "$(ls "$WORK"/traces/*resnet18* | head -1)"
 printf 'pytest-benchmark JSON: %s\nJSON report: %s\n' "$WORK/benchmark.json" "$WORK/report.json"
@@ -53,7 +54,7 @@ grep -o '<property name="fxprof[^>]*/>' "$WORK/junit.xml" | head -6
 printf '\nThe Markdown summary for a pull request (also appended to $GITHUB_STEP_SUMMARY in GitHub Actions):\n\n'
 cat "$WORK/summary.md"
 
-step "5/5 The fxprof command: show a baseline, diff it against the report, prune baselines of deleted tests"
+step "5/6 The fxprof command: show a baseline, diff it against the report, prune baselines of deleted tests"
 RESNET=$(grep -l '"test_id": "examples/test_models.py::test_resnet18"' "$DIR"/*.json)
 "$BIN/fxprof" show "$RESNET" --limit 8 || exit 1
 printf '\n'
@@ -71,4 +72,52 @@ PY
 printf '\n'
 "$BIN/fxprof" prune --baseline-dir "$DIR" -- examples || exit 1
 "$BIN/fxprof" prune --baseline-dir "$DIR" --yes -- examples || exit 1
+step "6/6 Against a revision: a branch commits a 25% slower layer3.0.conv2; check it against main (pytest --fxprof-against main): expect a failure naming it"
+ABS_BIN=$(cd "$BIN" && pwd)
+REPO="$WORK/repo"
+mkdir -p "$REPO"
+export GIT_AUTHOR_NAME=demo GIT_AUTHOR_EMAIL=demo@example.com GIT_COMMITTER_NAME=demo GIT_COMMITTER_EMAIL=demo@example.com
+cat > "$REPO/net.py" <<'PY'
+import torch
+from torchvision import models
+
+SLOWER = 0.0  # how much slower layer3.0.conv2 runs (pytest_fxprof.slow_down: real CPU work)
+
+
+def build():
+    torch.manual_seed(0)
+    model = models.resnet18(weights=None).eval()
+    if SLOWER:
+        from pytest_fxprof import slow_down
+
+        slow_down(model, "layer3.0.conv2", SLOWER)
+    return model, torch.randn(1, 3, 224, 224)
+PY
+cat > "$REPO/test_net.py" <<'PY'
+from net import build
+
+
+def test_resnet18(fxprof):
+    model, x = build()
+    fxprof(model, x)
+PY
+git -C "$REPO" init -q -b main && git -C "$REPO" add . && git -C "$REPO" commit -qm "ResNet18 perf test" || exit 1
+git -C "$REPO" checkout -q -b slower && sed -i 's/^SLOWER = 0.0/SLOWER = 0.25/' "$REPO/net.py" &&
+    git -C "$REPO" commit -qam "a slower layer3.0.conv2" || exit 1
+git -C "$REPO" log --oneline --all
+(cd "$REPO" && "$ABS_BIN/pytest" -p no:cacheprovider -q --fxprof-against main --fxprof-report "$WORK/against.json")
+caught=$?
+python3 - "$WORK/against.json" "$caught" <<'PY' || exit 1
+import json, sys
+report, caught = json.load(open(sys.argv[1])), int(sys.argv[2])
+(profile,) = report["profiles"]
+flagged = profile.get("flagged", [])
+print(f"{profile['test_id']}: {profile['status']} against {profile.get('against')}, {profile.get('pairs')} pairs")
+for f in flagged:
+    print(f"    {f['kind']} {f['name']}: x{f['ratio']:.2f}")
+modules = [f["module"] for f in flagged] + [n["module"] for f in flagged for n in f.get("led_by", [])]
+if caught != 1 or "layer3.0.conv2" not in modules:
+    sys.exit(f"demo: the committed slowdown was not caught and named against main (pytest exit {caught})")
+PY
+printf '\nThe check against main caught it.\n'
 printf '\nDone. Everything this demo wrote is in %s\n' "$WORK"

@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 
+from pytest_fxprof.against.check import Against
 from pytest_fxprof.judge.decision import DEFAULT_FLOOR_NS, FLOOR_SHARE, NODE_TOLERANCE, TOTAL_TOLERANCE
+from pytest_fxprof.judge.paired import PAIRED_NODE_TOLERANCE, PAIRED_TOTAL_TOLERANCE
 from pytest_fxprof.measure.sampling import Relaunch, SampleRequest, SamplingError, plugin_args
 from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.session import (
@@ -35,7 +37,7 @@ from pytest_fxprof.session import (
     UsageError,
     WorkerPayload,
 )
-from pytest_fxprof.settings import SETTING_NAMES, TEXT_CHOICES, Mode, Settings, SettingsError, apply, from_json
+from pytest_fxprof.settings import KINDS, SETTING_NAMES, TEXT_CHOICES, Mode, Settings, SettingsError, apply, from_json
 from pytest_fxprof.store.baseline import BaselineError, BaselineStore
 from pytest_fxprof.store.files import loads
 
@@ -44,6 +46,7 @@ SETTINGS_KEY = pytest.StashKey[Settings]()
 SAMPLE_KEY = pytest.StashKey[SampleRequest]()
 TEST_KEY = pytest.StashKey[TestState]()
 SPOILED_KEY = pytest.StashKey[bool]()
+AGAINST_KEY = pytest.StashKey[Against]()
 WORKER_KEY = "fxprof"
 MARKER = "fxprof"
 
@@ -54,8 +57,14 @@ class FxprofWarning(UserWarning):
 
 _SETTING_HELP = {
     "node_tolerance": f"Smallest relative band a node or aggregate gets, e.g. 0.1 allows +10 percent (default "
-    f"{NODE_TOLERANCE:g})",
-    "total_tolerance": f"Smallest relative band the model's total gets (default {TOTAL_TOLERANCE:g})",
+    f"{NODE_TOLERANCE:g} against baselines, {PAIRED_NODE_TOLERANCE:g} against a revision)",
+    "total_tolerance": f"Smallest relative band the model's total gets (default {TOTAL_TOLERANCE:g} against "
+    f"baselines, {PAIRED_TOTAL_TOLERANCE:g} against a revision)",
+    "pairs": "Against a revision: pairs of old and new processes per test; up to 3 times as many while a verdict "
+    "is undecided (default 6)",
+    "budget_s": "Against a revision: seconds a test's pairs may take before no more are added (default 150)",
+    "schedule": "Against a revision: duet (the old and new process of a pair run at the same time, pass for pass) "
+    "or alternate (one after the other, in a balanced order) (default duet)",
     "warmup": "Discarded passes before measuring (default 4)",
     "passes": "Measured passes per profile (default 12)",
     "threads": "torch intra-op threads while profiling (default 1)",
@@ -149,19 +158,49 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             )
             parser.addini(f"fxprof_{name}", _SETTING_HELP[name], default=None)
             continue
-        metavar = "N" if isinstance(getattr(Settings, name), int) else "X"
+        metavar = "N" if KINDS[name] is int else "X"
         group.addoption(_flag(name), dest=f"fxprof_{name}", metavar=metavar, default=None, help=_SETTING_HELP[name])
         parser.addini(f"fxprof_{name}", _SETTING_HELP[name], default=None)
     for name, (choices, text) in _CHOICES.items():
         values = [c.value for c in choices]  # type: ignore[attr-defined]
         group.addoption(_flag(name), dest=f"fxprof_{name}", choices=values, default=None, help=text)
         parser.addini(f"fxprof_{name}", text, default=None)
+    group.addoption(
+        "--fxprof-against",
+        metavar="REF",
+        default=None,
+        help="Measure each test at git revision REF and in the working tree, in pairs of fresh processes, and "
+        "fail the test that got slower than at REF (no baseline is read or written)",
+    )
+    parser.addini("fxprof_against", "Like --fxprof-against (the command line wins)", default=None)
+    group.addoption(
+        "--fxprof-against-python",
+        metavar="PY",
+        default=None,
+        help="Run the old side with this Python (another virtual environment); alone, both sides run the working "
+        "tree's code, with --fxprof-against the old side runs REF's",
+    )
+    parser.addini("fxprof_against_python", "Like --fxprof-against-python", default=None)
+    parser.addini(
+        "fxprof_against_roots",
+        "Against a revision: the project's import roots besides the top level and src/ (relative to the "
+        "repository's top level), put first on each side's PYTHONPATH and checked in the old side",
+        type="linelist",
+        default=[],
+    )
     group.addoption("--fxprof-sample", metavar="REQUEST", default=None, help=argparse.SUPPRESS)
 
 
 def _ini_or_option(config: pytest.Config, name: str) -> Any:
     value = config.getoption(f"fxprof_{name}")
     return value if value is not None else config.getini(f"fxprof_{name}")
+
+
+def _against_options(config: pytest.Config) -> tuple[str | None, str | None]:
+    """The revision and the old side's Python: the command line's, else the ini file's."""
+    ref = config.getoption("fxprof_against") or config.getini("fxprof_against") or None
+    python = config.getoption("fxprof_against_python") or config.getini("fxprof_against_python") or None
+    return ref, python
 
 
 def _mode(config: pytest.Config) -> Mode:
@@ -174,7 +213,60 @@ def _mode(config: pytest.Config) -> Mode:
         raise pytest.UsageError(
             "--fxprof and --fxprof-update exclude each other: check against baselines or record them"
         )
+    if any(_against_options(config)):
+        if update:
+            raise pytest.UsageError(
+                "--fxprof-against and --fxprof-update exclude each other: against a revision no baseline is "
+                "written; record baselines in another run"
+            )
+        return Mode.AGAINST
     return Mode.CHECK if check else Mode.UPDATE if update else Mode.OFF
+
+
+def _against(config: pytest.Config) -> Against:
+    """The old side of this run: its revision exported from git (removed when the run ends) and its Python."""
+    from pytest_fxprof.against.revision import Revision, RevisionError, materialise, remove
+
+    roots = tuple(str(r) for r in config.getini("fxprof_against_roots"))
+    ref, python = _against_options(config)
+    if python is not None:
+        python = _old_python(config, python)
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:  # an xdist worker: the controller exported the revision
+        raw = workerinput.get("fxprof_against")
+        revision = Revision.from_json(raw) if raw else None
+        return Against(revision, python, roots)
+    if ref is None:
+        return Against(None, python, roots)
+    try:
+        revision = materialise(str(ref), config.rootpath)
+    except RevisionError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.add_cleanup(lambda: remove(revision))
+    return Against(revision, python, roots)
+
+
+def _old_python(config: pytest.Config, python: str) -> str:
+    """The old side's interpreter, checked: it exists and can import pytest and pytest-fxprof."""
+    import shutil
+    import subprocess
+
+    # a path is relative to where pytest was started; a bare name is looked up on PATH
+    path = Path(config.invocation_params.dir, python) if "/" in python else Path(shutil.which(python) or python)
+    if not path.is_file():
+        raise pytest.UsageError(
+            f"--fxprof-against-python {python}: no such interpreter; give the path of another environment's "
+            "python (for example ../old-venv/bin/python)"
+        )
+    probe = subprocess.run(
+        [str(path), "-c", "import pytest, pytest_fxprof"], capture_output=True, text=True, check=False
+    )
+    if probe.returncode != 0:
+        raise pytest.UsageError(
+            f"--fxprof-against-python {python}: that interpreter cannot import pytest and pytest-fxprof "
+            f"({' '.join(probe.stderr.split()[-12:])}); install them there: {path} -m pip install pytest-fxprof"
+        )
+    return str(path)
 
 
 def _path_setting(config: pytest.Config, name: str, default: str | None) -> Path | None:
@@ -224,6 +316,9 @@ def pytest_configure(config: pytest.Config) -> None:
     directory = _path_setting(config, "baseline_dir", "baselines")
     assert directory is not None
     config.stash[RUN_KEY] = RunState(mode, BaselineStore(directory), _reactions(config))
+    if mode is Mode.AGAINST:
+        config.stash[AGAINST_KEY] = _against(config)
+        config.stash[RUN_KEY].against = config.stash[AGAINST_KEY].label
     if mode is Mode.SAMPLE:
         request = Path(config.getoption("fxprof_sample"))
         try:
@@ -285,7 +380,8 @@ class Fxprof:
 
     @property
     def mode(self) -> str:
-        """``off``, ``check`` or ``update`` (``sample`` in a fresh process recording a baseline)."""
+        """``off``, ``check``, ``update`` or ``against`` (``sample`` in a fresh process: one recording a baseline,
+        or one side of a check against a revision)."""
         return self._state.mode.value
 
     def __call__(
@@ -328,10 +424,12 @@ def fxprof(request: pytest.FixtureRequest) -> Fxprof:
         return _marker_settings(item, config.stash[SETTINGS_KEY])
 
     refresh: Callable[[], Settings] | None = marked
+    sample_request: dict[str, Any] = {}
     if run.mode is Mode.SAMPLE:  # the recording process's settings, whatever the markers say here
         req = config.stash[SAMPLE_KEY]
         settings = from_json(req["settings"])
         sample_out = Path(req["out"]) if req["test_id"] == item.nodeid else None
+        sample_request = dict(req)
         refresh = None
     relaunch = Relaunch(
         invocation_dir=config.invocation_params.dir,
@@ -347,6 +445,8 @@ def fxprof(request: pytest.FixtureRequest) -> Fxprof:
         reactions=run.reactions,
         relaunch=relaunch,
         sample_out=sample_out,
+        sample_request=sample_request,
+        against=config.stash.get(AGAINST_KEY, None),
     )
     item.stash[TEST_KEY] = state
     return Fxprof(state, refresh)
@@ -392,7 +492,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             if hasattr(item.config, "workerinput"):  # an xdist worker: the controller gets it with this report
                 payload = run.test_payload(state, run.notes[notes:], run.errors[errors:])
                 report.fxprof = json.loads(json.dumps(payload))  # plain JSON data only: execnet refuses the rest
-            if run.mode in (Mode.CHECK, Mode.UPDATE):
+            if run.mode in (Mode.CHECK, Mode.UPDATE, Mode.AGAINST):
                 from pytest_fxprof.views.outputs import user_properties
 
                 # on the teardown report, the one junitxml takes properties from (and xdist sends on)
@@ -422,14 +522,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             run.partial = True
         config.workeroutput[WORKER_KEY] = run.payload()  # type: ignore[attr-defined]
         return
-    if run.mode not in (Mode.CHECK, Mode.UPDATE):
+    if run.mode not in (Mode.CHECK, Mode.UPDATE, Mode.AGAINST):
         return
     errors: list[str] = list(run.errors)
     written: list[Path] = []
     if run.mode is Mode.UPDATE:
         written, failed = run.write_baselines()
         errors += failed
-    unused = run.unused(_selected_paths(session), config.rootpath)
+    unused = run.unused(_selected_paths(session), config.rootpath) if run.mode is not Mode.AGAINST else []
     outputs: list[Path] = []
     for name in ("report", *VIEWS):
         path = _path_setting(config, name, None)
@@ -463,10 +563,12 @@ _FINAL_KEY = pytest.StashKey[_Final]()
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     run = config.stash[RUN_KEY]
     final = config.stash.get(_FINAL_KEY, None)
-    if run.mode not in (Mode.CHECK, Mode.UPDATE) or hasattr(config, "workerinput"):
+    if run.mode not in (Mode.CHECK, Mode.UPDATE, Mode.AGAINST) or hasattr(config, "workerinput"):
         return
     tr = terminalreporter
     tr.section("fxprof")
+    if run.against:
+        tr.write_line(f"against {run.against}: old and new code measured in pairs of fresh processes")
     records = sorted(run.records, key=lambda r: (r["test_id"], r["key"]))
     if not records and run.failed_calls:
         tr.write_line(
@@ -507,6 +609,12 @@ class XdistController:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
+
+    def pytest_configure_node(self, node: Any) -> None:
+        """Hand each worker the revision this controller exported, so that all of them share one tree."""
+        against = self.config.stash.get(AGAINST_KEY, None)
+        if against is not None and against.revision is not None:
+            node.workerinput["fxprof_against"] = against.revision.to_json()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         payload: FinishedTest | None = getattr(report, "fxprof", None)

@@ -18,7 +18,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TypedDict
 
+from pytest_fxprof.against.check import Against, AgainstError, check_test
+from pytest_fxprof.against.origin import foreign_modules
 from pytest_fxprof.judge.decision import compare
+from pytest_fxprof.judge.paired import needs_more
+from pytest_fxprof.measure.lockstep import lockstep_barrier
 from pytest_fxprof.measure.sampling import Relaunch, SampleJSON, SamplingError, sample, write_samples
 from pytest_fxprof.records.measurement import BaselineEntry, Run
 from pytest_fxprof.records.verdicts import Status
@@ -148,6 +152,8 @@ class TestState:
         reactions: Reactions,
         relaunch: Relaunch | None = None,
         sample_out: Path | None = None,
+        sample_request: dict[str, Any] | None = None,
+        against: Against | None = None,
     ) -> None:
         self.test_id = test_id
         self.mode = mode
@@ -156,6 +162,10 @@ class TestState:
         self.reactions = reactions
         self.relaunch = relaunch
         self.sample_out = sample_out
+        self.sample_request = sample_request or {}
+        """In a fresh process: what its parent asked (``entry``: send whole entries; ``against``: check that
+        this, the old side, imported no module of the working tree; ``lockstep``: pass for pass with a twin)."""
+        self.against = against
         self.results: dict[str, ProfileResult] = {}
         self._unnamed = 0
         self._baseline: BaselineFile | None = None
@@ -201,6 +211,8 @@ class TestState:
 
         key = self._key(name)
         baseline = self.baseline() if self.mode is Mode.CHECK else None
+        barrier = lockstep_barrier(self.sample_request.get("lockstep"), key) if self.mode is Mode.SAMPLE else None
+        side = self.mode is Mode.SAMPLE and bool(self.sample_request.get("entry"))  # a side against a revision
 
         def measure() -> ProfileResult:
             profiled = profile_module(
@@ -209,7 +221,10 @@ class TestState:
                 kwargs,
                 name=key,
                 protocol=self.settings.protocol(),
-                measured=self.mode is not Mode.OFF,
+                measured=self.mode not in (Mode.OFF, Mode.AGAINST),
+                flops=self.mode is not Mode.SAMPLE or side,
+                reference=not side,  # the paired rule divides by nothing: both sides of a pair meet one machine
+                barrier=barrier,
                 leaf_modules=leaf_modules,
                 tracer=tracer,
                 capture=self.settings.capture,
@@ -261,6 +276,8 @@ class TestState:
             return self._write_samples(passed)
         if self.mode is Mode.UPDATE:
             return self._record(run, passed)
+        if self.mode is Mode.AGAINST:
+            return self._against(run, passed)
         outcome = Outcome(warnings=list(self.warnings))
         for key, result in self.results.items():
             status = self._judge(key, result, outcome) if self.mode is Mode.CHECK else "unmeasured"
@@ -271,12 +288,60 @@ class TestState:
         self.records.append(record)
         run.add_record(record)
 
-    def _record_of(self, key: str, status: str, result: ProfileResult) -> ProfileRecord:
+    def _against(self, run: RunState, passed: bool) -> Outcome:
+        """Measure the test in pairs of old and new processes and judge each call against the old side."""
+        outcome = Outcome(warnings=list(self.warnings))
+        if not self.results:
+            return outcome
+        assert self.against is not None
+        assert self.relaunch is not None
+        label = self.against.label
+        if not passed:  # the test failed on its own: nothing to compare
+            for key, result in self.results.items():
+                self._keep(run, self._record_of(key, "not compared", result, "the test failed"))
+            return outcome
+        try:
+            tested = check_test(
+                self.against,
+                self.relaunch,
+                self.test_id,
+                settings=self.settings.to_json(),
+                profiles=dict(self.results),
+                policy=self.settings.paired_policy(),
+                pairs=self.settings.pairs,
+                max_pairs=self.settings.max_pairs,
+                budget_s=self.settings.budget_s,
+                duet=self.settings.schedule == "duet",
+            )
+        except AgainstError as exc:
+            outcome.failures.append(f"fxprof: {self.test_id} against {label}: {exc}")
+            for key, result in self.results.items():
+                self._keep(run, self._record_of(key, "error", result, "see the test's failure"))
+            return outcome
+        for key, result in self.results.items():
+            call = tested.calls.get(key)
+            if tested.absent or call is None or call.comparison is None or call.profile is None:
+                where = "the test" if tested.absent else "this fxprof call"
+                self._keep(run, self._record_of(key, "new", result, f"{where} does not exist at {label}: not compared"))
+                continue
+            judged = ProfileResult.of(replace(call.profile, comparison=call.comparison, seconds=tested.seconds))
+            self.results[key] = judged
+            status = self._judge(key, judged, outcome)
+            if call.stopped and needs_more(call.comparison):
+                outcome.warnings.append(
+                    f"fxprof: {self.label(key)}: {tested.pairs} pairs measured when {call.stopped} ended them with "
+                    "a verdict still open; what is undecided is reported as too noisy (raise --fxprof-budget-s or "
+                    "--fxprof-pairs)"
+                )
+            self._keep(run, self._record_of(key, status, judged))
+        return outcome
+
+    def _record_of(self, key: str, status: str, result: ProfileResult, why: str = "") -> ProfileRecord:
         c = result.comparison
         text = (
             summary_line(self.label(key), c)
             if status in ("pass", "regression", "mismatch")
-            else f"{self.label(key)}: {status}"
+            else f"{self.label(key)}: {status}" + (f" ({why})" if why else "")
         )
         return {
             "test_id": self.test_id,
@@ -292,6 +357,13 @@ class TestState:
             msg = f"fxprof: no baseline for {label} in {self.store.directory}; {rerecord_hint(self.test_id)}"
             (outcome.failures if self.reactions.missing is OnMissing.FAIL else outcome.skips).append(msg)
             return "missing"
+        if c.status is Status.MISMATCH and c.against:
+            msg = (
+                f"fxprof: {label} hands the model other inputs or another mode than at {c.against}, so it was "
+                f"not compared (another setup measures something else, not a slowdown): {'; '.join(c.mismatches)}"
+            )
+            (outcome.failures if self.reactions.mismatch is OnMismatch.FAIL else outcome.skips).append(msg)
+            return "mismatch"
         if c.status is Status.MISMATCH and any(m.startswith(SETUP_FIELDS) for m in c.mismatches):
             msg = (
                 f"fxprof: {label} hands the model other inputs or another mode than its baseline was recorded with, "
@@ -309,15 +381,21 @@ class TestState:
             return "mismatch"
         if c.graph_changed:
             msg = "\n".join([f"fxprof: {label}: " + structural_lines(c)[0], *structural_lines(c)[1:]])
-            msg += f"\nmatched nodes and the total were still compared; {rerecord_hint(self.test_id)}"
+            msg += "\nmatched nodes and the total were still compared"
+            msg += "" if c.against else f"; {rerecord_hint(self.test_id)}"
             (outcome.failures if self.reactions.graph_change is OnGraphChange.FAIL else outcome.warnings).append(msg)
         if c.status is Status.REGRESSION:
             outcome.failures.append(regression_message(label, c))
-        outcome.warnings.extend(f"fxprof: {label}: {line}" for line in notice_lines(c))
+        notices = notice_lines(c)
+        if c.against and notices:  # one warning per profile: pairs can leave many small items undecided
+            outcome.warnings.append("\n".join([f"fxprof: {label}: {len(notices)} notice(s)", *notices]))
+        else:
+            outcome.warnings.extend(f"fxprof: {label}: {line}" for line in notices)
         improved = improvement_lines(c)
         if improved and self.reactions.faster is not OnFaster.IGNORE:
-            msg = "\n".join([f"fxprof: {label} got faster than its baseline", *improved])
-            msg += f"\nrefresh the baseline so that it keeps guarding the new speed; {rerecord_hint(self.test_id)}"
+            msg = "\n".join([f"fxprof: {label} got faster than {c.reference}", *improved])
+            if not c.against:
+                msg += f"\nrefresh the baseline so that it keeps guarding the new speed; {rerecord_hint(self.test_id)}"
             (outcome.failures if self.reactions.faster is OnFaster.FAIL else outcome.warnings).append(msg)
         return c.status.value
 
@@ -363,6 +441,18 @@ class TestState:
     def _write_samples(self, passed: bool) -> Outcome:
         if self.sample_out is None or not passed:
             return Outcome()
+        if self.sample_request.get("entry"):  # against a revision: whole entries, and where the code came from
+            tolerances = self.settings.tolerances()
+            data: dict[str, Any] = {
+                "calls": {key: {"entry": entry_to_json(r.entry(tolerances))} for key, r in self.results.items()}
+            }
+            roots = self.sample_request.get("against")
+            if roots:
+                data["foreign"] = foreign_modules(
+                    Path(roots["new_root"]), Path(roots["old_root"]), extra=[Path(p) for p in roots["extra"]]
+                )
+            write_samples(self.sample_out, data)
+            return Outcome()
         samples: dict[str, SampleJSON] = {
             key: {"nodes": [n.info.key for n in r.nodes], "run": run_to_json(r.run())}
             for key, r in self.results.items()
@@ -376,6 +466,8 @@ class RunState:
 
     def __init__(self, mode: Mode, store: BaselineStore, reactions: Reactions) -> None:
         self.mode = mode
+        self.against = ""
+        """Against a revision: the old side's label (``origin/main (1a2b3c4)``)."""
         self.store = store
         self.reactions = reactions
         self.records: list[ProfileRecord] = []

@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from pytest_fxprof.judge.decision import DEFAULT_FLOOR_NS, NODE_TOLERANCE, TOTAL_TOLERANCE, Policy
+from pytest_fxprof.judge.paired import PAIRED_NODE_TOLERANCE, PAIRED_TOTAL_TOLERANCE, PairedPolicy
 from pytest_fxprof.records.measurement import Protocol, Tolerances
 
 
@@ -22,6 +23,7 @@ class Mode(StrEnum):
     CHECK = "check"
     UPDATE = "update"
     SAMPLE = "sample"
+    AGAINST = "against"
 
 
 ENGINES = ("compiled", "interpreter")
@@ -29,7 +31,11 @@ ENGINES = ("compiled", "interpreter")
 CAPTURES = ("auto", "symbolic", "export", "dynamo")
 """How a module becomes graphs: ``auto`` tries symbolic tracing (then with the submodule that broke it kept
 whole), then ``torch.export``, then a ``torch.compile`` (dynamo) backend."""
-TEXT_CHOICES = {"engine": ENGINES, "capture": CAPTURES}
+SCHEDULES = ("duet", "alternate")
+"""How a test's pairs run against a revision: ``duet``, the old and new process of a pair at the same time, pass
+for pass in lock-step, so that both meet the same neighbours; ``alternate``, one after the other (old first in
+odd pairs, new first in even ones)."""
+TEXT_CHOICES = {"engine": ENGINES, "capture": CAPTURES, "schedule": SCHEDULES}
 
 
 class SettingsError(ValueError):
@@ -38,10 +44,11 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class Settings:
-    """What a test is measured and judged with."""
+    """What a test is measured and judged with. A tolerance left unset (None) takes the mode's default: against
+    a stored baseline ``NODE_TOLERANCE`` and ``TOTAL_TOLERANCE``, against a revision the paired rule's."""
 
-    node_tolerance: float = NODE_TOLERANCE
-    total_tolerance: float = TOTAL_TOLERANCE
+    node_tolerance: float | None = None
+    total_tolerance: float | None = None
     warmup: int = 4
     passes: int = 12
     threads: int = 1
@@ -49,23 +56,56 @@ class Settings:
     floor_us: float = DEFAULT_FLOOR_NS / 1e3
     engine: str = ENGINES[0]
     capture: str = CAPTURES[0]
+    pairs: int = 6
+    budget_s: float = 150.0
+    schedule: str = SCHEDULES[0]
 
     def protocol(self) -> Protocol:
         return Protocol(warmup=self.warmup, passes=self.passes, threads=self.threads, processes=self.processes)
 
     def tolerances(self) -> Tolerances:
-        return Tolerances(node=self.node_tolerance, total=self.total_tolerance)
+        return Tolerances(node=self._node(NODE_TOLERANCE), total=self._total(TOTAL_TOLERANCE))
+
+    def _node(self, default: float) -> float:
+        return default if self.node_tolerance is None else self.node_tolerance
+
+    def _total(self, default: float) -> float:
+        return default if self.total_tolerance is None else self.total_tolerance
 
     def policy(self) -> Policy:
         return Policy(
-            node_tolerance=self.node_tolerance, total_tolerance=self.total_tolerance, floor_ns=self.floor_us * 1e3
+            node_tolerance=self._node(NODE_TOLERANCE),
+            total_tolerance=self._total(TOTAL_TOLERANCE),
+            floor_ns=self.floor_us * 1e3,
         )
+
+    def paired_policy(self) -> PairedPolicy:
+        """The paired rule's knobs, against a revision."""
+        return PairedPolicy(
+            node_tolerance=self._node(PAIRED_NODE_TOLERANCE),
+            total_tolerance=self._total(PAIRED_TOTAL_TOLERANCE),
+            floor_ns=self.floor_us * 1e3,
+        )
+
+    @property
+    def max_pairs(self) -> int:
+        """How many pairs a test may grow to while an item that gates is undecided."""
+        return self.pairs * MORE_PAIRS
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
+MORE_PAIRS = 3
+"""Against a revision, a test whose verdict is still open after ``pairs`` pairs gets up to this many times as
+many (within its ``budget_s``)."""
+
 SETTING_NAMES = tuple(f.name for f in fields(Settings))
+KINDS: dict[str, type[int] | type[float] | type[str]] = {
+    name: float if name in ("node_tolerance", "total_tolerance") else type(getattr(Settings, name))
+    for name in SETTING_NAMES
+}
+"""Each setting's type (a tolerance is a number, though its default is None)."""
 
 _MINIMUM: dict[str, float] = {
     "node_tolerance": 0.0,
@@ -75,6 +115,8 @@ _MINIMUM: dict[str, float] = {
     "threads": 1,
     "processes": 1,
     "floor_us": 0.0,
+    "pairs": 2,
+    "budget_s": 0.0,
 }
 
 
@@ -84,11 +126,11 @@ def _coerce(name: str, value: object, source: str) -> float | int | str:
         if value not in choices:
             raise SettingsError(f"{source}: {name} must be one of {', '.join(choices)}, not {value!r}")
         return str(value)
-    kind = int if isinstance(getattr(Settings, name), int) else float
+    kind = KINDS[name]
     if isinstance(value, bool):
         raise SettingsError(f"{source}: {name} must be a number, not {value!r}")
     try:
-        number = kind(value)  # type: ignore[call-overload, arg-type]
+        number: float = int(value) if kind is int else float(value)  # type: ignore[call-overload, arg-type]
     except (TypeError, ValueError, OverflowError):
         raise SettingsError(
             f"{source}: {name} must be {'an integer' if kind is int else 'a number'}, not {value!r}"

@@ -581,3 +581,35 @@ def test_prune_of_a_missing_directory(tmp_path: Path, capsys: pytest.CaptureFixt
         err
         == f"fxprof: error: {tmp_path / 'nope'}: no such directory. Pass the baseline directory with --baseline-dir\n"
     )
+
+
+# merge -------------------------------------------------------------------------------------------------
+
+
+def test_merge_joins_the_shards_reports_and_writes_their_views(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = write_profiles(tmp_path / "a.json", [("t.py::test_a", "call0", result())])
+    b = write_profiles(tmp_path / "b.json", [("t.py::test_b", "call0", result({"conv2": 1.5}))])
+    out, md, html = tmp_path / "all.json", tmp_path / "all.md", tmp_path / "all.html"
+    code, stdout, _ = run(capsys, "merge", out, a, b, "--markdown", md, "--html", html)
+    assert code == 0
+    assert "merged 2 report(s), 2 profile(s)" in stdout
+    merged = json.loads(out.read_text())
+    assert [p["test_id"] for p in merged["profiles"]] == ["t.py::test_a", "t.py::test_b"]
+    assert merged["mode"] == "check"
+    assert "t.py::test_b" in md.read_text()
+    assert html.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_merge_refuses_overlapping_shards_and_mixed_modes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = write_profiles(tmp_path / "a.json", [("t.py::test_a", "call0", result())])
+    again = write_profiles(tmp_path / "again.json", [("t.py::test_a", "call0", result())])
+    code, _, err = run(capsys, "merge", tmp_path / "out.json", a, again)
+    assert code == 2
+    assert "t.py::test_a [call0] is also in" in err
+    update = write_profiles(tmp_path / "u.json", [("t.py::test_c", "call0", result())], mode="update")
+    code, _, err = run(capsys, "merge", tmp_path / "out.json", a, update)
+    assert code == 2
+    assert "different modes" in err
+    assert not (tmp_path / "out.json").exists()

@@ -30,6 +30,7 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
     "capture": frozenset({"records"}),
     "measure": frozenset({"records", "capture", "store"}),
     "views": frozenset({"records", "judge", "store"}),
+    "against": frozenset({"records", "judge", "measure", "store"}),
 }
 """The pipeline's layers, bottom up: which sub-packages each may import. Everything at the top (the plugin,
 the session, the settings, the result, the API, the command line) may import any of them; no sub-package

@@ -7,11 +7,12 @@ import re
 import pytest
 
 from pytest_fxprof.judge.decision import DEFAULT_FLOOR_NS, SPREAD_K, Policy
+from pytest_fxprof.judge.paired import PairedPolicy
 from pytest_fxprof.records.measurement import Protocol, Tolerances
-from pytest_fxprof.settings import SETTING_NAMES, TEXT_CHOICES, Mode, Settings, SettingsError, apply, from_json
+from pytest_fxprof.settings import KINDS, SETTING_NAMES, TEXT_CHOICES, Mode, Settings, SettingsError, apply, from_json
 
-INT_SETTINGS = ("warmup", "passes", "threads", "processes")
-FLOAT_SETTINGS = ("node_tolerance", "total_tolerance", "floor_us")
+INT_SETTINGS = ("warmup", "passes", "threads", "processes", "pairs")
+FLOAT_SETTINGS = ("node_tolerance", "total_tolerance", "floor_us", "budget_s")
 
 
 def test_defaults() -> None:
@@ -25,6 +26,24 @@ def test_defaults() -> None:
     assert (s.engine, s.capture) == ("compiled", "auto")
 
 
+def test_tolerances_left_unset_take_the_modes_defaults() -> None:
+    s = Settings()
+    assert s.node_tolerance is None
+    assert s.policy().node_tolerance == 0.15
+    assert s.paired_policy() == PairedPolicy(node_tolerance=0.05, total_tolerance=0.03, floor_ns=DEFAULT_FLOOR_NS)
+    mine = apply(s, {"node_tolerance": "0.08", "total_tolerance": 0.04}, "command line")
+    assert mine.policy().node_tolerance == mine.paired_policy().node_tolerance == 0.08
+    assert mine.tolerances() == Tolerances(node=0.08, total=0.04)
+
+
+def test_pairs_and_their_budget() -> None:
+    s = apply(Settings(), {"pairs": "4", "budget_s": 30, "schedule": "alternate"}, "marker")
+    assert (s.pairs, s.max_pairs, s.budget_s, s.schedule) == (4, 12, 30.0, "alternate")
+    assert Settings().schedule == "duet"
+    with pytest.raises(SettingsError, match="pairs must be at least 2, not 1"):
+        apply(Settings(), {"pairs": 1}, "marker")
+
+
 @pytest.mark.parametrize(("name", "good"), [("engine", "interpreter"), ("capture", "dynamo")])
 def test_text_settings_take_only_their_choices(name: str, good: str) -> None:
     assert getattr(apply(Settings(), {name: good}, "command line"), name) == good
@@ -33,7 +52,7 @@ def test_text_settings_take_only_their_choices(name: str, good: str) -> None:
 
 
 def test_mode_values() -> None:
-    assert [m.value for m in Mode] == ["off", "check", "update", "sample"]
+    assert [m.value for m in Mode] == ["off", "check", "update", "sample", "against"]
 
 
 def test_apply_nothing_is_identity() -> None:
@@ -48,7 +67,7 @@ def test_later_apply_wins() -> None:
     marker = apply(cli, {"passes": 50, "node_tolerance": 0.5}, "@pytest.mark.fxprof")
     assert marker == Settings(
         node_tolerance=0.5,
-        total_tolerance=0.10,
+        total_tolerance=None,
         warmup=2,
         passes=50,
         threads=2,
@@ -114,7 +133,7 @@ def test_values_coerce(name: str, value: object, expected: float) -> None:
     out = apply(Settings(), {name: value}, "ini")
     got = getattr(out, name)
     assert got == expected
-    assert type(got) is type(getattr(Settings(), name))
+    assert type(got) is KINDS[name]
 
 
 @pytest.mark.parametrize(
@@ -174,7 +193,7 @@ def test_json_round_trip() -> None:
     raw = s.to_json()
     assert raw == {
         "node_tolerance": 0.3,
-        "total_tolerance": 0.10,
+        "total_tolerance": None,
         "warmup": 4,
         "passes": 11,
         "threads": 1,
@@ -182,6 +201,9 @@ def test_json_round_trip() -> None:
         "floor_us": 2.5,
         "engine": "compiled",
         "capture": "auto",
+        "pairs": 6,
+        "budget_s": 150.0,
+        "schedule": "duet",
     }
     assert from_json(raw) == s
 
@@ -214,5 +236,9 @@ def test_command_line_help_states_the_defaults() -> None:
 
     for name in SETTING_NAMES:
         default = getattr(Settings(), name)
-        shown = default if isinstance(default, str) else f"{default:g}"
+        if default is None:  # a tolerance: the mode's default
+            stored, paired = Settings().policy(), Settings().paired_policy()
+            shown = f"{getattr(stored, name):g} against baselines, {getattr(paired, name):g} against a revision"
+        else:
+            shown = default if isinstance(default, str) else f"{default:g}"
         assert f"(default {shown})" in _SETTING_HELP[name], name

@@ -2,7 +2,8 @@
 
 ``fxprof show`` prints the per-node table of a baseline file (``show``), ``fxprof diff`` judges one file's
 profiles against another's with the gate's own decision and policy (``diff``), and ``fxprof prune`` removes
-the baselines of tests that no longer exist (``prune``); what they share (exit codes, errors, reading files)
+the baselines of tests that no longer exist (``prune``), and ``fxprof merge`` makes one report of several
+shards' (``merge``); what they share (exit codes, errors, reading files)
 is ``inputs``. This module owns the command line that dispatches to them and its exit codes (0: nothing to
 report, 1: a regression found, 2: a usage error or an input that cannot be read, 141: the reader closed the
 pipe). The commands decide nothing themselves and write files only through ``store.files.write_atomic``.
@@ -17,7 +18,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from pytest_fxprof.cli import diff, prune, show
+from pytest_fxprof.cli import diff, merge, prune, show
 from pytest_fxprof.cli.inputs import EXIT_BROKEN_PIPE, EXIT_USAGE, PROG, CliError
 
 
@@ -25,11 +26,11 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog=PROG,
         description="Read pytest-fxprof baselines and reports: show a baseline, diff two profiles as the gate "
-        "judges them, prune the baselines of deleted tests.",
+        "judges them, prune the baselines of deleted tests, merge the reports of a run's shards.",
         epilog="Exit codes: 0 nothing to report, 1 a regression found (diff), 2 a usage error or unreadable input.",
     )
     sub = top.add_subparsers(title="commands", metavar="COMMAND")
-    for command in (show, diff, prune):
+    for command in (show, diff, prune, merge):
         command.add_parser(sub)
     return top
 

@@ -2,6 +2,7 @@
 
 - ``decision``: the gate's rules: a profile against its baseline, node by node, per aggregate and in total,
   each verdict with its reason (the verdict records are ``records.verdicts``);
+- ``paired``: the rule against a revision: old and new side measured in pairs, judged by their ratios per pair;
 - ``hints``: where to look for speed in one profile; advice, never a failure.
 
 Pure: every rule can be tested with hand-built numbers.

@@ -7,7 +7,9 @@
 - ``machine``: the environment a profile records, the allocator, the clocks and the reference workload;
 - ``facts``: what each node does, seen in one untimed pass (FLOPs, shapes, layouts, inputs, mode);
 - ``setup``: the test's side of a measurement (the inputs' signatures, the module's mode);
-- ``sampling``: fresh processes that measure a test again, for baselines and confirmations.
+- ``sampling``: fresh processes that measure a test again, for baselines, confirmations and the sides of a
+  check against a revision;
+- ``lockstep``: passes in lock-step with a twin process (the duet schedule against a revision).
 
 Imports torch (``sampling`` does not: it starts the processes that do).
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -70,7 +70,7 @@ PLAIN_EVERY = 4
 time that the absolute floor takes its share of, not the compared total."""
 
 
-def profile_module(
+def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     module: torch.nn.Module,
     args: Sequence[Any],
     kwargs: dict[str, Any],
@@ -83,6 +83,8 @@ def profile_module(
     capture: str = "auto",
     engine: str = "compiled",
     flops: bool = True,
+    reference: bool = True,
+    barrier: Callable[[int], None] | None = None,
 ) -> Profile:
     """Capture ``module``, run ``protocol.warmup`` discarded and ``protocol.passes`` kept passes.
 
@@ -93,7 +95,9 @@ def profile_module(
     (``chosen_passes``). With ``measured=False`` the module runs once,
     instrumented and cold, and nothing else is timed. ``flops`` counts each node's floating-point
     operations in one more, untimed pass under torch's flop counter (not in an unmeasured profile): a
-    warm-up pass of its own would leave the engine's code cold in the first kept pass.
+    warm-up pass of its own would leave the engine's code cold in the first kept pass. ``reference=False`` leaves
+    the reference workload out of a measured profile (its total is then not divided by it). ``barrier(i)`` is called
+    before pass ``i`` and ``barrier(-1)`` after the last (a twin process in lock-step, ``measure.lockstep``).
     """
     check_module(module, args, kwargs)
     setup = setup_of(module, args, kwargs)
@@ -101,7 +105,7 @@ def profile_module(
     device = device_of(module, args, kwargs)
     clock_name, clock = clock_for(protocol.threads, device)
     node_clock_name, timer = _node_timer(engine, device, clock_name, clock)
-    reference = ReferenceWorkload() if measured else None
+    workload = ReferenceWorkload() if measured and reference else None
     warmup, passes = (protocol.warmup, protocol.passes) if measured else (0, 1)
     with preserved(module, protocol.threads):
         captured = capture_module(module, args, kwargs, mode=capture, leaf_modules=leaf_modules, tracer=tracer)
@@ -125,8 +129,10 @@ def profile_module(
         i = 0
         while i < budget and not (i >= warmup + passes and samples.enough(passes)):
             keep = i >= warmup
-            if measured:
-                ref = reference(clock) if reference is not None else 0
+            if barrier is not None:
+                barrier(i)
+            if workload is not None:
+                ref = workload(clock)
                 if keep:
                     samples.references.append(ref)
             if measured and ((i - warmup) % PLAIN_EVERY == 0 if keep else i == warmup - 1):
@@ -152,6 +158,8 @@ def profile_module(
             if keep:
                 samples.keep(whole, times, off_cpu=off_cpu_share(whole, wall) if watch else 0.0)
             i += 1
+        if barrier is not None:
+            barrier(-1)
         samples.choose(passes)
     medians = [median_int(s) for s in samples.nodes]
     busy = sum(medians) or 1

@@ -69,19 +69,87 @@ class Relaunch:
     rootdir: Path
     inifile: Path | None
     extra_args: tuple[str, ...] = ()
+    python: str = sys.executable
+    """The interpreter: this one, or (the old side against a revision) the one ``--fxprof-against-python``
+    names."""
+    path: tuple[str, ...] = ()
+    """Directories put first on the child's ``PYTHONPATH`` (the import roots of the code it must run)."""
 
     def command(self, test_id: str, request: Path) -> list[str]:
         path, sep, rest = test_id.partition("::")
         target = str(self.rootdir / path) + sep + rest
-        cmd = [sys.executable, "-m", "pytest", target, "-q", "-p", "no:cacheprovider", "-o", "addopts="]
+        cmd = [self.python, "-m", "pytest", target, "-q", "-p", "no:cacheprovider", "-o", "addopts="]
         cmd += ["--rootdir", str(self.rootdir)]
         if self.inifile is not None:
             cmd += ["-c", str(self.inifile)]
         return [*cmd, *self.extra_args, "--fxprof-sample", str(request)]
 
 
-def _tail(text: str) -> str:
+def tail(text: str) -> str:
+    """The end of a child's output, as much as an error message shows."""
     return text if len(text) <= OUTPUT_TAIL else "..." + text[-OUTPUT_TAIL:]
+
+
+@dataclass(frozen=True)
+class Child:
+    """How one fresh process ended: its exit status, what it wrote (None if nothing readable), its output."""
+
+    command: tuple[str, ...]
+    returncode: int
+    data: dict[str, Any] | None
+    output: str
+    problem: str = ""
+    """Why ``data`` is None though the process exited 0 (an unreadable result)."""
+
+
+def child_env(relaunch: Relaunch) -> dict[str, str]:
+    """The environment of a child: this one without what would make it a worker of this run or add options,
+    and with ``relaunch.path`` first on ``PYTHONPATH``."""
+    env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
+    if relaunch.path:
+        env["PYTHONPATH"] = os.pathsep.join([*relaunch.path, *filter(None, [env.get("PYTHONPATH", "")])])
+    return env
+
+
+def start(
+    relaunch: Relaunch, test_id: str, request: dict[str, Any], directory: Path
+) -> tuple[subprocess.Popen[str], Path]:
+    """Start one fresh process that runs ``test_id`` with ``request`` (``out`` is added), writing into
+    ``directory``; ``finish`` waits for it."""
+    out = directory / "out.json"
+    path = directory / "request.json"
+    path.write_text(json.dumps({**request, "out": str(out)}), encoding="utf-8")
+    cmd = relaunch.command(test_id, path)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=relaunch.invocation_dir,
+        env=child_env(relaunch),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    return proc, out
+
+
+def finish(proc: subprocess.Popen[str], out: Path) -> Child:
+    """Wait for a process ``start`` began; a KeyboardInterrupt kills it first, so that none is left behind."""
+    try:
+        output = getattr(proc, "drained", None)
+        if output is None:
+            output, _ = proc.communicate()
+        else:
+            proc.wait()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    data, problem = None, ""
+    if out.is_file():
+        try:
+            data = loads(out.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            problem = f"wrote an unreadable result ({exc})"
+    return Child(tuple(str(a) for a in proc.args), proc.returncode, data, output or "", problem)  # type: ignore[union-attr]
 
 
 def sample(
@@ -97,7 +165,7 @@ def sample(
     (a capture that depends on the process cannot be baselined).
     """
     runs: dict[str, list[Run]] = {key: [] for key in expected}
-    env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
+    env = child_env(relaunch)
     for i in range(1, count + 1):
         with tempfile.TemporaryDirectory(prefix="fxprof-") as tmp:
             request, out = Path(tmp) / "request.json", Path(tmp) / "runs.json"
@@ -111,7 +179,7 @@ def sample(
             if proc.returncode != 0 or not out.is_file():
                 raise SamplingError(
                     f"{where} failed (exit {proc.returncode}); command: {' '.join(cmd)}\n"
-                    f"{_tail(proc.stdout + proc.stderr)}"
+                    f"{tail(proc.stdout + proc.stderr)}"
                 )
             try:
                 data = loads(out.read_text(encoding="utf-8"))
@@ -132,5 +200,5 @@ def sample(
     return runs
 
 
-def write_samples(path: Path, samples: Mapping[str, SampleJSON]) -> None:
+def write_samples(path: Path, samples: Mapping[str, Any]) -> None:
     path.write_text(json.dumps(dict(samples), sort_keys=True), encoding="utf-8")

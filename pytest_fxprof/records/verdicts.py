@@ -65,16 +65,24 @@ class Judgement:
     """The between-process deviation (log scale) the band was derived from; None if not estimated."""
     floor: float = 0.0
     """The absolute floor as a share of the item's baseline time."""
+    estimate: float | None = None
+    """Against a revision: the geometric mean of ``ratios``, which are then one per pair of processes (old and
+    new side), not one per measurement. None against a baseline."""
 
     @property
     def ratio(self) -> float:
-        return conservative(self.ratios)
+        return self.estimate if self.estimate is not None else conservative(self.ratios)
+
+    @property
+    def paired(self) -> bool:
+        """Whether the ratios are per pair of old and new processes (against a revision)."""
+        return self.estimate is not None
 
     @property
     def confirmed(self) -> bool | None:
         """Whether every measurement agreed with the first one's flag; None when measured once, when the
         first measurement flagged nothing, or when the band was too noisy to decide anything."""
-        if len(self.ratios) < 2 or not self.ratios[0] > 1.0 + self.band or self.verdict is Verdict.NOISY:
+        if self.paired or len(self.ratios) < 2 or not self.ratios[0] > 1.0 + self.band or self.verdict is Verdict.NOISY:
             return None
         return self.verdict is Verdict.SLOWER
 
@@ -172,6 +180,15 @@ class Comparison:
     measurements: int = 1
     graphs: tuple[int, int] = (1, 1)
     """How many graphs the capture made: in the baseline, in this run (a new graph break adds one)."""
+    against: str = ""
+    """Against a revision: the old side, as ``REF (short sha)``; empty against a baseline."""
+    pairs: int = 0
+    """Against a revision: how many pairs of old and new processes were measured."""
+
+    @property
+    def reference(self) -> str:
+        """What the profile was compared with, for the lines that say so: ``its baseline`` or the revision."""
+        return self.against or "its baseline"
 
     @property
     def slower(self) -> tuple[NodeVerdict, ...]:

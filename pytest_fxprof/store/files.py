@@ -107,12 +107,13 @@ def stale_temporaries(directory: Path) -> list[Path]:
     out = []
     for path in sorted(directory.glob(".*.tmp")):
         match = TEMPORARY.match(path.name)
-        if match is not None and not _running(int(match["pid"])):
+        if match is not None and not running(int(match["pid"])):
             out.append(path)
     return out
 
 
-def _running(pid: int) -> bool:
+def running(pid: int) -> bool:
+    """Whether the process ``pid`` still runs (this one does; one this user cannot signal is taken to)."""
     if pid == os.getpid():
         return True
     try:

@@ -81,6 +81,8 @@ def _profile_benchmarks(profile: Mapping[str, Any]) -> list[_Benchmark]:
         **{name: protocol.get(name) for name in PROFILE_INFO},
         **{name: environment.get(name) for name in ENVIRONMENT_INFO},
     }
+    if profile.get("against"):  # against a revision: the samples are the new side's processes, one per pair
+        info.update(against=profile["against"], pairs=profile.get("pairs"), pair_ratios=total.get("ratios"))
     short = test_id.rsplit("::", 1)[-1]  # the test's own name, as pytest-benchmark names a benchmark
     out = [_Benchmark(f"{short}[{key}]", label, test_id, info, samples_ns=_samples(total.get("samples_ns"), label))]
     seen: set[str] = set()

@@ -27,7 +27,7 @@ from typing import Any
 from pytest_fxprof.records.units import fmt_ns, fmt_rate
 from pytest_fxprof.store.files import write_atomic
 from pytest_fxprof.views.render import graphs_text
-from pytest_fxprof.views.report import verdict_tone
+from pytest_fxprof.views.report import against_of, verdict_tone
 
 TITLE = "pytest-fxprof report"
 CHART_ROWS = 40
@@ -168,7 +168,10 @@ def _counts(profiles: Sequence[Mapping[str, Any]]) -> str:
 
 def _header(mode: str, profiles: Sequence[Mapping[str, Any]], title: str) -> str:
     when = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %z")
-    what = {"check": "Check against baselines", "update": "Baselines recorded"}.get(mode, f"Mode {mode}")
+    against = f"Check against {against_of(profiles) or 'a revision'}, in pairs of old and new processes"
+    what = {"check": "Check against baselines", "update": "Baselines recorded", "against": against}.get(
+        mode, f"Mode {mode}"
+    )
     parts = [
         f"<h1>{_e(title)}</h1>",
         f'<p class="run">{_e(what)} &middot; {_count(len(profiles), "profile")} &middot; generated {_e(when)}</p>',
@@ -209,8 +212,16 @@ def _meta(p: Mapping[str, Any], first_env: Mapping[str, Any]) -> str:
         ),
         ("profiled in", f"{p['seconds']:.1f} s" if isinstance(p.get("seconds"), int | float) else ""),
         # a profile from another environment was not compared: it has no speed factor or measurements to show
-        ("speed factor", "" if p.get("mismatches") else _ratio(p.get("speed_factor"))),
-        ("measurements", str(p["measurements"]) if p.get("measurements") and not p.get("mismatches") else ""),
+        ("against", str(p.get("against") or "")),
+        ("pairs", str(p["pairs"]) if p.get("pairs") else ""),
+        # a profile from another environment was not compared: it has no speed factor or measurements to show
+        ("speed factor", "" if p.get("mismatches") or p.get("against") else _ratio(p.get("speed_factor"))),
+        (
+            "measurements",
+            str(p["measurements"])
+            if p.get("measurements") and not p.get("mismatches") and not p.get("against")
+            else "",
+        ),
         ("profiler overhead", _ratio(p.get("overhead"))),
     ]
     env = p["environment"]
@@ -308,8 +319,8 @@ def _total(p: Mapping[str, Any]) -> str:
         ("baseline", fmt_ns(t["baseline_ns"]) if "baseline_ns" in t else ""),
         ("ratio", _ratio(t.get("ratio"))),
         ("band", band),
-        ("measurements", measured),
-        ("machine factor", _ratio(t.get("machine_factor"))),
+        ("per pair" if p.get("against") else "measurements", measured),
+        ("machine factor", "" if p.get("against") else _ratio(t.get("machine_factor"))),
         ("plain forward", fmt_ns(t["plain_ns"]) if t.get("plain_ns") else ""),
     ]
     verdict = _verdict_badge(t) if t.get("verdict") else ""

@@ -20,11 +20,11 @@ from typing import Any
 from pytest_fxprof.records.units import fmt_ns
 from pytest_fxprof.store.files import write_atomic
 from pytest_fxprof.views.render import graphs_text
-from pytest_fxprof.views.report import item_tone, worst_nodes
+from pytest_fxprof.views.report import against_of, item_tone, worst_nodes
 
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 TITLE = "pytest-fxprof"
-MODES = ("check", "update")
+MODES = ("check", "update", "against")
 PROFILES_SHOWN = 50
 """Rows of the profile table; the profiles that need attention come first."""
 BLOCKS_SHOWN = 10
@@ -93,6 +93,9 @@ def _heading(mode: str, profiles: Sequence[Mapping[str, Any]]) -> str:
         "no profiled test"
     ]
     title = f"{TITLE} (baselines updated)" if mode == "update" else TITLE
+    against = against_of(profiles)
+    if mode == "against" and against:
+        title = f"{TITLE} against {against}"
     return f"## {title}: {', '.join(parts)}"
 
 
@@ -108,6 +111,9 @@ def _total_cell(profile: Mapping[str, Any]) -> str:
     text = fmt_ns(total["current_ns"])
     if "ratio" in total:
         text += f", {_ratio(total['ratio'])} ({_text(total.get('verdict', ''))})"
+    if "pairs" in profile:  # against a revision: the total's ratio in each pair of old and new processes
+        per_pair = " ".join(_ratio(r) for r in total.get("ratios", []))
+        text += f", {profile['pairs']} pairs ({per_pair})" if per_pair else f", {profile['pairs']} pairs"
     return text
 
 
@@ -128,7 +134,7 @@ def _worst_cell(profile: Mapping[str, Any]) -> str:
 def _table(mode: str, profiles: Sequence[Mapping[str, Any]]) -> list[str]:
     ordered = sorted(profiles, key=lambda p: p["status"] not in ATTENTION)  # stable: the rest keep their order
     shown = ordered[:PROFILES_SHOWN]
-    node = "Worst node" if mode == "check" else "Slowest node"
+    node = "Worst node" if mode in ("check", "against") else "Slowest node"
     lines = [f"| Test | Status | Total | {node} |", "| --- | --- | --- | --- |"]
     lines += [
         f"| {_code(_label(p), cell=True)} | {_status_cell(p['status'])} | {_total_cell(p)} | {_worst_cell(p)} |"

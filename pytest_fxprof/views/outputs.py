@@ -72,6 +72,11 @@ def user_properties(records: Iterable[ProfileRecord]) -> list[tuple[str, Propert
         out.append((f"{prefix}.time_ns", int(profile["total"]["current_ns"])))
         if "ratio" in profile["total"]:
             out.append((f"{prefix}.total_ratio", float(profile["total"]["ratio"])))
+        if profile.get("against"):  # against a revision: which, in how many pairs, the total's ratio in each
+            out.append((f"{prefix}.against", str(profile["against"])))
+            out.append((f"{prefix}.pairs", int(profile["pairs"])))
+            ratios = profile["total"].get("ratios", [])
+            out.append((f"{prefix}.pair_ratios", " ".join(f"{r:.4f}" for r in ratios)))
         compared = worst_nodes(profile["nodes"], 1)
         if compared:
             (worst,) = compared

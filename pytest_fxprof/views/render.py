@@ -113,7 +113,9 @@ def _totals_line(result: Profile) -> str:
     return "; ".join(parts)
 
 
-def _measured(ratios: Sequence[float]) -> str:
+def _measured(ratios: Sequence[float], *, paired: bool = False) -> str:
+    if paired:
+        return " (per pair " + ", ".join(f"x{r:.2f}" for r in ratios) + ")"
     return "" if len(ratios) < 2 else " (measurements " + ", ".join(f"x{r:.2f}" for r in ratios) + ")"
 
 
@@ -132,6 +134,13 @@ def _at(n: NodeInfo) -> str:
 
 def node_line(v: NodeVerdict) -> str:
     n = v.node
+    if v.judgement.paired:  # against a revision: no speed factor, the ratios are per pair
+        return (
+            f"{n.name} ({n.op} {n.target} in {n.where}{_at(n)}): {fmt_ns(v.baseline_ns)} -> {fmt_ns(v.current_ns)}"
+            f" = x{v.ratio:.2f}, band +{v.band:.0%} ({v.band_source.value}), "
+            f"{'+' if v.delta_ns >= 0 else '-'}{fmt_ns(abs(v.delta_ns))}{_measured(v.judgement.ratios, paired=True)}"
+            f"{_shapes(v)}"
+        )
     return (
         f"{n.name} ({n.op} {n.target} in {n.where}{_at(n)}): {fmt_ns(v.baseline_ns)} -> {fmt_ns(v.current_ns)}"
         f" = x{v.ratio:.2f} after speed factor {_factor(v.speed_factor, v.divisor)}, "
@@ -141,12 +150,19 @@ def node_line(v: NodeVerdict) -> str:
 
 
 def _shapes(v: NodeVerdict) -> str:
-    return f"; output changed since the baseline: {v.shapes[0]} -> {v.shapes[1]}" if v.shapes else ""
+    since = "" if v.judgement.paired else " since the baseline"
+    return f"; output changed{since}: {v.shapes[0]} -> {v.shapes[1]}" if v.shapes else ""
 
 
 def aggregate_line(a: AggregateVerdict) -> str:
     j = a.judgement
     what = f"every {a.name} node" if a.kind is Kind.OP else f"module {a.name}"
+    if j.paired:
+        return (
+            f"{what} ({len(a.members)} nodes): {fmt_ns(a.baseline_ns)} -> {fmt_ns(a.current_ns)} = x{a.ratio:.2f}, "
+            f"band +{j.band:.0%} ({j.band_source.value}), {'+' if a.delta_ns >= 0 else '-'}"
+            f"{fmt_ns(abs(a.delta_ns))}{_measured(j.ratios, paired=True)}"
+        )
     return (
         f"{what} ({len(a.members)} nodes): {fmt_ns(a.baseline_ns)} -> {fmt_ns(a.current_ns)} = x{a.ratio:.2f} "
         f"after speed factor {_factor(a.speed_factor, a.divisor)} from nodes outside it, band +{j.band:.0%} "
@@ -155,6 +171,11 @@ def aggregate_line(a: AggregateVerdict) -> str:
 
 
 def total_line(t: TotalVerdict) -> str:
+    if t.judgement.paired:
+        return (
+            f"total: {fmt_ns(t.baseline_ns)} -> {fmt_ns(t.current_ns)}, x{t.ratio:.2f}, band +{t.band:.0%} "
+            f"({t.band_source.value}): {t.verdict.value}{_measured(t.judgement.ratios, paired=True)}"
+        )
     return (
         f"total: {fmt_ns(t.baseline_ns)} -> {fmt_ns(t.current_ns)}, x{t.ratio:.2f} against the reference workload "
         f"(machine x{t.machine_factor:.2f}), band +{t.band:.0%} ({t.band_source.value}): {t.verdict.value}"
@@ -170,7 +191,8 @@ def _names(nodes: Sequence[NodeInfo], limit: int = 8) -> str:
 def structural_lines(c: Comparison) -> list[str]:
     lines = []
     if c.graph_changed:
-        lines.append(f"graph changed since the baseline: {len(c.added)} node(s) added, {len(c.removed)} removed")
+        since = f"at {c.against}" if c.against else "since the baseline"
+        lines.append(f"graph changed {since}: {len(c.added)} node(s) added, {len(c.removed)} removed")
         if c.graphs_changed:
             lines.append(f"  {graphs_text(*c.graphs)}")
         if c.added:
@@ -209,12 +231,16 @@ def regression_message(label: str, c: Comparison) -> str:
     confirmed = ""
     if c.measurements > 1:
         confirmed = f"; every one of {c.measurements} measurements agrees (a second one confirmed the first)"
-    lines = [f"fxprof: {label} got slower than its baseline ({c.baseline_processes} process(es)){confirmed}"]
+    if c.against:
+        lines = [f"fxprof: {label} got slower than {c.against} ({c.pairs} pairs of old and new processes)"]
+    else:
+        lines = [f"fxprof: {label} got slower than its baseline ({c.baseline_processes} process(es)){confirmed}"]
     lines.extend(f"  slower node: {node_line(v)}" for v in c.slower)
     lines.extend(_capped([f"  slower: {aggregate_line(a)}{_led_by(c, a)}" for a in c.slower_aggregates]))
     if c.total is not None:
         lines.append(f"  {total_line(c.total)}")
-    lines.append(f"  speed factor of the whole run: x{c.speed_factor:.2f} (each node's own comes from its peers)")
+    if not c.against:
+        lines.append(f"  speed factor of the whole run: x{c.speed_factor:.2f} (each node's own comes from its peers)")
     lines.extend("  " + s for s in structural_lines(c))
     return "\n".join(lines)
 
@@ -225,7 +251,8 @@ def notice_lines(c: Comparison) -> list[str]:
     if len(c.slower_small) > WORST_SHOWN:
         out.append(f"... {len(c.slower_small) - WORST_SHOWN} more small nodes slower")
     out += [f"not confirmed by the second measurement, so not failed: {t}" for t in c.unconfirmed]
-    out += [f"too noisy to decide (record the baseline with more processes): {t}" for t in c.noisy]
+    fix = "more pairs or a quieter machine" if c.against else "record the baseline with more processes"
+    out += [f"too noisy to decide ({fix}): {t}" for t in c.noisy]
     return out
 
 
@@ -260,4 +287,5 @@ def summary_line(label: str, c: Comparison | None) -> str:
     worst_text = ", ".join(f"{v.node.name} x{round(v.ratio, 4):.2f}" for v in worst) or "no node in common"
     graphs = f", graphs {c.graphs[0]} -> {c.graphs[1]}" if c.graphs_changed else ""
     changed = f"; graph changed (+{len(c.added)}/-{len(c.removed)}{graphs})" if c.graph_changed else ""
-    return f"{label}: {c.status.value}, {total}; worst: {worst_text}{changed}"
+    against = f"; against {c.against}, {c.pairs} pairs" if c.against else ""
+    return f"{label}: {c.status.value}, {total}; worst: {worst_text}{changed}{against}"

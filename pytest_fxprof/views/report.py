@@ -145,6 +145,9 @@ def profile_report(
         out["removed"] = [_node_ref(n) for n in comparison.removed]
         out["graphs"] = {"baseline": comparison.graphs[0], "current": comparison.graphs[1]}
         out["measurements"] = comparison.measurements
+        if comparison.against:  # the ratios of each verdict are then one per pair of old and new processes
+            out["against"] = comparison.against
+            out["pairs"] = comparison.pairs
         out["aggregates"] = [
             {
                 "kind": a.kind.value,
@@ -250,3 +253,8 @@ def write_report(path: Path, mode: str, records: Sequence[ProfileRecord], unused
         "unused_baselines": sorted(unused),
     }
     write_atomic(path, dumps(data))
+
+
+def against_of(profiles: Sequence[Mapping[str, Any]]) -> str:
+    """The revision a run compared with (``origin/main (1a2b3c4)``), from its profiles; empty against baselines."""
+    return next((str(p["against"]) for p in profiles if p.get("against")), "")

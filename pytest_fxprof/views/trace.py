@@ -204,6 +204,7 @@ def trace_events(profile: Mapping[str, Any]) -> dict[str, Any]:
         "passes": passes,
         "warmup": protocol.get("warmup"),
         "timing": TIMING_NOTE,
+        **({"against": profile["against"], "pairs": profile.get("pairs")} if profile.get("against") else {}),
         **{name: environment[name] for name in OTHER_DATA if name in environment},
     }
     return {"traceEvents": events, "displayTimeUnit": "ns", "otherData": other}

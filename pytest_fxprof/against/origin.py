@@ -1,0 +1,55 @@
+"""Whether the old side ran the old code: where each module the process imported was loaded from.
+
+Owns ``foreign_modules``, run inside the old side's process once its test has run: a module whose file lies in
+the working tree (and not in the revision's exported tree) means the old side measured the new code (a
+``sys.path`` entry or an editable install that points at the checkout), and the comparison would say nothing.
+Files of the interpreter's own prefix and its site-packages are never the project's, even in a virtual
+environment kept inside the checkout (``.venv``); nor is pytest-fxprof, which both sides run as installed.
+
+Must not import torch or pytest.
+"""
+
+from __future__ import annotations
+
+import site
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import ModuleType
+
+SELF = "pytest_fxprof"
+
+
+def _installed() -> list[Path]:
+    """Where the interpreter's own and installed packages live."""
+    places = {sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages()}
+    user = site.getusersitepackages() if site.ENABLE_USER_SITE else None
+    if user:
+        places.add(user)
+    return [Path(p).resolve() for p in places if p]
+
+
+def _inside(path: Path, roots: Iterable[Path]) -> bool:
+    return any(path == r or r in path.parents for r in roots)
+
+
+def foreign_modules(
+    new_root: Path, old_root: Path, modules: Mapping[str, ModuleType] | None = None, extra: Iterable[Path] = ()
+) -> list[str]:
+    """``name (file)`` of each loaded module the old side took from the working tree ``new_root`` (or from one
+    of the ``extra`` import roots there) instead of the revision's tree ``old_root``."""
+    new_root, old_root = new_root.resolve(), old_root.resolve()
+    watched = [new_root, *(p.resolve() for p in extra)]
+    installed = [p for p in _installed() if not _inside(old_root, [p])]
+    out = []
+    for name, module in sorted((modules if modules is not None else dict(sys.modules)).items()):
+        if name == SELF or name.startswith(SELF + "."):
+            continue
+        file = getattr(module, "__file__", None)
+        if not file:
+            continue
+        path = Path(file).resolve()
+        if _inside(path, [old_root]) or not _inside(path, watched) or _inside(path, installed):
+            continue
+        out.append(f"{name} ({path})")
+    return out

@@ -1,0 +1,279 @@
+"""The A/B decision: old and new code measured in pairs of fresh processes, judged by their ratios per pair.
+
+Owns ``compare_pairs`` and its rule. Each pair is one process of the old side and one of the new, run back to
+back on the same machine (``against.rounds``); drift between pairs (a neighbour that came, a core that slowed)
+hits both sides of a pair alike and cancels in its ratio, so the evidence is the ratios *within* pairs, never
+the old side's times against the new side's pooled. Pure, so that every rule can be tested with hand-built
+numbers. Must not import torch, pytest or pandas.
+
+The rule, for each node present on both sides, each operator type and module subtree (as ``decision.groups``
+makes them) and the total:
+
+1. Per pair ``i``: ``x_i = log(new_i / old_i)``, each side's time being that process's median over its passes
+   (an aggregate sums its members' medians; the total is the instrumented pass).
+2. The estimate is the geometric mean ratio ``exp(mean(x))``; its one-sided interval at ``CONFIDENCE`` is
+   ``mean(x) -/+ t * sd(x) / sqrt(n)``, Student's t with ``n - 1`` degrees of freedom, so that the spread
+   between pairs, not the passes inside a process, sets the width. Not a median and its absolute deviation:
+   with few pairs those are too sure of themselves (simulated here, 1.7-2.6 % of unchanged noisy items
+   called slower at a nominal 1 %). A pair that a burst of other work hit widens the interval instead: the
+   item is too noisy until more pairs decide it.
+3. *Slower* when the interval lies above 1 (the change is real) and the estimate beyond ``1 + band`` (it is
+   large enough to matter). The band is the node (or total) tolerance, or the absolute floor as a share of
+   the item's time where that is larger. Faster mirrors it, and must also gain more than the floor.
+4. *Too noisy to decide* when neither holds and the estimate lies beyond the band: the item looks slower, but
+   its interval still reaches 1. More pairs are measured while an item that gates is undecided; one still
+   undecided at the end is a warning, never a pass or a failure. The total, which speaks for the whole check,
+   is also too noisy when its interval's half-width exceeds ``RESOLVE`` bands: then the pairs could not tell
+   the model slowed by twice its band from unchanged, whatever its estimate. A node or aggregate whose
+   estimate lies within its band is within it however wide its interval (shown in its reason): a few
+   memory-bound items of most models spread this much between processes, and spending the pairs that would
+   narrow them on every check of unchanged code would double its time (BENCHMARKS.md).
+5. As in the stored-baseline gate, only a node of ``GATING_NS`` or ``GATING_SHARE`` of the summed node time
+   fails a test alone; a smaller one warns, and its aggregates gate it.
+
+No speed factor and no reference workload: both sides of a pair meet the same machine, which is what those
+corrected for (BENCHMARKS.md measures what they would add here).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+
+from pytest_fxprof.judge.decision import GATING_NS, GATING_SHARE, align, groups
+from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, Run
+from pytest_fxprof.records.verdicts import (
+    AggregateVerdict,
+    BandSource,
+    Comparison,
+    Judgement,
+    NodeVerdict,
+    Status,
+    TotalVerdict,
+    Verdict,
+)
+
+PAIRED_NODE_TOLERANCE = 0.05
+"""Default band of a node or aggregate against a revision (+5 %): the smallest slowdown that fails."""
+
+PAIRED_TOTAL_TOLERANCE = 0.03
+"""Default band of the model's total against a revision (+3 %)."""
+
+CONFIDENCE = 0.999
+"""One-sided confidence that a change is real before it counts: about one unchanged item in a thousand (a
+check holds some tens of items that can fail it), and the band cuts those further (an unchanged item must
+also look a band's size slower)."""
+
+MIN_PAIRS = 2
+"""Fewer pairs than this carry no spread: every item is too noisy to decide."""
+
+RESOLVE = 2.0
+"""The slowdown of the whole model, in bands, that the pairs must be able to tell from none (+6 % at the
+total's +3 %): a total whose interval is wider than that on either side is too noisy to decide. A total
+decided this way sees a slowdown of twice its band beyond the band in all but a few checks in a thousand (its
+estimate's spread is at most ``RESOLVE / t`` bands), and more pairs then confirm it."""
+
+
+@dataclass(frozen=True)
+class PairedPolicy:
+    """The knobs of the paired rule. Tolerances are relative (0.05 means +5 %)."""
+
+    node_tolerance: float = PAIRED_NODE_TOLERANCE
+    total_tolerance: float = PAIRED_TOTAL_TOLERANCE
+    floor_ns: float = 20_000.0
+    floor_share: float = 0.001
+    confidence: float = CONFIDENCE
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Student's t quantile (Hill's expansion around the normal one; within 0.5 % from 3 degrees of freedom,
+    and conservative below that, where the exact values are used)."""
+    if df < 1:
+        return math.inf
+    z = NormalDist().inv_cdf(p)
+    if df <= 2:  # closed forms
+        if df == 1:
+            return math.tan(math.pi * (p - 0.5))
+        a = 4.0 * p * (1.0 - p)
+        return float(2.0 * (p - 0.5) * math.sqrt(2.0 / a))
+    v = float(df)
+    g1 = (z**3 + z) / 4
+    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
+    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
+    g4 = (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160
+    return z + g1 / v + g2 / v**2 + g3 / v**3 + g4 / v**4
+
+
+@dataclass(frozen=True)
+class Interval:
+    """The log ratios of one item, pair by pair, and what they say."""
+
+    logs: tuple[float, ...]
+    confidence: float
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.logs) if self.logs else 0.0
+
+    @property
+    def half_width(self) -> float:
+        if len(self.logs) < MIN_PAIRS:
+            return math.inf
+        n = len(self.logs)
+        return t_quantile(self.confidence, n - 1) * statistics.stdev(self.logs) / math.sqrt(n)
+
+    @property
+    def low(self) -> float:
+        return self.mean - self.half_width
+
+    @property
+    def high(self) -> float:
+        return self.mean + self.half_width
+
+
+def judge_pairs(
+    old: Sequence[float],
+    new: Sequence[float],
+    band: float,
+    source: BandSource,
+    *,
+    confidence: float = CONFIDENCE,
+    scale_ns: float = 0.0,
+    floor: float = 0.0,
+    resolve: bool = False,
+) -> Judgement:
+    """The verdict on one item from its old and new times, pair by pair (see the module's rule); ``resolve``
+    also holds the item too noisy when its pairs could not tell a slowdown of ``RESOLVE`` bands from none."""
+    ratios = tuple(max(b, 1.0) / max(a, 1.0) for a, b in zip(old, new, strict=True))
+    interval = Interval(tuple(math.log(r) for r in ratios), confidence)
+    estimate = math.exp(interval.mean)
+    limit = f"band +{band:.0%} ({source.value})"
+    level = f"{confidence:.1%}".rstrip("0").rstrip(".")
+    span = f"{len(ratios)} pairs, interval x{math.exp(interval.low):.2f}..x{math.exp(interval.high):.2f} at {level}"
+    lost = f", {scale_ns * (estimate - 1.0) / 1e3:+.1f} us" if scale_ns else ""
+    edge = math.log1p(band)
+    if interval.low > 0 and interval.mean > edge:
+        verdict, reason = Verdict.SLOWER, f"x{estimate:.2f} beyond {limit}{lost} ({span})"
+    elif interval.high < 0 and interval.mean < -edge and 1.0 - estimate > floor:
+        verdict, reason = Verdict.FASTER, f"x{estimate:.2f} below {limit}{lost} ({span})"
+    elif interval.mean > edge:
+        verdict, reason = (
+            Verdict.NOISY,
+            f"x{estimate:.2f} beyond {limit}{lost}, but the pairs disagree too much to confirm it ({span}); "
+            "more pairs (--fxprof-pairs) or a quieter machine decide it",
+        )
+    elif resolve and interval.half_width > math.log1p(RESOLVE * band):
+        verdict, reason = (
+            Verdict.NOISY,
+            f"x{estimate:.2f}, but the pairs disagree too much to tell a slowdown of +{RESOLVE * band:.0%} "
+            f"from none against {limit} ({span}); more pairs (--fxprof-pairs) or a quieter machine decide it",
+        )
+    else:
+        verdict, reason = Verdict.OK, f"x{estimate:.2f} within {limit} ({span})"
+    return Judgement(ratios, band, source, verdict, reason, None, floor, estimate=estimate)
+
+
+def band_of(tolerance: float, floor_share: float) -> tuple[float, BandSource]:
+    if floor_share > tolerance:
+        return floor_share, BandSource.FLOOR
+    return tolerance, BandSource.TOLERANCE
+
+
+def undecided(j: Judgement) -> bool:
+    """Whether more pairs could change the verdict that matters: the item is too noisy to decide."""
+    return j.verdict is Verdict.NOISY
+
+
+def _medians(runs: Sequence[Run], idx: Sequence[int]) -> list[float]:
+    """Each run's summed medians of the nodes ``idx``."""
+    return [float(sum(run.node_ns[i] for i in idx)) for run in runs]
+
+
+def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, *, against: str) -> Comparison:
+    """Decide whether ``new`` got slower than ``old``: their runs are paired by position (run ``i`` of each side
+    made one pair). ``against`` names the old side (``origin/main (1a2b3c4)``) in every line that says slower."""
+    if len(old.runs) != len(new.runs) or not old.runs:
+        raise ValueError(f"paired runs: {len(old.runs)} old and {len(new.runs)} new; each pair needs one of each")
+    mismatches = old.setup.differences(new.setup) if old.setup is not None and new.setup is not None else []
+    if mismatches:
+        mismatches = [m.replace("in the baseline", f"at {against}") for m in mismatches]
+        return Comparison(
+            Status.MISMATCH,
+            tuple(mismatches),
+            1.0,
+            len(old.runs),
+            (),
+            None,
+            (),
+            (),
+            against=against,
+            pairs=len(old.runs),
+        )
+    pairs, added, removed = align(old.nodes, new.nodes)
+    old_runs, new_runs = old.runs, new.runs
+    model_ns = statistics.median(float(r.instrumented_ns or r.total_ns) for r in old_runs)
+    floor_ns = max(policy.floor_ns, policy.floor_share * model_ns)
+    centres = [statistics.median(float(r.node_ns[i]) for r in old_runs) for i, _ in pairs]
+    busy = sum(centres) or 1.0
+
+    def item(old_idx: Sequence[int], new_idx: Sequence[int], tolerance: float) -> tuple[Judgement, float, float]:
+        before, after = _medians(old_runs, old_idx), _medians(new_runs, new_idx)
+        centre = max(statistics.median(before), 1.0)
+        band, source = band_of(tolerance, floor_ns / centre)
+        j = judge_pairs(
+            before, after, band, source, confidence=policy.confidence, scale_ns=centre, floor=floor_ns / centre
+        )
+        return j, centre, statistics.median(after)
+
+    verdicts = []
+    for k, (i, j_new) in enumerate(pairs):
+        judgement, centre, now = item([i], [j_new], policy.node_tolerance)
+        gates = centres[k] >= GATING_NS or centres[k] / busy >= GATING_SHARE
+        before_shape = old.shapes[i] if old.shapes else ""
+        after_shape = new.shapes[j_new] if new.shapes else ""
+        shapes = (before_shape, after_shape) if before_shape and after_shape and before_shape != after_shape else None
+        verdicts.append(NodeVerdict(new.nodes[j_new], centre, now, 1.0, floor_ns, gates, judgement, 1.0, shapes))
+    aggregates = []
+    matched: list[NodeInfo] = [old.nodes[i] for i, _ in pairs]
+    for kind, name, idx in groups(matched):
+        judgement, centre, now = item([pairs[k][0] for k in idx], [pairs[k][1] for k in idx], policy.node_tolerance)
+        members = tuple(matched[k] for k in idx)
+        aggregates.append(AggregateVerdict(kind, name, members, centre, now, 1.0, judgement, 1.0, tuple(idx)))
+    before_total = [float(r.instrumented_ns or r.total_ns) for r in old_runs]
+    after_total = [float(r.instrumented_ns or r.total_ns) for r in new_runs]
+    band, source = policy.total_tolerance, BandSource.TOLERANCE
+    total_judgement = judge_pairs(before_total, after_total, band, source, confidence=policy.confidence, resolve=True)
+    total = TotalVerdict(statistics.median(before_total), statistics.median(after_total), 1.0, total_judgement)
+    failed = (
+        total.verdict is Verdict.SLOWER
+        or any(v.verdict is Verdict.SLOWER and v.gates for v in verdicts)
+        or any(a.verdict is Verdict.SLOWER for a in aggregates)
+    )
+    return Comparison(
+        status=Status.REGRESSION if failed else Status.PASS,
+        mismatches=(),
+        speed_factor=1.0,
+        baseline_processes=len(old_runs),
+        nodes=tuple(verdicts),
+        total=total,
+        added=tuple(added),
+        removed=tuple(removed),
+        aggregates=tuple(aggregates),
+        measurements=1,
+        graphs=(old.capture.graphs, new.capture.graphs),
+        against=against,
+        pairs=len(old_runs),
+    )
+
+
+def needs_more(c: Comparison) -> bool:
+    """Whether another pair could still change how the test ends: an item that gates is undecided."""
+    if c.status is Status.MISMATCH:
+        return False
+    items = [v.judgement for v in c.nodes if v.gates] + [a.judgement for a in c.aggregates]
+    if c.total is not None:
+        items.append(c.total.judgement)
+    return any(undecided(j) for j in items)

@@ -1,0 +1,361 @@
+"""The mode against a revision through pytest's command line, on temporary git repositories.
+
+Every inner run (and each of its old and new processes) reads the fake clock of ``tests/test_plugin.py``: a
+model's time is what its code says, so that each verdict asserted here is fixed, whatever the machine does.
+Each pair's ratio is then exact, and two pairs decide.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from tests.test_plugin import CLOCK_CONFTEST, FAKE_CLOCK
+
+pytest.importorskip("torch")
+
+MODEL = """
+import torch
+from torch import nn
+
+from fakeclock import CLOCK
+
+SLOW_NS = {slow_ns}
+
+
+class Slow(nn.Module):
+    def forward(self, x):
+        CLOCK.advance(SLOW_NS)
+        return x
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.act = nn.ReLU()
+        self.slow = Slow()
+        self.fc2 = nn.Linear(16, 4){extra_init}
+
+    def forward(self, x):
+        x = self.slow(self.act(self.fc1(x)))
+        return self.fc2(x){extra_call}
+
+
+def profile(fxprof, **kw):
+    return fxprof(Net().eval(), torch.randn(4, 8), leaf_modules=[Slow], **kw)
+"""
+
+TEST = """
+from model import profile
+
+
+def test_net(fxprof):
+    profile(fxprof)
+"""
+
+FAST = "2_000_000"
+
+
+def model(slow_ns: str = FAST, *, extra: bool = False) -> str:
+    return MODEL.format(
+        slow_ns=slow_ns,
+        extra_init="\n        self.extra = nn.ReLU()" if extra else "",
+        extra_call=" + self.extra(x).sum() * 0" if extra else "",
+    )
+
+
+def git(root: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
+    env["GIT_COMMITTER_EMAIL"] = "t@t"
+    return subprocess.run(["git", *args], cwd=root, env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def commit(pytester: pytest.Pytester, files: dict[str, str], message: str) -> str:
+    for name, text in files.items():
+        (pytester.path / name).write_text(text)
+    git(pytester.path, "add", ".")
+    git(pytester.path, "commit", "-qm", message)
+    return git(pytester.path, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def base(pytester: pytest.Pytester) -> str:
+    """A repository whose first commit holds the model, its test and the fake clock; returns its sha."""
+    git(pytester.path, "init", "-q")
+    files = {"conftest.py": CLOCK_CONFTEST, "fakeclock.py": FAKE_CLOCK, "model.py": model(), "test_net.py": TEST}
+    return commit(pytester, files, "base")
+
+
+def against(pytester: pytest.Pytester, ref: str, *args: str, env: dict[str, str] | None = None) -> pytest.RunResult:
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--fxprof-against", ref, "--fxprof-pairs", "2"]
+    done = subprocess.run(
+        [*cmd, *args], cwd=pytester.path, capture_output=True, text=True, check=False, env={**os.environ, **(env or {})}
+    )
+    return pytest.RunResult(done.returncode, done.stdout.splitlines(), done.stderr.splitlines(), 0.0)
+
+
+def left_trees(tmp: Path) -> list[Path]:
+    return sorted(tmp.glob("fxprof-against-*[0-9]-*"))
+
+
+def test_a_slowdown_committed_on_top_of_the_base_fails_naming_the_node_and_the_revision(
+    pytester: pytest.Pytester, base: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    commit(pytester, {"model.py": model("3_000_000")}, "slower")
+    tmp = tmp_path_factory.mktemp("tmpdir")
+    views = ["--fxprof-html", "r.html", "--fxprof-markdown", "r.md", "--fxprof-trace", "traces"]
+    views += ["--fxprof-benchmark-json", "b.json", "--fxprof-report", "r.json", "--junitxml", "j.xml", "-v"]
+    result = against(pytester, "HEAD~1", *views, env={"TMPDIR": str(tmp)})
+    assert result.ret == 1, result.stdout.str()
+    out = result.stdout.str()
+    assert f"got slower than HEAD~1 ({base[:7]}) (2 pairs of old and new processes)" in out
+    assert "slower node: slow (call_module Slow in slow" in out
+    assert "per pair x1.50, x1.50" in out
+    report = json.loads((pytester.path / "r.json").read_text())
+    (profile,) = report["profiles"]
+    assert profile["status"] == "regression"
+    assert profile["against"] == f"HEAD~1 ({base[:7]})"
+    assert profile["pairs"] == 2
+    slow = next(n for n in profile["nodes"] if n["name"] == "slow")
+    assert slow["ratios"] == pytest.approx([1.5, 1.5], abs=1e-3)
+    assert slow["verdict"] == "slower"
+    assert len(slow["samples_ns"]) == 2  # one per new process
+    props = {p.get("name"): p.get("value") for p in ET.parse(pytester.path / "j.xml").iter("property")}
+    assert props["fxprof[call0].against"] == f"HEAD~1 ({base[:7]})"
+    assert props["fxprof[call0].pairs"] == "2"
+    assert len(str(props["fxprof[call0].pair_ratios"]).split()) == 2
+    assert left_trees(tmp) == []  # the exported tree is gone
+    markdown = (pytester.path / "r.md").read_text()
+    assert f"## pytest-fxprof against HEAD~1 ({base[:7]}): 1 regression" in markdown
+    assert "2 pairs" in markdown
+    assert (
+        f"Check against HEAD~1 ({base[:7]}), in pairs of old and new processes"
+        in (pytester.path / "r.html").read_text()
+    )
+    (trace,) = (pytester.path / "traces").iterdir()
+    assert json.loads(trace.read_text())["otherData"]["against"] == f"HEAD~1 ({base[:7]})"
+    bench = json.loads((pytester.path / "b.json").read_text())
+    whole = next(b for b in bench["benchmarks"] if b["name"] == "test_net[call0]")
+    assert whole["extra_info"]["against"] == f"HEAD~1 ({base[:7]})"
+    assert len(whole["extra_info"]["pair_ratios"]) == 2
+
+
+def test_a_change_that_does_not_matter_passes(pytester: pytest.Pytester, base: str) -> None:
+    commit(pytester, {"model.py": model() + "\n# a comment\n"}, "comment")
+    result = against(pytester, "HEAD~1", "--fxprof-schedule", "alternate")
+    assert result.ret == 0, result.stdout.str()
+    assert "test_net.py::test_net [call0]: pass, total x1.00" in result.stdout.str()
+    assert f"against HEAD~1 ({base[:7]}), 2 pairs" in result.stdout.str()
+
+
+def test_uncommitted_changes_belong_to_the_new_side(pytester: pytest.Pytester, base: str) -> None:
+    (pytester.path / "model.py").write_text(model("3_000_000"))  # not committed
+    before = git(pytester.path, "status", "--porcelain")
+    result = against(pytester, "HEAD")
+    assert result.ret == 1, result.stdout.str()
+    assert "slower node: slow" in result.stdout.str()
+    assert git(pytester.path, "status", "--porcelain") == before
+    assert git(pytester.path, "stash", "list") == ""
+
+
+def test_a_test_or_call_absent_at_the_revision_is_new_never_failed(pytester: pytest.Pytester, base: str) -> None:
+    test = TEST + "\n\ndef test_added(fxprof):\n    profile(fxprof)\n"
+    test = test.replace("    profile(fxprof)\n\n\n", "    profile(fxprof)\n    profile(fxprof, name='more')\n\n\n", 1)
+    commit(pytester, {"test_net.py": test}, "more tests")
+    result = against(pytester, "HEAD~1", "--fxprof-report", "r.json")
+    assert result.ret == 0, result.stdout.str()
+    out = result.stdout.str()
+    assert "test_net.py::test_added [call0]: new (the test does not exist at HEAD~1" in out
+    assert "test_net.py::test_net [more]: new (this fxprof call does not exist at HEAD~1" in out
+    assert "test_net.py::test_net [call0]: pass" in out
+    statuses = {
+        (p["test_id"], p["key"]): p["status"] for p in json.loads((pytester.path / "r.json").read_text())["profiles"]
+    }
+    assert statuses[("test_net.py::test_added", "call0")] == "new"
+
+
+def test_a_changed_graph_warns_and_judges_the_matched_nodes(pytester: pytest.Pytester, base: str) -> None:
+    commit(pytester, {"model.py": model("3_000_000", extra=True)}, "extra node, slower")
+    result = against(pytester, "HEAD~1")
+    assert result.ret == 1, result.stdout.str()
+    out = result.stdout.str()
+    assert "graph changed at HEAD~1" in out
+    assert "added: extra (ReLU in extra)" in out
+    assert "slower node: slow" in out
+
+
+def test_the_old_side_importing_the_working_tree_is_refused(pytester: pytest.Pytester, base: str) -> None:
+    # a test module that imports the model by the checkout's absolute path: its old side would run new code
+    pinned = f"import sys\nsys.path.insert(0, {str(pytester.path)!r})\n" + TEST
+    commit(pytester, {"test_net.py": pinned}, "pinned path")
+    commit(pytester, {"model.py": model() + "\n# a comment\n"}, "comment")
+    result = against(pytester, "HEAD~1")
+    assert result.ret == 1
+    out = result.stdout.str()
+    assert "the old side (HEAD~1" in out
+    assert "imported code from the working tree" in out
+    assert f"model ({pytester.path / 'model.py'})" in out
+    assert "fxprof_against_roots" in out
+
+
+def test_the_old_side_failing_shows_its_own_traceback(pytester: pytest.Pytester, base: str) -> None:
+    commit(
+        pytester,
+        {"model.py": model().replace("import torch\n", "import torch\nimport no_such_module_at_ref\n", 1)},
+        "broken",
+    )
+    commit(pytester, {"model.py": model()}, "fixed")
+    result = against(pytester, "HEAD~1")
+    assert result.ret == 1
+    out = result.stdout.str()
+    assert "the old side (HEAD~1" in out
+    assert "could not measure test_net.py::test_net" in out
+    assert "output of the old side" in out
+    assert "No module named 'no_such_module_at_ref'" in out
+
+
+@pytest.mark.parametrize(
+    ("setup", "ref", "expected"),
+    [
+        ("plain", "nope", "git knows no revision 'nope'"),
+        ("no-git", "HEAD", "is not in a git repository"),
+    ],
+)
+def test_a_bad_revision_is_a_usage_error_naming_the_fix(
+    pytester: pytest.Pytester, setup: str, ref: str, expected: str
+) -> None:
+    pytester.makepyfile(test_net=TEST)
+    if setup == "plain":
+        git(pytester.path, "init", "-q")
+        commit(pytester, {"x.txt": "x"}, "x")
+    result = against(pytester, ref)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert expected in result.stderr.str()
+    assert "Traceback" not in result.stderr.str() + result.stdout.str()
+
+
+def test_against_and_update_exclude_each_other(pytester: pytest.Pytester, base: str) -> None:
+    result = against(pytester, "HEAD", "--fxprof-update")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--fxprof-against and --fxprof-update exclude each other" in result.stderr.str()
+
+
+def test_another_python_for_the_old_side(pytester: pytest.Pytester, base: str) -> None:
+    wrapper = pytester.path / "oldpy"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--fxprof-pairs", "2"]
+    done = subprocess.run(
+        [*cmd, "--fxprof-against-python", "./oldpy"], cwd=pytester.path, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout
+    assert "against Python " in done.stdout
+    assert "oldpy" in done.stdout
+    missing = subprocess.run(
+        [*cmd, "--fxprof-against-python", "./nopy"], cwd=pytester.path, capture_output=True, text=True, check=False
+    )
+    assert missing.returncode == pytest.ExitCode.USAGE_ERROR
+    assert "no such interpreter" in missing.stderr
+
+
+HANG = """
+import os
+import time
+
+from model import profile
+
+
+def test_net(fxprof):
+    profile(fxprof)
+    if fxprof.mode == "sample":  # an old or new side's process: say so, then hang until interrupted
+        open(os.path.join(os.environ["HANG_DIR"], str(os.getpid())), "w").close()
+        time.sleep(600)
+"""
+
+
+def test_ctrl_c_removes_the_exported_tree_and_leaves_no_process(
+    pytester: pytest.Pytester, base: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    commit(pytester, {"test_net.py": HANG}, "the sides hang")
+    tmp, hung = tmp_path_factory.mktemp("tmpdir"), tmp_path_factory.mktemp("hung")
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--fxprof-against", "HEAD", "--fxprof-pairs", "2"]
+    env = {**os.environ, "TMPDIR": str(tmp), "HANG_DIR": str(hung)}
+    proc = subprocess.Popen(
+        cmd,
+        cwd=pytester.path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not list(hung.iterdir()) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert list(hung.iterdir()), "no side's process started"
+        assert left_trees(tmp), "the run did not export the revision into TMPDIR"
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert left_trees(tmp) == [], out
+    assert "KeyboardInterrupt" in out, out
+    for child in hung.iterdir():
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(child.name), 0)
+
+
+STAMPED = """
+import os
+import time
+
+from model import profile
+
+
+def stamp(fxprof, name):
+    if fxprof.mode == "sample":  # an old or new side's process: when it measured
+        start = time.time()
+        profile(fxprof)
+        with open(os.path.join(os.environ["STAMP_DIR"], f"{name}-{os.getpid()}"), "w") as f:
+            f.write(f"{start} {time.time()}")
+    else:
+        profile(fxprof)
+
+
+def test_one(fxprof):
+    stamp(fxprof, "one")
+
+
+def test_two(fxprof):
+    stamp(fxprof, "two")
+"""
+
+
+def test_under_xdist_one_test_measures_at_a_time(
+    pytester: pytest.Pytester, base: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    commit(pytester, {"test_net.py": STAMPED}, "two tests")
+    stamps = tmp_path_factory.mktemp("stamps")
+    result = against(pytester, "HEAD", "-n", "2", env={"STAMP_DIR": str(stamps)})
+    assert result.ret == 0, result.stdout.str()
+    assert "test_net.py::test_one [call0]: pass" in result.stdout.str()
+    assert "test_net.py::test_two [call0]: pass" in result.stdout.str()
+    spans: dict[str, list[tuple[float, float]]] = {"one": [], "two": []}
+    for f in stamps.iterdir():
+        start, end = map(float, f.read_text().split())
+        spans[f.name.split("-")[0]].append((start, end))
+    assert len(spans["one"]) == len(spans["two"]) == 4  # 2 pairs of 2 processes each
+    one = (min(s for s, _ in spans["one"]), max(e for _, e in spans["one"]))
+    two = (min(s for s, _ in spans["two"]), max(e for _, e in spans["two"]))
+    assert one[1] <= two[0] or two[1] <= one[0], (one, two)  # the two tests' measurements never overlapped

@@ -1,0 +1,348 @@
+"""Unit tests of the parts of the mode against a revision: the exported tree, the schedule of pairs, the old
+side's import check and the lock-step barrier (no torch, no pytest inner runs)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_fxprof.against import revision as rev
+from pytest_fxprof.against import rounds
+from pytest_fxprof.against.origin import foreign_modules
+from pytest_fxprof.against.revision import Revision, RevisionError, materialise, remove, remove_stale, resolve
+from pytest_fxprof.measure.lockstep import DONE, lockstep_barrier, pair_cores
+from pytest_fxprof.measure.sampling import Child, Relaunch
+
+
+def git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
+    env["GIT_COMMITTER_EMAIL"] = "t@t"
+    done = subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A repository of two commits: ``a.py`` says 1, then 2."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q")
+    (root / "a.py").write_text("VALUE = 1\n")
+    (root / "pkg").mkdir()
+    (root / "pkg" / "b.txt").write_text("b\n")
+    git(root, "add", ".")
+    git(root, "commit", "-qm", "one")
+    (root / "a.py").write_text("VALUE = 2\n")
+    git(root, "commit", "-qam", "two")
+    return root
+
+
+# The exported tree ------------------------------------------------------------------------------------
+
+
+def test_the_revision_is_exported_beside_the_checkout_and_removed(repo: Path) -> None:
+    (repo / "a.py").write_text("VALUE = 3\n")  # uncommitted: the new side's, not the old one's
+    (repo / "c.py").write_text("untracked\n")
+    stash_before = git(repo, "stash", "list")
+    status_before = git(repo, "status", "--porcelain")
+    r = materialise("HEAD~1", repo)
+    try:
+        assert (r.tree / "a.py").read_text() == "VALUE = 1\n"
+        assert (r.tree / "pkg" / "b.txt").read_text() == "b\n"
+        assert not (r.tree / "c.py").exists()
+        assert r.sha == git(repo, "rev-parse", "HEAD~1")
+        assert r.label == f"HEAD~1 ({r.sha[:7]})"
+        assert r.old_path(repo / "pkg") == r.tree / "pkg"
+        assert not r.tree.is_relative_to(repo)
+    finally:
+        remove(r)
+    assert not r.tree.exists()
+    assert (repo / "a.py").read_text() == "VALUE = 3\n"
+    assert git(repo, "status", "--porcelain") == status_before
+    assert git(repo, "stash", "list") == stash_before
+    assert git(repo, "worktree", "list").count("\n") == 0  # no worktree registered
+
+
+def test_a_sha_is_labelled_once(repo: Path) -> None:
+    sha = git(repo, "rev-parse", "HEAD")
+    r = Revision(sha[:10], sha, repo, repo)
+    assert r.label == sha[:7]
+
+
+def test_not_a_repository_names_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(RevisionError, match=r"is not in a git repository.*run it in a clone"):
+        resolve("main", tmp_path)
+
+
+def test_an_unknown_revision_names_the_fix(repo: Path) -> None:
+    with pytest.raises(RevisionError, match=r"git knows no revision 'nope'.*git fetch origin"):
+        resolve("nope", repo)
+
+
+def test_an_option_like_revision_is_refused(repo: Path) -> None:
+    with pytest.raises(RevisionError, match="not a revision"):
+        resolve("--output=/tmp/x", repo)
+
+
+def test_a_shallow_clone_says_fetch_depth_0(repo: Path, tmp_path: Path) -> None:
+    shallow = tmp_path / "shallow"
+    subprocess.run(
+        ["git", "clone", "-q", "--depth", "1", f"file://{repo}", str(shallow)], check=True, capture_output=True
+    )
+    with pytest.raises(RevisionError, match=r"shallow.*git fetch --unshallow.*fetch-depth: 0"):
+        resolve("HEAD~1", shallow)
+
+
+def test_git_missing_names_the_fix(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    with pytest.raises(RevisionError, match="git was not found on PATH"):
+        resolve("HEAD", repo)
+
+
+def test_trees_of_killed_runs_are_removed_and_live_ones_kept(tmp_path: Path) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f"{rev.PREFIX}{dead.pid}-abc"
+    live = tmp_path / f"{rev.PREFIX}{os.getpid()}-def"
+    other = tmp_path / "fxprof-against-notapid"
+    for p in (stale, live, other):
+        p.mkdir()
+        (p / "f").write_text("x")
+    assert remove_stale(tmp_path) == [stale]
+    assert not stale.exists()
+    assert live.exists()
+    assert other.exists()
+
+
+# The schedule ------------------------------------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fake_sides(monkeypatch: pytest.MonkeyPatch, clock: FakeClock, seconds: float = 10.0) -> list[str]:
+    """Sides whose processes each take ``seconds`` on ``clock``; returns the order in which they ran."""
+    ran: list[str] = []
+
+    def run_one(side: rounds.Side, test_id: str, request: dict[str, Any], number: int) -> Child:
+        clock.now += seconds
+        ran.append(side.name)
+        return Child((), 0, {"calls": {}}, "")
+
+    monkeypatch.setattr(rounds, "run_one", run_one)
+    return ran
+
+
+SIDE = rounds.Side("old", "HEAD", Relaunch(Path(), Path(), None))
+NEW = rounds.Side("new", "the working tree", Relaunch(Path(), Path(), None))
+
+
+def test_pairs_alternate_in_a_balanced_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    ran = fake_sides(monkeypatch, clock)
+    got = rounds.measure_pairs(
+        SIDE, NEW, "t", {}, pairs=4, max_pairs=12, budget_s=1000, undecided=lambda p: False, clock=clock
+    )
+    assert ran == ["old", "new", "new", "old", "old", "new", "new", "old"]
+    assert len(got.old) == len(got.new) == 4
+    assert got.seconds == 80
+    assert got.stopped == ""
+
+
+def test_pairs_are_added_while_undecided_up_to_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    fake_sides(monkeypatch, clock)
+    seen: list[int] = []
+
+    def undecided(p: rounds.Pairs) -> bool:
+        seen.append(len(p.old))
+        return True
+
+    got = rounds.measure_pairs(
+        SIDE, NEW, "t", {}, pairs=3, max_pairs=5, budget_s=1000, undecided=undecided, clock=clock
+    )
+    assert len(got.old) == 5
+    assert got.stopped == "the limit of 5 pairs"
+    assert seen[-1] == 5
+
+
+def test_the_budget_stops_added_pairs_never_the_first_two(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    fake_sides(monkeypatch, clock)
+    got = rounds.measure_pairs(
+        SIDE, NEW, "t", {}, pairs=6, max_pairs=18, budget_s=50, undecided=lambda p: True, clock=clock
+    )
+    assert len(got.old) == 2  # 40 s spent, another pair would end at 60 s
+    assert got.stopped == "the time budget of 50 s per test"
+    got = rounds.measure_pairs(
+        SIDE, NEW, "t", {}, pairs=6, max_pairs=18, budget_s=1, undecided=lambda p: True, clock=clock
+    )
+    assert len(got.old) == 2
+
+
+def test_a_decided_test_stops_at_its_pairs_though_the_budget_ran_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    fake_sides(monkeypatch, clock)
+    got = rounds.measure_pairs(
+        SIDE, NEW, "t", {}, pairs=6, max_pairs=18, budget_s=50, undecided=lambda p: False, clock=clock
+    )
+    assert len(got.old) == 2
+    assert got.stopped == ""
+
+
+def test_a_failing_side_stops_the_pairs_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    def run_one(side: rounds.Side, test_id: str, request: dict[str, Any], number: int) -> Child:
+        raise rounds.SideFailedError(side, Child(("x",), 4, None, "ERROR: not found"), number)
+
+    monkeypatch.setattr(rounds, "run_one", run_one)
+    with pytest.raises(rounds.SideFailedError) as err:
+        rounds.measure_pairs(SIDE, NEW, "t", {}, pairs=2, max_pairs=2, budget_s=10, undecided=lambda p: False)
+    assert err.value.side.name == "old"
+    assert err.value.child.returncode == 4
+
+
+def test_the_machine_lock_lets_one_holder_in_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tempfile.gettempdir", lambda: str(tmp_path))
+    inside: list[str] = []
+    events: list[str] = []
+    entered = threading.Event()
+
+    def second() -> None:
+        with rounds.machine_lock():
+            events.append("second in")
+
+    with rounds.machine_lock():
+        inside.append("first")
+        t = threading.Thread(target=second)
+        t.start()
+        entered.wait(0.2)  # gives the thread the chance to (wrongly) get in; no timing is asserted
+        events.append("first out")
+    t.join()
+    assert events == ["first out", "second in"]
+
+
+# The old side's import check ---------------------------------------------------------------------------
+
+
+def module(name: str, file: str | None) -> types.ModuleType:
+    m = types.ModuleType(name)
+    if file is not None:
+        m.__file__ = file
+    return m
+
+
+def test_modules_from_the_working_tree_are_named(tmp_path: Path) -> None:
+    new, old = tmp_path / "repo", tmp_path / "old"
+    (new / "src" / "proj").mkdir(parents=True)
+    (old / "src" / "proj").mkdir(parents=True)
+    venv = new / ".venv" / "lib" / "site-packages"
+    venv.mkdir(parents=True)
+    modules = {
+        "proj": module("proj", str(new / "src" / "proj" / "__init__.py")),
+        "proj_old": module("proj_old", str(old / "src" / "proj" / "__init__.py")),
+        "os": os,
+        "builtin": module("builtin", None),
+        "pytest_fxprof.plugin": module("pytest_fxprof.plugin", str(new / "pytest_fxprof" / "plugin.py")),
+    }
+    found = foreign_modules(new, old, modules)
+    assert found == [f"proj ({new / 'src' / 'proj' / '__init__.py'})"]
+
+
+def test_an_extra_import_root_outside_the_tree_is_watched(tmp_path: Path) -> None:
+    new, old, extra = tmp_path / "repo", tmp_path / "old", tmp_path / "lib"
+    for d in (new, old, extra):
+        d.mkdir()
+    modules = {"helper": module("helper", str(extra / "helper.py"))}
+    assert foreign_modules(new, old, modules) == []
+    assert foreign_modules(new, old, modules, extra=[extra]) == [f"helper ({extra / 'helper.py'})"]
+
+
+# The lock-step barrier --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def twins(tmp_path: Path) -> tuple[Any, Any]:
+    a = lockstep_barrier({"dir": str(tmp_path), "side": "old", "other": "new"}, "call0")
+    b = lockstep_barrier({"dir": str(tmp_path), "side": "new", "other": "old"}, "call0")
+    return a, b
+
+
+def test_no_spec_no_barrier() -> None:
+    assert lockstep_barrier(None, "call0") is None
+
+
+def test_a_pass_waits_for_its_twin(twins: tuple[Any, Any]) -> None:
+    a, b = twins
+    events: list[str] = []
+
+    def old() -> None:
+        for i in range(3):
+            a(i)
+            events.append(f"old {i}")
+        a(DONE)
+
+    t = threading.Thread(target=old)
+    t.start()
+    for i in range(3):
+        events.append(f"new reaches {i}")
+        b(i)
+    b(DONE)
+    t.join()
+    for i in range(3):  # the old side never ran pass i before the new side reached it
+        assert events.index(f"new reaches {i}") < events.index(f"old {i}")
+
+
+def test_a_finished_twin_releases_the_other(twins: tuple[Any, Any]) -> None:
+    a, b = twins
+    b(DONE)
+    a(0)  # returns: the twin is done
+    a(1)
+
+
+def test_the_twins_trade_their_cores_pass_by_pass(tmp_path: Path) -> None:
+    placed: dict[str, list[list[int]]] = {"old": [], "new": []}
+
+    def twin(side: str, other: str) -> Any:
+        spec = {"dir": str(tmp_path), "side": side, "other": other, "cores": [4, 5]}
+        return lockstep_barrier(spec, "call0", place=lambda cores: placed[side].append(sorted(cores)))
+
+    def passes(barrier: Any) -> None:
+        for i in range(3):
+            barrier(i)
+        barrier(DONE)
+
+    threads = [threading.Thread(target=passes, args=(twin(*sides),)) for sides in (("old", "new"), ("new", "old"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert placed["old"] == [[4], [5], [4], [4, 5]]  # even passes on the first core, odd on the second, then both
+    assert placed["new"] == [[5], [4], [5], [4, 5]]
+
+
+def test_without_cores_a_twin_stays_where_the_system_put_it(tmp_path: Path) -> None:
+    moved: list[object] = []
+    a = lockstep_barrier({"dir": str(tmp_path), "side": "old", "other": "new", "cores": []}, "k", place=moved.append)
+    assert a is not None
+    a(DONE)
+    assert moved == []
+
+
+@pytest.mark.parametrize(
+    ("threads", "available", "expected"),
+    [(1, [0, 1, 2, 3], [0, 1]), (2, [0, 1, 2, 3], [0, 1, 2, 3]), (1, [3], []), (2, [0, 1, 2], [])],
+)
+def test_a_pair_gets_two_groups_of_cores_or_none(threads: int, available: list[int], expected: list[int]) -> None:
+    assert pair_cores(threads, available) == expected

@@ -1,0 +1,249 @@
+"""Unit tests of ``pytest_fxprof.judge.paired``: the A/B rule, with synthetic pairs of runs (no torch)."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+
+import pytest
+
+from pytest_fxprof.judge.paired import (
+    CONFIDENCE,
+    MIN_PAIRS,
+    PairedPolicy,
+    compare_pairs,
+    judge_pairs,
+    needs_more,
+    t_quantile,
+    undecided,
+)
+from pytest_fxprof.records.measurement import BaselineEntry, Capture, NodeInfo, Run, Setup, Tolerances
+from pytest_fxprof.records.verdicts import BandSource, Kind, Status, Verdict
+from tests.records_for_tests import CAPTURE, CNN, CNN_NS, ENV, PROTOCOL, node, scaled
+
+POLICY = PairedPolicy(node_tolerance=0.05, total_tolerance=0.03, floor_ns=20_000, floor_share=0.001)
+AGAINST = "origin/main (1a2b3c4)"
+
+
+def run_of(times: Sequence[int]) -> Run:
+    total = sum(times)
+    return Run(total, total, 0, tuple(times), tuple(0 for _ in times))
+
+
+def entry(runs: Sequence[Run], nodes: Sequence[NodeInfo] = CNN, **kw: object) -> BaselineEntry:
+    return BaselineEntry(
+        capture=kw.pop("capture", CAPTURE),  # type: ignore[arg-type]
+        environment=ENV,
+        protocol=PROTOCOL,
+        tolerances=Tolerances(0.05, 0.03),
+        nodes=tuple(nodes),
+        runs=tuple(runs),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def sides(
+    pairs: int,
+    *,
+    slowed: Mapping[str, float] | None = None,
+    noise: float = 0.02,
+    drift: float = 0.3,
+    seed: int = 0,
+) -> tuple[BaselineEntry, BaselineEntry]:
+    """``pairs`` pairs of runs of the CNN: each pair meets its own machine speed (up to ``drift`` apart between
+    pairs, alike for both sides of a pair), each process its own ``noise`` (log-normal per node); the new
+    side's nodes are ``slowed`` by name or kind."""
+    rng = random.Random(seed)
+    old: list[Run] = []
+    new: list[Run] = []
+    for _ in range(pairs):
+        speed = 1.0 + rng.uniform(0, drift)
+        for side, factors in ((old, None), (new, slowed)):
+            base = scaled(CNN, CNN_NS, factors, overall=speed)
+            side.append(run_of([round(t * math.exp(rng.gauss(0, noise))) for t in base]))
+    return entry(old), entry(new)
+
+
+def test_t_quantile_matches_the_table() -> None:
+    # Student's t, one-sided: values from any table
+    assert t_quantile(0.975, 1) == pytest.approx(12.706, rel=1e-3)
+    assert t_quantile(0.975, 2) == pytest.approx(4.303, rel=1e-3)
+    assert t_quantile(0.975, 10) == pytest.approx(2.228, rel=5e-3)
+    assert t_quantile(0.999, 7) == pytest.approx(4.785, rel=5e-3)
+    assert t_quantile(0.999, 11) == pytest.approx(4.025, rel=5e-3)
+    assert t_quantile(0.999, 30) == pytest.approx(3.385, rel=5e-3)
+    assert t_quantile(0.999, 0) == math.inf
+
+
+def test_drift_between_pairs_cancels_within_them() -> None:
+    # the machine's speed moves 30 % between pairs: pooled, the sides would overlap; paired, nothing moved
+    old, new = sides(8, drift=0.3, noise=0.01)
+    c = compare_pairs(old, new, POLICY, against=AGAINST)
+    assert c.status is Status.PASS
+    assert not c.slower
+    assert not c.slower_aggregates
+    assert not c.noisy
+    assert c.against == AGAINST
+    assert c.pairs == 8
+    assert all(len(v.judgement.ratios) == 8 for v in c.nodes)
+
+
+def test_a_slowed_large_node_fails_and_is_named() -> None:
+    old, new = sides(8, slowed={"conv3": 1.10}, noise=0.01)
+    c = compare_pairs(old, new, POLICY, against=AGAINST)
+    assert c.status is Status.REGRESSION
+    assert [v.node.name for v in c.slower] == ["conv3"]
+    v = c.slower[0]
+    assert v.ratio == pytest.approx(1.10, rel=0.02)
+    assert "8 pairs" in v.reason
+    assert "beyond band +5% (tolerance)" in v.reason
+
+
+def test_a_slowdown_below_the_band_passes_though_it_is_real() -> None:
+    old, new = sides(8, slowed={"conv3": 1.03}, noise=0.002)
+    c = compare_pairs(old, new, POLICY, against=AGAINST)
+    conv3 = next(v for v in c.nodes if v.node.name == "conv3")
+    assert conv3.verdict is Verdict.OK
+    assert c.status is Status.PASS
+
+
+def test_small_nodes_warn_alone_and_their_type_fails_together() -> None:
+    old, new = sides(8, slowed={"bn": 1.3}, noise=0.01)
+    c = compare_pairs(old, new, PairedPolicy(floor_ns=5_000), against=AGAINST)  # +12 us each is above the floor
+    assert {v.node.name for v in c.slower_small} == {f"bn{i}" for i in range(8)}
+    assert not c.slower  # none gates alone
+    assert any(a.kind is Kind.OP and a.name == "BatchNorm2d" for a in c.slower_aggregates)
+    assert c.status is Status.REGRESSION
+
+
+def test_the_whole_model_slower_fails_on_the_total() -> None:
+    old, new = sides(8, slowed=dict.fromkeys(("conv", "bn", "relu", "add", "mul", "lin"), 1.06), noise=0.005)
+    c = compare_pairs(old, new, POLICY, against=AGAINST)
+    assert c.total is not None
+    assert c.total.verdict is Verdict.SLOWER
+    assert c.status is Status.REGRESSION
+
+
+def test_pairs_that_disagree_are_too_noisy_never_passed_or_failed() -> None:
+    old, new = sides(3, slowed={"conv3": 1.10}, noise=0.25, seed=3)
+    c = compare_pairs(old, new, POLICY, against=AGAINST)
+    assert not c.slower
+    assert c.total is not None
+    assert c.total.verdict is Verdict.NOISY  # the whole check could not see the model +6 % slower
+    assert "disagree too much" in c.total.judgement.reason
+    assert any(t.startswith("total:") for t in c.noisy)
+    assert needs_more(c)
+    assert c.status is Status.PASS  # not failed; the plugin warns that it is too noisy to decide
+
+
+def test_one_pair_decides_nothing() -> None:
+    old, new = sides(MIN_PAIRS - 1, slowed={"conv3": 2.0}, noise=0.0)
+    c = compare_pairs(old, new, POLICY, against=AGAINST)
+    assert c.total is not None
+    assert c.total.verdict is Verdict.NOISY
+    assert not c.slower
+
+
+def test_faster_mirrors_slower() -> None:
+    old, new = sides(8, slowed={"lin": 0.8}, noise=0.01)
+    c = compare_pairs(old, new, POLICY, against=AGAINST)
+    assert {v.node.name for v in c.faster} == {f"lin{i}" for i in range(8)}
+    assert c.status is Status.PASS
+
+
+def test_undecided_is_a_slowdown_beyond_the_band_not_yet_sure() -> None:
+    j = judge_pairs([100.0, 100.0, 100.0], [150.0, 95.0, 140.0], 0.05, BandSource.TOLERANCE)
+    assert j.verdict is Verdict.NOISY
+    assert undecided(j)
+    sure = judge_pairs([100.0] * 4, [120.0, 121.0, 119.0, 120.0], 0.05, BandSource.TOLERANCE)
+    assert sure.verdict is Verdict.SLOWER
+    assert not undecided(sure)
+    quiet = judge_pairs([100.0] * 4, [100.0, 101.0, 99.0, 100.0], 0.05, BandSource.TOLERANCE)
+    assert quiet.verdict is Verdict.OK
+    assert not undecided(quiet)
+
+
+def test_an_item_is_undecided_only_if_it_looks_slower_and_the_total_also_if_it_cannot_see_twice_its_band() -> None:
+    # 6 pairs, band +5 %: the pairs spread so that the interval is about +-9 %
+    spread = [1.03, 0.97, 1.02, 0.98, 1.035, 0.965]
+    within = judge_pairs([100.0] * 6, [100.0 * r for r in spread], 0.05, BandSource.TOLERANCE)
+    assert within.verdict is Verdict.OK  # estimate x1.00: the noise the band allows, no reason for more pairs
+    assert not undecided(within)
+    looks_slower = judge_pairs([100.0] * 6, [106.5 * r for r in spread], 0.05, BandSource.TOLERANCE)
+    assert looks_slower.verdict is Verdict.NOISY  # beyond the band, but the interval reaches 1
+    assert "beyond band +5% (tolerance)" in looks_slower.reason
+    assert "disagree too much to confirm it" in looks_slower.reason
+    assert undecided(looks_slower)
+    blind = [1.08, 0.93, 1.07, 0.92, 1.09, 0.92]  # interval about +-20 %: a +10 % slowdown would not show
+    wide = judge_pairs([100.0] * 6, [100.0 * r for r in blind], 0.05, BandSource.TOLERANCE)
+    assert wide.verdict is Verdict.OK  # a node or aggregate: its reason shows the interval
+    assert "interval x0.8" in wide.reason
+    total = judge_pairs([100.0] * 6, [100.0 * r for r in blind], 0.05, BandSource.TOLERANCE, resolve=True)
+    assert total.verdict is Verdict.NOISY
+    assert "to tell a slowdown of +10% from none" in total.reason
+    assert undecided(total)
+
+
+def test_one_pair_hit_by_other_work_never_fails_an_item_and_more_pairs_decide() -> None:
+    hit = [100.5, 99.0, 101.0, 100.0, 99.5, 100.2, 125.0, 100.1]
+    node = judge_pairs([100.0] * 8, hit, 0.05, BandSource.TOLERANCE)
+    assert node.verdict is Verdict.OK  # x1.03, within the band: the burst widened its interval, failed nothing
+    total = judge_pairs([100.0] * 8, hit, 0.03, BandSource.TOLERANCE, resolve=True)
+    assert total.verdict is Verdict.NOISY  # the whole check cannot tell +6 % from none
+    assert undecided(total)
+    more = judge_pairs(  # as many as a test may grow to: 3 times its 6
+        [100.0] * 18,
+        [*hit, 100.3, 99.6, 100.4, 99.9, 100.0, 100.2, 99.7, 100.1, 99.8, 100.2],
+        0.03,
+        BandSource.TOLERANCE,
+        resolve=True,
+    )
+    assert more.verdict is Verdict.OK
+    slowed = judge_pairs([100.0] * 6, [110.5, 109.0, 111.0, 110.0, 109.5, 110.1], 0.05, BandSource.TOLERANCE)
+    assert slowed.verdict is Verdict.SLOWER
+    assert slowed.ratio == pytest.approx(1.10, abs=5e-3)
+
+
+def test_the_estimate_is_the_geometric_mean_and_ratios_are_per_pair() -> None:
+    j = judge_pairs([100.0, 200.0], [110.0, 242.0], 0.05, BandSource.TOLERANCE, confidence=CONFIDENCE)
+    assert j.ratios == pytest.approx((1.10, 1.21))
+    assert j.ratio == pytest.approx(math.sqrt(1.10 * 1.21))
+    assert j.paired
+    assert j.confirmed is None
+
+
+def test_the_floor_widens_the_band_of_a_tiny_item() -> None:
+    old, new = sides(8, slowed={"relu": 1.5}, noise=0.0)
+    c = compare_pairs(old, new, PairedPolicy(floor_ns=50_000), against=AGAINST)
+    relu = next(v for v in c.nodes if v.node.name == "relu0")
+    assert relu.band_source is BandSource.FLOOR
+    assert relu.verdict is Verdict.OK  # +4.5 us is under the 50 us floor
+
+
+def test_another_setup_is_a_mismatch_naming_the_revision() -> None:
+    old, new = sides(4)
+    old = entry(old.runs, setup=Setup(("args[0]: float32[4, 8] cpu",), "eval"))
+    new = entry(new.runs, setup=Setup(("args[0]: float32[8, 8] cpu",), "eval"))
+    c = compare_pairs(old, new, POLICY, against=AGAINST)
+    assert c.status is Status.MISMATCH
+    assert c.mismatches == (f"inputs: args[0] was float32[4, 8] cpu at {AGAINST}, float32[8, 8] cpu in this run",)
+    assert not needs_more(c)
+
+
+def test_a_changed_graph_judges_the_matched_nodes() -> None:
+    old, new = sides(6, slowed={"conv3": 1.2}, noise=0.005)
+    extra = node("extra", "torch.sigmoid", "blocks.3")
+    nodes = (*CNN[:20], extra, *CNN[20:])
+    runs = [run_of([*r.node_ns[:20], 5_000, *r.node_ns[20:]]) for r in new.runs]
+    c = compare_pairs(old, entry(runs, nodes, capture=Capture("symbolic_trace", graphs=2)), POLICY, against=AGAINST)
+    assert [n.name for n in c.added] == ["extra"]
+    assert c.graphs == (1, 2)
+    assert c.graph_changed
+    assert [v.node.name for v in c.slower] == ["conv3"]
+
+
+def test_sides_of_different_sizes_are_refused() -> None:
+    old, new = sides(3)
+    with pytest.raises(ValueError, match="each pair needs one of each"):
+        compare_pairs(old, entry(new.runs[:2]), POLICY, against=AGAINST)
