@@ -1,8 +1,9 @@
 """How often the check against a revision fails unchanged code, and how often it catches (and names) a slowdown.
 
-    .venv/bin/python bench/ab_quality.py
-    .venv/bin/python bench/ab_quality.py --rounds 3 --models resnet18 --conditions none,node3pct+10
-    .venv/bin/python bench/ab_quality.py -- --fxprof-schedule alternate   # pytest arguments after --
+    .venv/bin/python bench/ab_quality.py --out bench/ab_quality.jsonl --rounds 12
+    .venv/bin/python bench/ab_quality.py --out q.jsonl --rounds 2 --models resnet18 --conditions none,none,node3pct+10
+    .venv/bin/python bench/ab_quality.py --out q.jsonl --summary          # the table of what q.jsonl holds
+    .venv/bin/python bench/ab_quality.py --out q.jsonl -- --fxprof-schedule alternate   # pytest arguments
 
 Through the real command line, on a temporary git repository. Its base commit holds a test module of the
 models of ``bench/quality_models.py`` (ResNet18 and MobileNetV3-small at batch 5, a transformer encoder of
@@ -22,11 +23,14 @@ Conditions (planned from one in-process profile of each model, as ``bench/gate_q
 
 A slowdown is ``pytest_fxprof.slow_down``: real CPU work after the submodule's own, invisible to its code.
 
-Each round is one ``pytest --fxprof-against HEAD~1 --fxprof-report`` process over every selected test (the
-tests run one after another, each measuring its own pairs). A failure is *named* when it flags the slowed
-thing (a node of the slowed submodule, a module that is or contains it, or the op of its type; for
-``total``, anything). Prints a table per model and condition (checks, failed, 95 % Wilson interval, named,
-seconds per check: the test's pairs, as its report says) and writes everything as JSON (``--out``).
+Each check is one ``pytest --fxprof-against HEAD~1 --fxprof-report`` process of one test, as a user would run
+it, its wall time measured; a round runs every selected model and condition once (a condition listed twice
+runs twice), in an order shuffled per round (``--seed``). A failure is *named* when it flags the slowed thing
+(a node of the slowed submodule, a module that is or contains it, or the op of its type; for ``total``,
+anything). Each check appends one JSON line to ``--out`` (its verdict, pairs, wall time, what it flagged and
+warned, and each item's ratio per pair, which ``bench/ab_tradeoff.py`` replays under other settings), so a
+run that was stopped goes on where it ended when started again with the same ``--out``. While the file
+``OUT.pause`` exists, no new check starts (to run something else on the machine between checks).
 """
 
 from __future__ import annotations
@@ -35,14 +39,15 @@ import argparse
 import datetime as dt
 import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import gate_quality as gq
 
@@ -157,14 +162,9 @@ def plan(model: str, selected: list[str]) -> dict[str, gq.Condition]:
     return out
 
 
-@dataclass(frozen=True)
-class Repo:
-    path: Path
-    ids: dict[tuple[str, str], str]
-
-
-def make_repo(work: Path, plans: dict[str, dict[str, gq.Condition]]) -> Repo:
-    """The repository: the base commit (empty plan), the head commit (the plan and a comment)."""
+def make_repo(work: Path, plans: dict[str, dict[str, gq.Condition]]) -> dict[tuple[str, str], str]:
+    """The repository (the base commit with an empty plan, the head commit with the plan and a comment) and
+    the test id of each model and condition."""
     work.mkdir(parents=True, exist_ok=True)
     git(work, "init", "-q")
     cases = [(m, c) for m, conditions in plans.items() for c, cond in conditions.items() if not cond.skipped]
@@ -181,7 +181,86 @@ def make_repo(work: Path, plans: dict[str, dict[str, gq.Condition]]) -> Repo:
     with (work / "test_quality.py").open("a") as f:
         f.write("# nothing that matters: a comment\n")
     git(work, "commit", "-qam", "head: the planned slowdowns")
-    return Repo(work, {(m, c): f"test_quality.py::test_model[{m}-{c}]" for m, c in cases})
+    return {(m, c): f"test_quality.py::test_model[{m}-{c}]" for m, c in cases}
+
+
+def items(profile: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each judged item of a profile with its ratio per pair: what a replay needs to judge it again."""
+    keep = ("band", "band_source", "floor", "baseline_ns", "ratios", "verdict")
+    out = [
+        {"kind": "node", "name": n["name"], "module": n.get("module", ""), "gates": bool(n.get("gates"))}
+        | {k: n.get(k) for k in keep}
+        for n in profile.get("nodes", [])
+        if n.get("ratios")
+    ]
+    out += [
+        {"kind": a["kind"], "name": a["name"], "module": "", "gates": True} | {k: a.get(k) for k in keep}
+        for a in profile.get("aggregates", [])
+    ]
+    total = profile.get("total") or {}
+    if total.get("ratios"):
+        out.append({"kind": "total", "name": "total", "module": "", "gates": True} | {k: total.get(k) for k in keep})
+    return out
+
+
+def check(
+    repo: Path, test_id: str, condition: gq.Condition, extra: list[str], *, work: Path, what: str
+) -> dict[str, Any]:
+    """One check of one test: its own pytest process, timed."""
+    report = work / "report.json"
+    report.unlink(missing_ok=True)
+    args = ["-p", "no:cacheprovider", "-q", "-W", "ignore", "--fxprof-against", "HEAD~1"]
+    args += ["--fxprof-report", str(report), *extra, test_id]
+    code, wall, output = gq.run_pytest(args, repo, dict(os.environ), what)
+    data = json.loads(report.read_text(encoding="utf-8"))
+    (profile,) = [p for p in data["profiles"] if p["test_id"] == test_id]
+    flagged = tuple(gq.Flag(f["kind"], f["name"], f.get("module", "")) for f in profile.get("flagged", []))
+    failed = profile["status"] == "regression"
+    return {
+        "exit": code,
+        "wall_s": round(wall, 2),
+        "status": profile["status"],
+        "pairs": profile.get("pairs"),
+        "seconds": profile.get("seconds"),
+        "named": gq.named(flagged, condition) if failed and condition.kind != "none" else None,
+        "flagged": [f"{f.kind} {f.name}" for f in flagged],
+        "warned": [f"{w['kind']} {w['name']}" for w in profile.get("warned", [])],
+        "noisy": [f"{i['kind']} {i['name']}" for i in items(profile) if i["verdict"] == "too noisy" and i["gates"]],
+        "items": items(profile),
+        "tail": output[-1500:] if code not in (0, 1) or profile["status"] not in ("pass", "regression") else "",
+    }
+
+
+def read_lines(path: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """The run's header (its plan) and its checks, from ``--out``."""
+    if not path.is_file():
+        return None, []
+    lines = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    header = next((x for x in lines if x.get("type") == "header"), None)
+    return header, [x for x in lines if x.get("type") == "check"]
+
+
+def summary(checks: list[dict[str, Any]]) -> None:
+    by: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for c in checks:
+        by.setdefault((c["model"], c["condition"]), []).append(c)
+    header = f"{'model':10} {'condition':13} {'checks':>6} {'failed':>7} {'95 % interval':>13} {'named':>6}"
+    print(f"{header} {'noisy':>6} {'pairs':>9} {'wall s':>14}")
+    for (model, condition), cs in sorted(by.items(), key=lambda kv: (kv[0][0], CONDITIONS.index(kv[0][1]))):
+        failed = sum(c["status"] == "regression" for c in cs)
+        named = sum(bool(c["named"]) for c in cs)
+        noisy = sum(bool(c["noisy"]) for c in cs)
+        interval = gq.wilson(failed, len(cs))
+        span = f"{interval[0]:.0%}-{interval[1]:.0%}" if interval else "-"
+        pairs = sorted(c["pairs"] or 0 for c in cs)
+        walls = sorted(c["wall_s"] for c in cs)
+        print(
+            f"{model:10} {condition:13} {len(cs):>6} {failed / len(cs):>7.0%} {span:>13} "
+            f"{'-' if condition == 'none' else f'{named / len(cs):.0%}':>6} {noisy:>6} "
+            f"{statistics.median(pairs):>4g} ({max(pairs):>2}) {statistics.median(walls):>6.1f} ({max(walls):>5.1f})"
+        )
+    print("failed: checks whose test failed; named: failed naming the slowed thing; noisy: checks that ended with")
+    print("an item that gates too noisy to decide (a warning); pairs and wall s: median (largest) per check")
 
 
 def main() -> None:
@@ -191,53 +270,62 @@ def main() -> None:
         at = argv.index("--")
         argv, extra = argv[:at], argv[at + 1 :]
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=1, help="checks of every selected test (1)")
+    parser.add_argument("--out", type=Path, required=True, help="JSON lines: the plan, then one line per check")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of every selected model and condition (1)")
     parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--conditions", default=",".join(CONDITIONS))
-    parser.add_argument("--out", type=Path, default=BENCH / "ab_quality.json")
-    parser.add_argument("--keep", type=Path, default=None, help="keep the repository and reports here")
+    parser.add_argument("--conditions", default=",".join(CONDITIONS), help="a condition listed twice runs twice")
+    parser.add_argument("--seed", type=int, default=0, help="of the order of each round's checks (0)")
+    parser.add_argument("--summary", action="store_true", help="print the table of what --out holds, run nothing")
     args = parser.parse_args(argv)
+    header, done = read_lines(args.out)
+    if args.summary:
+        summary(done)
+        return
     models = [m for m in args.models.split(",") if m]
     selected = [c for c in args.conditions.split(",") if c]
     unknown = sorted(set(selected) - set(CONDITIONS)) + sorted(set(models) - set(MODELS))
     if unknown:
         parser.error(f"unknown: {', '.join(unknown)}")
-    plans = {m: plan(m, selected) for m in models}
-    work = args.keep or Path(tempfile.mkdtemp(prefix="fxprof-ab-quality-"))
-    repo = make_repo(work / "repo", plans)
-    tallies = {m: {c: gq.Tally() for c in plans[m]} for m in models}
-    walls: list[float] = []
-    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    for r in range(1, args.rounds + 1):
-        report = work / f"report-{r}.json"
-        cmd = ["-p", "no:cacheprovider", "-q", "-W", "ignore", "--fxprof-against", "HEAD~1"]
-        cmd += ["--fxprof-report", str(report), *extra, "test_quality.py"]
-        t0 = time.perf_counter()
-        code, seconds, _ = gq.run_pytest(cmd, repo.path, dict(os.environ), f"round {r}")
-        walls.append(time.perf_counter() - t0)
-        seen = gq.read_report(report)
-        for (m, c), test_id in repo.ids.items():
-            tallies[m][c].add(seen.get(test_id), plans[m][c])
-        print(f"round {r}/{args.rounds}: exit {code}, {seconds:.0f} s", flush=True)
-    print()
-    gq.print_table(models, plans, tallies)
-    result = {
-        "date": started,
-        "machine": gq.machine(),
-        "command": " ".join(["bench/ab_quality.py", *sys.argv[1:]]),
-        "pytest_args": extra,
-        "rounds": args.rounds,
-        "round_seconds": [round(s, 1) for s in walls],
-        "models": {
-            m: {c: {**cond.to_json(), **gq.tally_json(tallies[m][c], cond)} for c, cond in plans[m].items()}
-            for m in models
-        },
-    }
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
-    median = f"{statistics.median(walls):.0f} s" if walls else "-"
-    print(f"\nwrote {args.out}; a round took {median} (median)")
-    if args.keep is None:
+    if header is None:
+        plans = {m: plan(m, sorted(set(selected), key=CONDITIONS.index)) for m in models}
+        header = {
+            "type": "header",
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "machine": gq.machine(),
+            "plans": {m: {c: cond.to_json() for c, cond in p.items()} for m, p in plans.items()},
+        }
+        with args.out.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(header) + "\n")
+    plans = {m: {c: gq.Condition.from_json(c, raw) for c, raw in p.items()} for m, p in header["plans"].items()}
+    work = Path(tempfile.mkdtemp(prefix="fxprof-ab-quality-"))
+    try:
+        ids = make_repo(work / "repo", plans)
+        schedule = [(m, c) for m in models for c in selected if (m, c) in ids]
+        first = 1 + max((c["round"] for c in done if c["args"] == extra), default=0)
+        rng = random.Random(args.seed)
+        for r in range(1, first + args.rounds):
+            order = rng.sample(schedule, len(schedule))
+            if r < first:
+                continue  # the rounds a stopped run did: the same shuffles, so the order goes on as it would have
+            for k, (model, condition) in enumerate(order, 1):
+                while args.out.with_suffix(args.out.suffix + ".pause").exists():
+                    time.sleep(5)
+                what = f"round {r}, {model} {condition}"
+                test_id, planned = ids[(model, condition)], plans[model][condition]
+                result = check(work / "repo", test_id, planned, extra, work=work, what=what)
+                line = {"type": "check", "round": r, "model": model, "condition": condition, "args": extra}
+                with args.out.open("a", encoding="utf-8") as f:
+                    f.write(json.dumps(line | result) + "\n")
+                print(
+                    f"round {r} {k}/{len(order)}: {model} {condition}: {result['status']}, {result['pairs']} pairs, "
+                    f"{result['wall_s']:.0f} s{', noisy ' + ', '.join(result['noisy']) if result['noisy'] else ''}"
+                    f"{', flagged ' + ', '.join(result['flagged']) if result['flagged'] else ''}",
+                    flush=True,
+                )
+    finally:
         shutil.rmtree(work, ignore_errors=True)
+    print()
+    summary(read_lines(args.out)[1])
 
 
 if __name__ == "__main__":

@@ -197,6 +197,12 @@ class Condition:
             "description": self.describe(),
         }
 
+    @classmethod
+    def from_json(cls, name: str, raw: dict[str, Any]) -> Condition:
+        """The condition ``name`` as ``to_json`` wrote it."""
+        slowed = tuple(Target(**t) for t in raw.get("slowed", []))
+        return cls(name, str(raw["kind"]), slowed, str(raw.get("group_type", "")), str(raw.get("skipped", "")))
+
 
 @dataclass(frozen=True)
 class ModuleTime:

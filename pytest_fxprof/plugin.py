@@ -63,8 +63,9 @@ _SETTING_HELP = {
     "pairs": "Against a revision: pairs of old and new processes per test; up to 3 times as many while a verdict "
     "is undecided (default 6)",
     "budget_s": "Against a revision: seconds a test's pairs may take before no more are added (default 150)",
-    "schedule": "Against a revision: duet (the old and new process of a pair run at the same time, pass for pass) "
-    "or alternate (one after the other, in a balanced order) (default duet)",
+    "schedule": "Against a revision: duet (the old and new process of a pair run at the same time, pass for pass, "
+    "trading their cores), alternate (one after the other, in a balanced order) or auto (a duet on the CPU, "
+    "alternate on an accelerator) (default auto)",
     "warmup": "Discarded passes before measuring (default 4)",
     "passes": "Measured passes per profile (default 12)",
     "threads": "torch intra-op threads while profiling (default 1)",

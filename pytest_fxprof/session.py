@@ -311,7 +311,7 @@ class TestState:
                 pairs=self.settings.pairs,
                 max_pairs=self.settings.max_pairs,
                 budget_s=self.settings.budget_s,
-                duet=self.settings.schedule == "duet",
+                schedule=self.settings.schedule,
             )
         except AgainstError as exc:
             outcome.failures.append(f"fxprof: {self.test_id} against {label}: {exc}")

@@ -31,10 +31,11 @@ ENGINES = ("compiled", "interpreter")
 CAPTURES = ("auto", "symbolic", "export", "dynamo")
 """How a module becomes graphs: ``auto`` tries symbolic tracing (then with the submodule that broke it kept
 whole), then ``torch.export``, then a ``torch.compile`` (dynamo) backend."""
-SCHEDULES = ("duet", "alternate")
+SCHEDULES = ("auto", "duet", "alternate")
 """How a test's pairs run against a revision: ``duet``, the old and new process of a pair at the same time, pass
-for pass in lock-step, so that both meet the same neighbours; ``alternate``, one after the other (old first in
-odd pairs, new first in even ones)."""
+for pass in lock-step and trading their cores, so that both meet the same neighbours; ``alternate``, one after
+the other (old first in odd pairs, new first in even ones); ``auto``, a duet where every call of the test runs on
+the CPU, else alternate (two processes sharing one accelerator would each time the other's kernels)."""
 TEXT_CHOICES = {"engine": ENGINES, "capture": CAPTURES, "schedule": SCHEDULES}
 
 

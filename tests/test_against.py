@@ -193,6 +193,62 @@ def test_a_changed_graph_warns_and_judges_the_matched_nodes(pytester: pytest.Pyt
     assert "slower node: slow" in out
 
 
+FINDER = """
+import importlib.abc
+import importlib.util
+import sys
+from pathlib import Path
+
+SRC = Path({src!r})
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    \"\"\"What setuptools' editable install appends to sys.meta_path: ``proj`` from the checkout.\"\"\"
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "proj":
+            return None
+        return importlib.util.spec_from_file_location(
+            name, SRC / "proj" / "__init__.py", submodule_search_locations=[str(SRC / "proj")]
+        )
+
+
+sys.meta_path.append(_Finder())
+"""
+
+
+@pytest.mark.parametrize("installed", ["pytest's pythonpath", "editable: a .pth path", "editable: an import finder"])
+def test_a_src_layout_project_runs_its_own_code_on_each_side(
+    pytester: pytest.Pytester, base: str, tmp_path_factory: pytest.TempPathFactory, installed: str
+) -> None:
+    # the model moves into a package under src/; the slowdown is committed there, in the package's code
+    (pytester.path / "src" / "proj").mkdir(parents=True)
+    (pytester.path / "src" / "proj" / "__init__.py").write_text("")
+    git(pytester.path, "mv", "model.py", "src/proj/model.py")
+    files = {"test_net.py": TEST.replace("from model import", "from proj.model import")}
+    if installed == "pytest's pythonpath":  # not installed: pytest puts src/ on sys.path
+        files["pytest.ini"] = "[pytest]\npythonpath = src\n"
+    commit(pytester, files, "src layout")
+    commit(pytester, {"src/proj/model.py": model("3_000_000")}, "slower, in the package")
+    env = {}
+    if installed.startswith("editable"):  # the project installed in editable mode: it points at the checkout
+        site_dir, startup = tmp_path_factory.mktemp("site"), tmp_path_factory.mktemp("startup")
+        src = str(pytester.path / "src")
+        if installed.endswith(".pth path"):
+            (site_dir / "proj.pth").write_text(src + "\n")
+        else:
+            (site_dir / "_proj_finder.py").write_text(FINDER.format(src=src))
+            (site_dir / "proj.pth").write_text("import _proj_finder\n")
+        (startup / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({str(site_dir)!r})\n")
+        env["PYTHONPATH"] = str(startup)
+    result = against(pytester, "HEAD~1", env=env)
+    assert result.ret == 1, result.stdout.str()
+    out = result.stdout.str()
+    assert "slower node: slow (call_module Slow in slow" in out
+    assert "per pair x1.50, x1.50" in out  # the old side ran the revision's package (2 ms), the new side 3 ms
+    assert "imported code from the working tree" not in out
+
+
 def test_the_old_side_importing_the_working_tree_is_refused(pytester: pytest.Pytester, base: str) -> None:
     # a test module that imports the model by the checkout's absolute path: its old side would run new code
     pinned = f"import sys\nsys.path.insert(0, {str(pytester.path)!r})\n" + TEST

@@ -346,3 +346,19 @@ def test_without_cores_a_twin_stays_where_the_system_put_it(tmp_path: Path) -> N
 )
 def test_a_pair_gets_two_groups_of_cores_or_none(threads: int, available: list[int], expected: list[int]) -> None:
     assert pair_cores(threads, available) == expected
+
+
+def test_auto_runs_a_duet_on_the_cpu_and_alternates_on_an_accelerator() -> None:
+    from dataclasses import replace
+
+    from pytest_fxprof.against.check import duet_for
+    from tests.records_for_tests import ENV
+
+    def on(device: str) -> Any:
+        return types.SimpleNamespace(environment=replace(ENV, device=device))
+
+    gpu = "cuda:NVIDIA H100 (CUDA 13.0)"
+    assert duet_for("auto", [on("cpu"), on("cpu")])
+    assert not duet_for("auto", [on("cpu"), on(gpu)])  # one call on the accelerator: the test alternates
+    assert duet_for("duet", [on(gpu)])  # asked for
+    assert not duet_for("alternate", [on("cpu")])

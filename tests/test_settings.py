@@ -39,7 +39,7 @@ def test_tolerances_left_unset_take_the_modes_defaults() -> None:
 def test_pairs_and_their_budget() -> None:
     s = apply(Settings(), {"pairs": "4", "budget_s": 30, "schedule": "alternate"}, "marker")
     assert (s.pairs, s.max_pairs, s.budget_s, s.schedule) == (4, 12, 30.0, "alternate")
-    assert Settings().schedule == "duet"
+    assert Settings().schedule == "auto"
     with pytest.raises(SettingsError, match="pairs must be at least 2, not 1"):
         apply(Settings(), {"pairs": 1}, "marker")
 
@@ -203,7 +203,7 @@ def test_json_round_trip() -> None:
         "capture": "auto",
         "pairs": 6,
         "budget_s": 150.0,
-        "schedule": "duet",
+        "schedule": "auto",
     }
     assert from_json(raw) == s
 

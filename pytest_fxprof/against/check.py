@@ -9,7 +9,7 @@ Must not import torch or pytest.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -121,6 +121,15 @@ class TestOutcome:
     seconds: float = 0.0
 
 
+def duet_for(schedule: str, profiles: Iterable[Profile]) -> bool:
+    """Whether a test's pairs run as duets: ``duet`` and ``alternate`` say so; ``auto`` runs a duet where every
+    call runs on the CPU, whose cores the twins share and trade, and alternates where one runs on an
+    accelerator, which two processes at once would share: each would time the other's kernels too."""
+    if schedule == "auto":
+        return all(p.environment.device == "cpu" for p in profiles)
+    return schedule == "duet"
+
+
 def _calls(child: Child) -> dict[str, Any]:
     data = child.data or {}
     calls = data.get("calls")
@@ -202,11 +211,13 @@ def check_test(
     pairs: int,
     max_pairs: int,
     budget_s: float,
-    duet: bool = False,
+    schedule: str = "auto",
 ) -> TestOutcome:
     """Measure ``test_id`` in pairs of old and new processes and judge each call of ``profiles`` (this
-    process's unmeasured profiles of the test's calls, keyed as the calls are)."""
+    process's unmeasured profiles of the test's calls, keyed as the calls are), on ``schedule``
+    (``settings.SCHEDULES``)."""
     old_side, new_side = against.sides(new)
+    duet = duet_for(schedule, profiles.values())
     label = against.label
 
     def judged(got: Pairs) -> dict[str, Comparison | None]:
