@@ -594,7 +594,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if final.unused:
         verb = "failing" if run.reactions.unused is OnUnused.FAIL and run.mode is Mode.CHECK else "warning"
         tr.write_line(
-            f"{len(final.unused)} baseline(s) whose test no longer exists ({verb}; delete them):", yellow=True
+            f"{len(final.unused)} baseline(s) whose test no longer exists, or unreadable ({verb}; delete them, or "
+            "fix the unreadable ones):",
+            yellow=True,
         )
         for name in final.unused:
             tr.write_line(f"  {name}")

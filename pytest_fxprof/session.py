@@ -572,7 +572,7 @@ class RunState:
         for path, test_id in self.store.recorded_tests():
             if test_id is None:
                 if path.name not in collected_names:  # a collected test's own file: that test reports it
-                    out.append(f"{path.name} (unreadable)")
+                    out.append(f"{path.name} (unreadable: {self.store.problem_of(path)})")
                 continue
             if why_unused(test_id, self.collected, collected_files, rootdir, roots) is not None:
                 out.append(f"{path.name} ({test_id})")

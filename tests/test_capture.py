@@ -512,6 +512,54 @@ def test_a_call_against_a_concrete_argument_is_refused_not_timed_as_the_other_gr
         captured.prepare([x], {"flag": False})
 
 
+class MaskedLinear(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        y = self.fc(x)
+        return y if mask is None else y * mask
+
+
+class NoMaskTracer(torch.fx.Tracer):
+    def trace(self, root: Any, concrete_args: Any = None) -> torch.fx.Graph:
+        return super().trace(root, concrete_args={"mask": None})
+
+
+def test_a_concrete_none_is_guarded_untimed_and_a_call_with_a_tensor_refused_shortly() -> None:
+    """torch.fx guards a concrete None with ``_assert_is_none`` (no comparison): not a node of the model."""
+    torch.manual_seed(0)
+    model, x = MaskedLinear().eval(), torch.randn(2, 4)
+    captured = capture(model, x, mode="symbolic", options={"tracer": NoMaskTracer()})
+    graph = captured.graphs[0].graph
+    assert any("_assert_is_none" in str(n.target) for n in graph.nodes)  # the guard is in the graph...
+    assert [info.name for _, info in describe_nodes(captured.graphs)] == ["fc"]  # ...but not timed
+    mask = torch.ones(2, 4)
+    with pytest.raises(ProfileError, match=r"fixed mask=None .* passes mask=a float32\[2, 4\] tensor") as err:
+        captured.prepare([x], {"mask": mask})
+    assert "tensor([[" not in str(err.value)  # the tensor's contents are not printed
+    with pytest.raises(ProfileError, match="fixed mask=None"):
+        capture(model, x, mode="auto", options={"tracer": NoMaskTracer()}, mask=mask)
+
+
+def test_a_pytree_concrete_argument_is_checked_too() -> None:
+    class TakesADict(nn.Module):
+        def forward(self, batch: dict[str, Any]) -> torch.Tensor:
+            out: torch.Tensor = batch["x"] * 2 if batch["scale"] else batch["x"]
+            return out
+
+    class DictTracer(torch.fx.Tracer):
+        def trace(self, root: Any, concrete_args: Any = None) -> torch.fx.Graph:
+            return super().trace(root, concrete_args={"batch": {"x": PH, "scale": True}})
+
+    model, x = TakesADict().eval(), torch.randn(2, 4)
+    captured = capture(model, {"x": x, "scale": True}, mode="symbolic", options={"tracer": DictTracer()})
+    assert captured.prepare([{"x": x, "scale": True}], {})[0] is x
+    with pytest.raises(ProfileError, match=r"the tracer fixed .*=True .* but this call passes .*=False"):
+        captured.prepare([{"x": x, "scale": False}], {})
+
+
 def test_a_fallback_prints_nothing(capfd: pytest.CaptureFixture[str]) -> None:
     """export prints the partial graph and torch logs warnings when they fail: auto reports that in detail."""
     torch.manual_seed(0)

@@ -7,6 +7,8 @@ project in a subprocess.
 from __future__ import annotations
 
 import json
+import re
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -394,6 +396,7 @@ def _baseline_text(tmp_path: Path) -> str:
         ),
         pytest.param("no-runs", "the report is malformed: profiles[0].runs is missing", id="report-profile"),
         pytest.param("[" * 100_000 + "]" * 100_000, "it is nested too deeply to be a file", id="nested-too-deep"),
+        pytest.param("big-int", "].total_ns holds an integer of 401 digits (100000000000...), beyond 64", id="big-int"),
     ],
 )
 @pytest.mark.parametrize("command", ["show", "diff-a", "diff-b"])
@@ -404,6 +407,8 @@ def test_unreadable_input_is_one_line_and_exit_2(
     good = write_baseline(tmp_path / "good", {"call0": entry()})
     if content == "conflict":
         content = "<<<<<<< HEAD\n" + good.read_text() + "=======\n" + good.read_text() + ">>>>>>> branch\n"
+    elif content == "big-int":
+        content = re.sub(r'"total_ns": \d+', '"total_ns": 1' + "0" * 400, good.read_text(), count=1)
     elif content == "no-runs":
         report = write_profiles(tmp_path / "r.json", [(TEST_ID, "call0", result())])
         data = json.loads(report.read_text())
@@ -467,7 +472,8 @@ def _files(pytester: pytest.Pytester) -> set[str]:
 def test_prune_lists_and_keeps_without_yes(project: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
     before = _files(project)
     code, out, err = run(capsys, "prune")
-    assert (code, err) == (0, "")
+    assert code == 2  # it found an unreadable file: listed, never removed, and the exit status says so
+    assert err.startswith("fxprof: error: baselines: 1 file(s) in it cannot be read as baselines (listed above). ")
     assert _files(project) == before
     assert "2 baseline(s) in baselines belong to tests that exist" in out  # test_a, and the skipped file's
     assert f"{file_name('test_kept.py::test_removed')}  (test_kept.py::test_removed: not collected" in out
@@ -483,16 +489,29 @@ def test_prune_lists_a_file_nested_too_deeply_as_unreadable(
 ) -> None:
     (project.path / "baselines" / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
     code, out, err = run(capsys, "prune", "--yes")
-    assert (code, err) == (0, "")
+    assert code == 2
+    assert "2 file(s) in it cannot be read as baselines (listed above)" in err
+    assert err.count("\n") == 1
     assert "deep.json: the file is not a pytest-fxprof baseline: it is nested too deeply" in out
     assert "deep.json" in _files(project)  # never removed here
+
+
+def test_the_prune_command_it_prints_is_quoted_for_the_shell(
+    project: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (project.path / "baselines" / "broken.json").unlink()
+    odd = "--junit-prefix=it's $HOME `x`"  # any argument for pytest's collection, as the shell must pass it
+    code, out, _ = run(capsys, "prune", "--", "-p", "no:randomly", odd)
+    assert code == 0
+    command = out.rsplit("file(s): ", 1)[1].strip()
+    assert shlex.split(command)[-3:] == ["-p", "no:randomly", odd]
 
 
 def test_prune_with_yes_removes_only_what_it_listed(
     project: pytest.Pytester, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out, _ = run(capsys, "prune", "--yes", "--", "-p", "no:randomly")
-    assert code == 0
+    assert code == 2  # broken.json stays, and says so
     assert "removed 3 file(s)" in out
     assert _files(project) == {
         file_name("test_kept.py::test_a"),

@@ -1131,7 +1131,10 @@ def test_unused_baseline_is_reported(pytester: pytest.Pytester, xdist: list[str]
     assert result.ret == pytest.ExitCode.OK
     result.assert_outcomes(passed=1)
     section = fxprof_section(result)
-    assert "1 baseline(s) whose test no longer exists (warning; delete them):" in section
+    assert (
+        "1 baseline(s) whose test no longer exists, or unreadable (warning; delete them, or fix the unreadable ones):"
+        in section
+    )
     assert f"  {stale.name} (test_perf.py::test_b)" in section
     assert load(pytester.path / "report.json")["unused_baselines"] == [f"{stale.name} (test_perf.py::test_b)"]
     assert stale.exists()
@@ -1139,7 +1142,10 @@ def test_unused_baseline_is_reported(pytester: pytest.Pytester, xdist: list[str]
     result = run(pytester, "--fxprof", "--fxprof-on-unused=fail", *xdist)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(passed=1)
-    assert "1 baseline(s) whose test no longer exists (failing; delete them):" in fxprof_section(result)
+    assert (
+        "1 baseline(s) whose test no longer exists, or unreadable (failing; delete them, or fix the unreadable ones):"
+        in fxprof_section(result)
+    )
 
 
 @pytest.mark.parametrize("mode", ["--fxprof-update", "--fxprof"])
@@ -1155,7 +1161,10 @@ def test_one_unreadable_file_in_the_directory_costs_one_line_never_the_run(
     result = run(pytester, mode, "--junitxml=junit.xml")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.assert_outcomes(passed=1)
-    assert "  stray.json (unreadable)" in fxprof_section(result)
+    assert (
+        "  stray.json (unreadable: the file is not a pytest-fxprof baseline: it is nested too deeply to be a file "
+        "pytest-fxprof wrote)" in fxprof_section(result)
+    )
     assert (pytester.path / "junit.xml").is_file()
     assert "RecursionError" not in result.stdout.str() + result.stderr.str()
 

@@ -140,12 +140,8 @@ def placeholder_args(
         if target.startswith("**"):
             raise ProfileError(f"{type(module).__name__}.forward takes **{name}; pass those inputs by name")
         value = bound.arguments.get(name, node.args[0] if node.args else None)
-        if node in fixed and not _same(value, fixed[node]):
-            raise ProfileError(
-                f"the tracer fixed {name}={fixed[node]!r} when it traced {type(module).__name__} (concrete_args), but "
-                f"this call passes {name}={value!r}: the graph traced for {fixed[node]!r} would be timed.\n"
-                f"  Fix: pass {name}={fixed[node]!r}, or a tracer whose concrete_args give {name} this value."
-            )
+        if node in fixed:
+            _refuse_another(module, name, value, fixed[node])
         if target.startswith("*"):
             out.extend(value or ())
         else:
@@ -156,16 +152,22 @@ def placeholder_args(
 _SPECIALISED = "has been specialized to have value"
 """What the message of a guard that torch.fx adds for a concrete argument says."""
 
+_ASSERT_IS_NONE = getattr(torch.fx._symbolic_trace, "_assert_is_none", None)
+"""The guard torch.fx adds for an argument made concrete as None (where this torch has one)."""
 
-def _guard_of(node: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node, Any] | None:
-    """``(the eq node, the placeholder, the value)`` if ``node`` is a guard torch.fx added for a concrete
-    argument: ``torch._assert(placeholder == value, "... has been specialized to have value ...")``."""
-    if node.op != "call_function" or node.target is not torch._assert or len(node.args) < 2:
+
+def _guard_of(node: torch.fx.Node) -> tuple[torch.fx.Node | None, torch.fx.Node, Any] | None:
+    """``(the comparison it asserts, the placeholder, the value)`` if ``node`` is a guard torch.fx added for a
+    concrete argument: ``torch._assert(placeholder == value, "... has been specialized to have value ...")``,
+    or for None ``_assert_is_none(placeholder, "...")``, which asserts no comparison of its own (None)."""
+    if node.op != "call_function" or len(node.args) < 2:
         return None
     check, message = node.args[0], node.args[1]
     if not (isinstance(message, str) and _SPECIALISED in message and isinstance(check, torch.fx.Node)):
         return None
-    if check.op != "call_function" or len(check.args) != 2:
+    if _ASSERT_IS_NONE is not None and node.target is _ASSERT_IS_NONE:
+        return (None, check, None) if check.op == "placeholder" else None
+    if node.target is not torch._assert or check.op != "call_function" or len(check.args) != 2:
         return None
     placeholder, value = check.args
     if not (isinstance(placeholder, torch.fx.Node) and placeholder.op == "placeholder"):
@@ -179,7 +181,7 @@ def _mark_guards(gm: torch.fx.GraphModule) -> None:
         guard = _guard_of(node)
         if guard is not None:
             node.meta[GUARD_META] = True
-            if len(guard[0].users) == 1:
+            if guard[0] is not None and len(guard[0].users) == 1:
                 guard[0].meta[GUARD_META] = True
 
 
@@ -191,6 +193,26 @@ def _specialised(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, Any]:
         if guard is not None:
             out[guard[1]] = guard[2]
     return out
+
+
+def _refuse_another(module: torch.nn.Module, name: str, value: Any, fixed: Any) -> None:
+    """Refuse a call whose ``name`` is not the value the tracer fixed: the graph of another call would be timed."""
+    if _same(value, fixed):
+        return
+    was, now = _shown(fixed), _shown(value)
+    raise ProfileError(
+        f"the tracer fixed {name}={was} when it traced {type(module).__name__} (concrete_args), but "
+        f"this call passes {name}={now}: the graph traced for {was} would be timed.\n"
+        f"  Fix: pass {name}={was}, or a tracer whose concrete_args give {name} this value."
+    )
+
+
+def _shown(value: Any) -> str:
+    """A value as a message shows it: a tensor by its kind, never its (possibly huge) contents."""
+    if isinstance(value, torch.Tensor):
+        return f"a {str(value.dtype).removeprefix('torch.')}{list(value.shape)} tensor"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _same(value: Any, fixed: Any) -> bool:
@@ -216,10 +238,14 @@ def _pytree_placeholder_args(
     # the traced function is the unbound forward: its first argument is the module, not a placeholder
     positional = [module if i == 0 else bound.arguments.get(name) for i, name in enumerate(info.orig_args)]
     flat = list(torch.fx._pytree.tree_flatten_spec(positional, info.in_spec))[1:]
-    count = len(gm.graph.find_nodes(op="placeholder"))
-    if len(flat) != count:
+    placeholders = list(gm.graph.find_nodes(op="placeholder"))
+    if len(flat) != len(placeholders):
         raise ProfileError(
-            f"the inputs of {type(module).__name__} flatten to {len(flat)} values, the traced graph takes {count}: "
-            "pass inputs with the structure given to the tracer's concrete_args"
+            f"the inputs of {type(module).__name__} flatten to {len(flat)} values, the traced graph takes "
+            f"{len(placeholders)}: pass inputs with the structure given to the tracer's concrete_args"
         )
+    fixed = _specialised(gm)
+    for node, value in zip(placeholders, flat, strict=True):
+        if node in fixed:
+            _refuse_another(module, str(node.target), value, fixed[node])
     return flat

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -71,11 +72,17 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(f"  {path}: {problem}" for path, problem in found.unreadable))
     if not removable:
         print("nothing to prune")
-        return EXIT_OK
-    if not args.yes:
+    elif not args.yes:
         print(f"nothing was removed; to remove these {len(removable)} file(s): {_prune_hint(args)}")
-        return EXIT_OK
-    return _remove(removable)
+    else:
+        _remove(removable)
+    if found.unreadable:
+        raise error(
+            directory,
+            f"{len(found.unreadable)} file(s) in it cannot be read as baselines (listed above)",
+            "Fix them, or delete them by hand: prune never removes a file it cannot read",
+        )
+    return EXIT_OK
 
 
 OUTPUT_TAIL = 40
@@ -220,12 +227,13 @@ def leftovers(directory: Path) -> list[Path]:
 
 
 def _prune_hint(args: argparse.Namespace) -> str:
+    """The command that removes what this run listed, quoted for a POSIX shell."""
     parts = [PROG, "prune", "--yes"]
     if args.baseline_dir != DEFAULT_BASELINE_DIR:
         parts += ["--baseline-dir", args.baseline_dir]
     if args.pytest_args:
         parts += ["--", *args.pytest_args]
-    return " ".join(parts)
+    return shlex.join(parts)
 
 
 def _remove(paths: Sequence[Path]) -> int:

@@ -424,6 +424,17 @@ class BaselineStore:
             except (BaselineError, OSError):
                 yield path, None
 
+    @staticmethod
+    def problem_of(path: Path) -> str:
+        """Why ``path`` cannot be read as a baseline (``recorded_tests`` gave it no test id), or "" if it can."""
+        try:
+            read_baseline(path)
+        except BaselineError as exc:
+            return exc.problem
+        except OSError as exc:
+            return f"cannot be read ({exc.strerror or exc})"
+        return ""
+
 
 def as_file(test_id: str, entries: Mapping[str, BaselineEntry]) -> BaselineFile:
     return BaselineFile(test_id=test_id, entries=dict(sorted(entries.items())))

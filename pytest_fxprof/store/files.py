@@ -40,29 +40,58 @@ def _reject_constant(name: str) -> Any:
     raise json.JSONDecodeError(f"{name} is not a number this format allows", name, 0)
 
 
-def _bounded_int(text: str) -> int:
-    value = int(text)
-    if abs(value) > MAX_INT:
-        raise ValueError(f"the integer {text[:12]}... ({len(text)} digits) is beyond 64 bits, more than it writes")
-    return value
+class _Repeated(dict[str, Any]):
+    """An object in which a key appeared twice (``loads`` says where, once it knows the object's place)."""
+
+    repeated = ""
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
-        if key in out:
-            raise ValueError(f"the key {key!r} appears twice in one object")
+        if key in out and not isinstance(out, _Repeated):
+            out = _Repeated(out)
+            out.repeated = key
         out[key] = value
     return out
 
 
+def _problem(data: Any) -> str:
+    """What ``loads`` refuses in parsed JSON, where it lies (``entries.call0.runs[0].total_ns``), or ""."""
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:  # not recursive: the parser admits more nesting than a recursive walk would
+        where, value = stack.pop()
+        if isinstance(value, _Repeated):
+            return f"the key {value.repeated!r} appears twice in one object ({where or 'at the top'})"
+        if isinstance(value, dict):
+            stack.extend((_member(where, str(k)), v) for k, v in reversed(value.items()))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(value))))
+        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+            digits = str(abs(value))
+            return f"{where or 'the value'} holds an integer of {len(digits)} digits ({digits[:12]}...), beyond 64 bits"
+    return ""
+
+
+def _member(where: str, key: str) -> str:
+    """Where an object's member lies, as the baseline's own errors write it: ``entries['0'].runs``."""
+    if not key.isidentifier():
+        return f"{where}[{key!r}]"
+    return f"{where}.{key}" if where else key
+
+
 def loads(text: str) -> Any:
-    """JSON as the plugin writes it: ``ValueError`` for NaN or Infinity, an integer beyond 64 bits, a key twice in
-    one object, or nesting too deep to read (``json.JSONDecodeError``, a kind of it, where the text is not JSON)."""
+    """JSON as the plugin writes it: ``ValueError`` for NaN or Infinity, an integer beyond 64 bits or a key twice
+    in one object (each named with where it lies), or nesting too deep to read (``json.JSONDecodeError``, a kind
+    of it, where the text is not JSON)."""
     try:
-        return json.loads(text, parse_constant=_reject_constant, parse_int=_bounded_int, object_pairs_hook=_unique_keys)
+        data = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
     except RecursionError:
         raise ValueError("it is nested too deeply to be a file pytest-fxprof wrote") from None
+    problem = _problem(data)
+    if problem:
+        raise ValueError(problem)
+    return data
 
 
 def read_text(path: Path, limit: int) -> str:
