@@ -518,7 +518,7 @@ class MaskedLinear(nn.Module):
         self.fc = nn.Linear(4, 4)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        y = self.fc(x)
+        y: torch.Tensor = self.fc(x)
         return y if mask is None else y * mask
 
 
