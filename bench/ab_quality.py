@@ -47,12 +47,18 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gate_quality as gq
 
+from pytest_fxprof.records.measurement import BaselineEntry
+
+if TYPE_CHECKING:
+    import torch
+
 BENCH = Path(__file__).resolve().parent
 MODELS = ("resnet18", "mobilenet", "encoder")
+ZOO = ("convnext", "vit", "bert", "gpt2")  # as bench/quality_models.py builds them, with timm and transformers
 CONDITIONS = (
     "none",
     "node3pct+10",
@@ -123,7 +129,7 @@ def plan(model: str, selected: list[str]) -> dict[str, gq.Condition]:
 
     net, x = build(model)
     entry = profile(net, x).entry(Tolerances(0.05, 0.03))
-    modules, nodes_ns, total_ns = gq.module_times(entry)
+    modules, nodes_ns, total_ns = leaf_times(entry, net)
 
     def target(m: gq.ModuleTime, fraction: float) -> gq.Target:
         return gq.Target(m.path, m.type, fraction, m.ns, m.ns / nodes_ns, m.calls)
@@ -160,6 +166,45 @@ def plan(model: str, selected: list[str]) -> dict[str, gq.Condition]:
             each = fraction * total_ns / sum(m.ns for m in modules)
             out[name] = gq.Condition(name, "total", tuple(target(m, each) for m in modules))
     return out
+
+
+def leaf_times(entry: BaselineEntry, net: torch.nn.Module) -> tuple[list[gq.ModuleTime], int, int]:
+    """Each leaf submodule's time (its nodes' medians summed: one call_module node per call where the graph
+    keeps it whole, the ops inside it where export or dynamo captured it), the nodes' sum, and the total."""
+    leaves = {name: m for name, m in net.named_modules() if name and next(m.children(), None) is None}
+    node_ns = [round(statistics.median(r.node_ns[i] for r in entry.runs)) for i in range(len(entry.nodes))]
+    summed: dict[str, gq.ModuleTime] = {}
+    for info, ns in zip(entry.nodes, node_ns, strict=True):
+        if info.module not in leaves:
+            continue
+        seen = summed.get(info.module)
+        calls = (seen.calls if seen else 0) + (1 if info.op == "call_module" or seen is None else 0)
+        kind = type(leaves[info.module]).__name__
+        summed[info.module] = gq.ModuleTime(info.module, kind, (seen.ns if seen else 0) + ns, calls)
+    total_ns = round(statistics.median(r.instrumented_ns or r.total_ns for r in entry.runs))
+    return list(summed.values()), sum(node_ns), total_ns
+
+
+def named(profile: dict[str, Any], condition: gq.Condition) -> bool:
+    """Whether a failure flags what the condition slowed: a node in a slowed submodule, a module that is or holds
+    one, or an operator type whose worst nodes lie in one (or that is the slowed submodules' type)."""
+    flags = profile.get("flagged", [])
+    if condition.kind == "total":
+        return bool(flags)
+    paths = [t.path for t in condition.slowed]
+    types = {t.type for t in condition.slowed}
+
+    def inside(module: str) -> bool:
+        return any(module == p or module.startswith(p + ".") for p in paths)
+
+    for f in flags:
+        if f["kind"] == "node" and inside(f.get("module", "")):
+            return True
+        if f["kind"] == "module" and any(gq.covers(f["name"], p) for p in paths):
+            return True
+        if f["kind"] == "op" and (f["name"] in types or any(inside(n.get("module", "")) for n in f.get("led_by", []))):
+            return True
+    return False
 
 
 def make_repo(work: Path, plans: dict[str, dict[str, gq.Condition]]) -> dict[tuple[str, str], str]:
@@ -214,7 +259,6 @@ def check(
     code, wall, output = gq.run_pytest(args, repo, dict(os.environ), what)
     data = json.loads(report.read_text(encoding="utf-8"))
     (profile,) = [p for p in data["profiles"] if p["test_id"] == test_id]
-    flagged = tuple(gq.Flag(f["kind"], f["name"], f.get("module", "")) for f in profile.get("flagged", []))
     failed = profile["status"] == "regression"
     return {
         "exit": code,
@@ -222,8 +266,8 @@ def check(
         "status": profile["status"],
         "pairs": profile.get("pairs"),
         "seconds": profile.get("seconds"),
-        "named": gq.named(flagged, condition) if failed and condition.kind != "none" else None,
-        "flagged": [f"{f.kind} {f.name}" for f in flagged],
+        "named": named(profile, condition) if failed and condition.kind != "none" else None,
+        "flagged": [f"{f['kind']} {f['name']}" for f in profile.get("flagged", [])],
         "warned": [f"{w['kind']} {w['name']}" for w in profile.get("warned", [])],
         "noisy": [f"{i['kind']} {i['name']}" for i in items(profile) if i["verdict"] == "too noisy" and i["gates"]],
         "items": items(profile),
@@ -283,7 +327,7 @@ def main() -> None:
         return
     models = [m for m in args.models.split(",") if m]
     selected = [c for c in args.conditions.split(",") if c]
-    unknown = sorted(set(selected) - set(CONDITIONS)) + sorted(set(models) - set(MODELS))
+    unknown = sorted(set(selected) - set(CONDITIONS)) + sorted(set(models) - set(MODELS) - set(ZOO))
     if unknown:
         parser.error(f"unknown: {', '.join(unknown)}")
     if header is None:

@@ -72,10 +72,19 @@ class Encoder(nn.Module):
         return out
 
 
+ZOO = ("convnext", "vit", "bert", "gpt2")
+"""Models of the zoos users bring, random weights and small configurations (they need ``timm`` and
+``transformers``, which the project does not install): timm's ConvNeXt-atto at batch 5 and ViT-tiny at batch 2
+(224 x 224), and transformers' BERT (2 layers, 256 wide, batch 4 of 128 tokens; captured by export) and GPT-2
+(4 layers, 256 wide, batch 4 of 128 tokens; captured by dynamo)."""
+
+
 def build(name: str) -> tuple[nn.Module, torch.Tensor]:
-    """The model ``name`` (one of ``MODELS``) in eval mode and its input, both from seed 0."""
+    """The model ``name`` (one of ``MODELS`` or ``ZOO``) in eval mode and its input, both from seed 0."""
     torch.manual_seed(0)
     model: nn.Module
+    if name in ZOO:
+        return _zoo(name)
     if name == "resnet18":
         model = models.resnet18(weights=None)
         shape: tuple[int, ...] = (5, 3, 224, 224)
@@ -88,3 +97,23 @@ def build(name: str) -> tuple[nn.Module, torch.Tensor]:
     else:
         raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
     return model.eval(), torch.randn(*shape)
+
+
+def _zoo(name: str) -> tuple[nn.Module, torch.Tensor]:
+    if name in ("convnext", "vit"):
+        import timm
+
+        arch, batch = ("convnext_atto", 5) if name == "convnext" else ("vit_tiny_patch16_224", 2)
+        model: nn.Module = timm.create_model(arch, pretrained=False)
+        return model.eval(), torch.randn(batch, 3, 224, 224)
+    from transformers import BertConfig, BertModel, GPT2Config, GPT2Model
+
+    if name == "bert":
+        config = BertConfig(hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024)
+        model = BertModel(config)
+        vocab = config.vocab_size
+    else:
+        gpt = GPT2Config(n_embd=256, n_layer=4, n_head=4, n_positions=256, use_cache=False)
+        model = GPT2Model(gpt)
+        vocab = gpt.vocab_size
+    return model.eval(), torch.randint(0, vocab, (4, 128))
