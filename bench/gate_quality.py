@@ -20,11 +20,11 @@ processes of its call_module nodes' times, its share that over the sum of all no
 * ``node{1,3,10}pct+{10,15,25,50}``: the one submodule whose share is closest to 1, 3 or 10 %, slowed by
   10, 15, 25 or 50 %. Where the target share of the model is 1 ms or more, only submodules of 1 ms
   or more are candidates.
-* ``group+30``: every submodule of one module type, each slowed by 30 %: of the types with at least 3
-  call_module nodes, all under 1 ms each and together under 15 % of the model (a group of small
+* ``group+{15,30}``: every submodule of one module type, each slowed by 15 or 30 %: of the types with at
+  least 3 call_module nodes, all under 1 ms each and together under 15 % of the model (a group of small
   nodes, not the bulk of the model), the one with the most nodes.
-* ``total+10``: every submodule slowed by the same fraction, 10 % of the model's total over the sum of
-  its call_module nodes' times, so that the model as a whole is 10 % slower.
+* ``total+{5,10}``: every submodule slowed by the same fraction, 5 or 10 % of the model's total over the sum
+  of its call_module nodes' times, so that the model as a whole is 5 or 10 % slower.
 
 A slowdown is a forward pre-hook and hook pair on the submodule that busy-waits for the fraction of
 the submodule's own time in that call: real CPU work, invisible to the model's code. The plan (which
@@ -78,8 +78,8 @@ PLAN = "plan.json"
 QUIET = ["-q", "-p", "no:cacheprovider"]
 NODE_SHARES = (0.01, 0.03, 0.10)
 NODE_FRACTIONS = (0.10, 0.15, 0.25, 0.50)
-GROUP_FRACTION = 0.30
-TOTAL_GROWTH = 0.10
+GROUP_FRACTIONS = (0.15, 0.30)
+TOTAL_GROWTHS = (0.05, 0.10)
 LARGE_NS = 1_000_000  # 1 ms: a node this long is preferred as the slowed one; a group's members are shorter
 GROUP_MIN = 3
 GROUP_MAX_SHARE = 0.15
@@ -93,8 +93,8 @@ def percent(x: float) -> str:
 CONDITIONS = (
     "none",
     *(f"node{percent(s)}pct+{percent(f)}" for s in NODE_SHARES for f in NODE_FRACTIONS),
-    f"group+{percent(GROUP_FRACTION)}",
-    f"total+{percent(TOTAL_GROWTH)}",
+    *(f"group+{percent(f)}" for f in GROUP_FRACTIONS),
+    *(f"total+{percent(g)}" for g in TOTAL_GROWTHS),
 )
 
 CONFTEST = """\
@@ -250,7 +250,6 @@ def plan_model(entry: BaselineEntry, selected: list[str]) -> dict[str, Condition
             name = f"node{percent(share)}pct+{percent(fraction)}"
             plan[name] = Condition(name, "node", (target(best, fraction),))
 
-    group_name = f"group+{percent(GROUP_FRACTION)}"
     by_type: dict[str, list[ModuleTime]] = {}
     for m in modules:
         by_type.setdefault(m.type, []).append(m)
@@ -262,21 +261,24 @@ def plan_model(entry: BaselineEntry, selected: list[str]) -> dict[str, Condition
         and all(m.ns / m.calls < LARGE_NS for m in ms)
         and sum(m.ns for m in ms) < GROUP_MAX_SHARE * nodes_ns
     ]
-    if small:
-        kind = max(small, key=lambda k: (calls[k], -sum(m.ns for m in by_type[k])))
-        members = tuple(target(m, GROUP_FRACTION) for m in by_type[kind])
-        plan[group_name] = Condition(group_name, "group", members, group_type=kind)
-    else:
-        reason = (
-            f"no module type has {GROUP_MIN} or more call_module nodes, all under {LARGE_NS / 1e6:g} ms and "
-            f"together under {GROUP_MAX_SHARE:.0%} of the model"
-        )
-        plan[group_name] = Condition(group_name, "group", skipped=reason)
+    for group_fraction in GROUP_FRACTIONS:
+        group_name = f"group+{percent(group_fraction)}"
+        if small:
+            kind = max(small, key=lambda k: (calls[k], -sum(m.ns for m in by_type[k])))
+            members = tuple(target(m, group_fraction) for m in by_type[kind])
+            plan[group_name] = Condition(group_name, "group", members, group_type=kind)
+        else:
+            reason = (
+                f"no module type has {GROUP_MIN} or more call_module nodes, all under {LARGE_NS / 1e6:g} ms and "
+                f"together under {GROUP_MAX_SHARE:.0%} of the model"
+            )
+            plan[group_name] = Condition(group_name, "group", skipped=reason)
 
-    total_name = f"total+{percent(TOTAL_GROWTH)}"
     modules_ns = sum(m.ns for m in modules)
-    fraction = TOTAL_GROWTH * total_ns / modules_ns
-    plan[total_name] = Condition(total_name, "total", tuple(target(m, fraction) for m in modules))
+    for growth in TOTAL_GROWTHS:
+        total_name = f"total+{percent(growth)}"
+        each = growth * total_ns / modules_ns
+        plan[total_name] = Condition(total_name, "total", tuple(target(m, each) for m in modules))
     return {"none": Condition("none", "none"), **{c: plan[c] for c in selected if c != "none"}}
 
 
