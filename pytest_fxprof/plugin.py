@@ -197,29 +197,34 @@ def _ini_or_option(config: pytest.Config, name: str) -> Any:
     return value if value is not None else config.getini(f"fxprof_{name}")
 
 
-def _against_options(config: pytest.Config) -> tuple[str | None, str | None]:
-    """The revision and the old side's Python: the command line's, else the ini file's."""
-    ref = config.getoption("fxprof_against") or config.getini("fxprof_against") or None
-    python = config.getoption("fxprof_against_python") or config.getini("fxprof_against_python") or None
-    return ref, python
+def _against_options(config: pytest.Config, *, ini: bool = True) -> tuple[str | None, str | None]:
+    """The revision and the old side's Python: the command line's, else (with ``ini``) the ini file's."""
+    ref = config.getoption("fxprof_against") or (config.getini("fxprof_against") if ini else None) or None
+    python = config.getoption("fxprof_against_python") or (config.getini("fxprof_against_python") if ini else None)
+    return ref, python or None
 
 
 def _mode(config: pytest.Config) -> Mode:
+    """The run's mode: the command line's, else the ini file's (``--fxprof``, ``--fxprof-update`` and
+    ``--fxprof-against`` with ``--fxprof-against-python`` each set one; ``--fxprof`` with a revision checks
+    against the revision)."""
     if config.getoption("fxprof_sample"):
         return Mode.SAMPLE
     check, update = bool(config.getoption("fxprof")), bool(config.getoption("fxprof_update"))
-    if not (check or update):  # the command line wins: the ini file's mode counts only without one there
+    against = any(_against_options(config, ini=False))
+    if not (check or update or against):  # the command line wins: the ini file's mode counts only without one
         check, update = bool(config.getini("fxprof")), bool(config.getini("fxprof_update"))
+        against = any(_against_options(config))
     if check and update:
         raise pytest.UsageError(
             "--fxprof and --fxprof-update exclude each other: check against baselines or record them"
         )
-    if any(_against_options(config)):
-        if update:
-            raise pytest.UsageError(
-                "--fxprof-against and --fxprof-update exclude each other: against a revision no baseline is "
-                "written; record baselines in another run"
-            )
+    if against and update:
+        raise pytest.UsageError(
+            "--fxprof-against and --fxprof-update exclude each other: against a revision no baseline is "
+            "written; record baselines in another run"
+        )
+    if against:
         return Mode.AGAINST
     return Mode.CHECK if check else Mode.UPDATE if update else Mode.OFF
 

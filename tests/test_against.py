@@ -305,6 +305,30 @@ def test_against_and_update_exclude_each_other(pytester: pytest.Pytester, base: 
     assert "--fxprof-against and --fxprof-update exclude each other" in result.stderr.str()
 
 
+def test_the_ini_files_revision_counts_unless_the_command_line_sets_a_mode(
+    pytester: pytest.Pytester, base: str
+) -> None:
+    pytester.makeini("[pytest]\nfxprof_against = HEAD\n")
+    plain = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--co", "-q"],
+        cwd=pytester.path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    assert f"against HEAD ({base[:7]})" in plain.stdout  # the ini file's mode
+    update = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--co", "-q", "--fxprof-update"],
+        cwd=pytester.path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert update.returncode == 0, update.stdout + update.stderr  # the command line's mode wins: no conflict
+    assert "against HEAD" not in update.stdout
+
+
 def test_another_python_for_the_old_side(pytester: pytest.Pytester, base: str) -> None:
     wrapper = pytester.path / "oldpy"
     wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
