@@ -29,16 +29,14 @@ import math
 import random
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from pytest_fxprof.against.check import Against
-from pytest_fxprof.against.rounds import Side, run_one
-from pytest_fxprof.measure.lockstep import pair_cores
-from pytest_fxprof.measure.sampling import Child, Relaunch, finish, start
+from pytest_fxprof.against.rounds import Side, run_duet, run_one
+from pytest_fxprof.measure.sampling import Child, Relaunch
 from pytest_fxprof.settings import Settings
 
 BENCH = Path(__file__).resolve().parent
@@ -62,21 +60,6 @@ def test_model(fxprof, name):
 """
 
 
-def duet(old: Side, new: Side, test_id: str, request: dict[str, Any], cores: list[int]) -> tuple[Child, Child]:
-    with tempfile.TemporaryDirectory(prefix="fxprof-schedules-") as tmp:
-        started = []
-        for side, other in ((old, new), (new, old)):
-            directory = Path(tmp) / side.name
-            directory.mkdir()
-            lockstep = {"dir": tmp, "side": side.name, "other": other.name, "cores": cores}
-            started.append(start(side.relaunch, test_id, {**request, "lockstep": lockstep}, directory))
-        children = [finish(proc, out) for proc, out in started]
-    for child in children:
-        if child.returncode != 0 or child.data is None:
-            sys.exit(f"a process failed:\n{child.output[-3000:]}")
-    return children[0], children[1]
-
-
 def run_of(child: Child) -> dict[str, Any]:
     (call,) = (child.data or {})["calls"].values()
     run: dict[str, Any] = call["entry"]["runs"][0]
@@ -87,12 +70,11 @@ def pair(schedule: str, old: Side, new: Side, test_id: str, request: dict[str, A
     began = time.perf_counter()
     if schedule == "alternate":
         first, second = (old, new) if k % 2 == 0 else (new, old)
-        a = run_one(first, test_id, request, k)
-        b = run_one(second, test_id, request, k)
+        a = run_one(first, test_id, request, number=k)
+        b = run_one(second, test_id, request, number=k)
         o, n = (a, b) if first is old else (b, a)
     else:
-        cores = pair_cores(1) if schedule == "duet" else []
-        o, n = duet(old, new, test_id, request, cores)
+        o, n = run_duet(old, new, test_id, request, number=k, cores=None if schedule == "duet" else [])
     return {"seconds": time.perf_counter() - began, "old": run_of(o), "new": run_of(n)}
 
 

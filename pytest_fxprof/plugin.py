@@ -17,10 +17,17 @@ from typing import Any
 
 import pytest
 
-from pytest_fxprof.against.check import Against
+from pytest_fxprof.against.check import Against, SideWatch
 from pytest_fxprof.judge.decision import DEFAULT_FLOOR_NS, FLOOR_SHARE, NODE_TOLERANCE, TOTAL_TOLERANCE
 from pytest_fxprof.judge.paired import PAIRED_NODE_TOLERANCE, PAIRED_TOTAL_TOLERANCE
-from pytest_fxprof.measure.sampling import Relaunch, SampleRequest, SamplingError, plugin_args
+from pytest_fxprof.measure.sampling import (
+    Relaunch,
+    SampleRequest,
+    SamplingError,
+    die_with_parent,
+    plugin_args,
+    write_samples,
+)
 from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.session import (
     Confirm,
@@ -47,6 +54,7 @@ SAMPLE_KEY = pytest.StashKey[SampleRequest]()
 TEST_KEY = pytest.StashKey[TestState]()
 SPOILED_KEY = pytest.StashKey[bool]()
 AGAINST_KEY = pytest.StashKey[Against]()
+WATCH_KEY = pytest.StashKey[SideWatch]()
 WORKER_KEY = "fxprof"
 MARKER = "fxprof"
 
@@ -238,10 +246,9 @@ def _against(config: pytest.Config) -> Against:
     if python is not None:
         python = _old_python(config, python)
     workerinput = getattr(config, "workerinput", None)
-    if workerinput is not None:  # an xdist worker: the controller exported the revision
-        raw = workerinput.get("fxprof_against")
-        revision = Revision.from_json(raw) if raw else None
-        return Against(revision, python, roots)
+    raw = workerinput.get("fxprof_against") if workerinput is not None else None
+    if raw and Path(raw["tree"]).is_dir():  # an xdist worker on the controller's machine: its export serves
+        return Against(Revision.from_json(raw), python, roots)
     if ref is None:
         return Against(None, python, roots)
     try:
@@ -253,24 +260,41 @@ def _against(config: pytest.Config) -> Against:
 
 
 def _old_python(config: pytest.Config, python: str) -> str:
-    """The old side's interpreter, checked: it exists and can import pytest and pytest-fxprof."""
+    """The old side's interpreter, checked: it runs, and has pytest and this version of pytest-fxprof (the sides
+    speak this version's protocol)."""
     import shutil
     import subprocess
 
-    # a path is relative to where pytest was started; a bare name is looked up on PATH
-    path = Path(config.invocation_params.dir, python) if "/" in python else Path(shutil.which(python) or python)
+    from pytest_fxprof import __version__
+
+    # a path is relative to where pytest was started (on the command line) or to the ini file (there); a bare
+    # name is looked up on PATH
+    given_here = config.getoption("fxprof_against_python") is not None
+    base = config.invocation_params.dir if given_here or config.inipath is None else config.inipath.parent
+    path = Path(base, python) if "/" in python else Path(shutil.which(python) or python)
+    flag = f"--fxprof-against-python {python}" if given_here else f"fxprof_against_python = {python} (ini file)"
     if not path.is_file():
         raise pytest.UsageError(
-            f"--fxprof-against-python {python}: no such interpreter; give the path of another environment's "
-            "python (for example ../old-venv/bin/python)"
+            f"{flag}: no such interpreter ({path}); give the path of another environment's python (for example "
+            "../old-venv/bin/python)"
         )
-    probe = subprocess.run(
-        [str(path), "-c", "import pytest, pytest_fxprof"], capture_output=True, text=True, check=False
-    )
+    code = "import pytest, pytest_fxprof; print(pytest_fxprof.__version__)"
+    try:
+        probe = subprocess.run([str(path), "-c", code], capture_output=True, text=True, errors="replace", check=False)
+    except OSError as exc:
+        raise pytest.UsageError(
+            f"{flag}: {path} cannot be run ({exc}); give the path of a Python interpreter"
+        ) from None
     if probe.returncode != 0:
         raise pytest.UsageError(
-            f"--fxprof-against-python {python}: that interpreter cannot import pytest and pytest-fxprof "
+            f"{flag}: that interpreter cannot import pytest and pytest-fxprof "
             f"({' '.join(probe.stderr.split()[-12:])}); install them there: {path} -m pip install pytest-fxprof"
+        )
+    theirs = probe.stdout.strip().splitlines()[-1] if probe.stdout.strip() else "?"
+    if theirs != __version__:
+        raise pytest.UsageError(
+            f"{flag}: that interpreter has pytest-fxprof {theirs}, this one {__version__}; the two sides must run one "
+            f"version: {path} -m pip install pytest-fxprof=={__version__}"
         )
     return str(path)
 
@@ -328,9 +352,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if mode is Mode.SAMPLE:
         request = Path(config.getoption("fxprof_sample"))
         try:
-            config.stash[SAMPLE_KEY] = loads(request.read_text(encoding="utf-8"))
+            config.stash[SAMPLE_KEY] = req = loads(request.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise pytest.UsageError(f"--fxprof-sample {request}: cannot read the request ({exc})") from None
+        die_with_parent(req.get("parent"))
+        if req.get("entry"):  # a side against a revision: it says what became of its test, whatever that was
+            config.stash[WATCH_KEY] = SideWatch(req["test_id"])
     if config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput"):
         config.pluginmanager.register(XdistController(config), "fxprof-xdist-controller")
 
@@ -364,6 +391,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     run.collected.update(item.nodeid for item in session.items)
     if session.testsfailed:  # collection errors: a file that did not collect would make its baselines look unused
         run.partial = True
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    watch = item.config.stash.get(WATCH_KEY, None)
+    if watch is not None and item.nodeid == watch.test_id:
+        watch.collected = True
 
 
 def pytest_deselected(items: Sequence[pytest.Item]) -> None:
@@ -486,6 +519,10 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     report = yield
+    watch = item.config.stash.get(WATCH_KEY, None)
+    if watch is not None and item.nodeid == watch.test_id:
+        reason = report.longrepr[2] if report.skipped and isinstance(report.longrepr, tuple) else ""
+        watch.note(report.when, report.outcome, str(reason))
     state = item.stash.get(TEST_KEY, None)
     if state is not None:
         spoiled = report.failed or hasattr(report, "wasxfail") or (report.when == "call" and not report.passed)
@@ -527,6 +564,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if session.config.getoption("keyword") or session.config.getoption("markexpr"):
             run.partial = True
         config.workeroutput[WORKER_KEY] = run.payload()  # type: ignore[attr-defined]
+        return
+    watch = config.stash.get(WATCH_KEY, None)
+    if watch is not None:  # a side against a revision whose fxprof calls wrote nothing: say what became of the test
+        out = Path(config.stash[SAMPLE_KEY]["out"])
+        reported = watch.report(int(exitstatus), collection_failed=session.testsfailed > 0)
+        if reported is not None and not out.exists():
+            write_samples(out, reported)
         return
     if run.mode not in (Mode.CHECK, Mode.UPDATE, Mode.AGAINST):
         return

@@ -21,8 +21,7 @@ from typing import Any, TypedDict
 from pytest_fxprof.against.check import Against, AgainstError, check_test
 from pytest_fxprof.against.origin import foreign_modules
 from pytest_fxprof.judge.decision import compare
-from pytest_fxprof.judge.paired import needs_more
-from pytest_fxprof.measure.lockstep import lockstep_barrier
+from pytest_fxprof.measure.lockstep import Barrier, lockstep_barrier
 from pytest_fxprof.measure.sampling import Relaunch, SampleJSON, SamplingError, sample, write_samples
 from pytest_fxprof.records.measurement import BaselineEntry, Run
 from pytest_fxprof.records.verdicts import Status
@@ -166,6 +165,8 @@ class TestState:
         """In a fresh process: what its parent asked (``entry``: send whole entries; ``against``: check that
         this, the old side, imported no module of the working tree; ``lockstep``: pass for pass with a twin)."""
         self.against = against
+        self._barriers: dict[str, Barrier] = {}
+        """In a duet's process: each call's lock-step with its twin (whether it held, ``Barrier.alone_from``)."""
         self.results: dict[str, ProfileResult] = {}
         self._unnamed = 0
         self._baseline: BaselineFile | None = None
@@ -212,6 +213,8 @@ class TestState:
         key = self._key(name)
         baseline = self.baseline() if self.mode is Mode.CHECK else None
         barrier = lockstep_barrier(self.sample_request.get("lockstep"), key) if self.mode is Mode.SAMPLE else None
+        if barrier is not None:
+            self._barriers[key] = barrier
         side = self.mode is Mode.SAMPLE and bool(self.sample_request.get("entry"))  # a side against a revision
 
         def measure() -> ProfileResult:
@@ -296,9 +299,9 @@ class TestState:
         assert self.against is not None
         assert self.relaunch is not None
         label = self.against.label
-        if not passed:  # the test failed on its own: nothing to compare
+        if not passed:  # the test failed or skipped on its own: nothing to compare
             for key, result in self.results.items():
-                self._keep(run, self._record_of(key, "not compared", result, "the test failed"))
+                self._keep(run, self._record_of(key, "not compared", result, "the test did not pass"))
             return outcome
         try:
             tested = check_test(
@@ -318,20 +321,35 @@ class TestState:
             for key, result in self.results.items():
                 self._keep(run, self._record_of(key, "error", result, "see the test's failure"))
             return outcome
+        if tested.skipped:
+            outcome.warnings.append(f"fxprof: {self.test_id} was not compared: {tested.skipped}")
+            for key, result in self.results.items():
+                self._keep(run, self._record_of(key, "not compared", result, tested.skipped))
+            return outcome
         for key, result in self.results.items():
             call = tested.calls.get(key)
-            if tested.absent or call is None or call.comparison is None or call.profile is None:
+            measured = call.profile if call is not None and call.profile is not None else None
+            if tested.absent or call is None or call.comparison is None:
                 where = "the test" if tested.absent else "this fxprof call"
-                self._keep(run, self._record_of(key, "new", result, f"{where} does not exist at {label}: not compared"))
+                shown = ProfileResult.of(replace(measured, seconds=tested.seconds)) if measured is not None else result
+                self.results[key] = shown
+                self._keep(run, self._record_of(key, "new", shown, f"{where} does not exist at {label}: not compared"))
                 continue
-            judged = ProfileResult.of(replace(call.profile, comparison=call.comparison, seconds=tested.seconds))
+            assert measured is not None  # both sides made the call
+            judged = ProfileResult.of(replace(measured, comparison=call.comparison, seconds=tested.seconds))
             self.results[key] = judged
             status = self._judge(key, judged, outcome)
-            if call.stopped and needs_more(call.comparison):
+            if call.stopped:
                 outcome.warnings.append(
                     f"fxprof: {self.label(key)}: {tested.pairs} pairs measured when {call.stopped} ended them with "
                     "a verdict still open; what is undecided is reported as too noisy (raise --fxprof-budget-s or "
                     "--fxprof-pairs)"
+                )
+            if call.left_out:
+                outcome.warnings.append(
+                    f"fxprof: {self.label(key)}: {call.left_out} of {tested.pairs} pairs left out, their processes "
+                    "out of lock-step in this call (one side's test makes calls the other's does not, or a process "
+                    "ended early)"
                 )
             self._keep(run, self._record_of(key, status, judged))
         return outcome
@@ -438,13 +456,20 @@ class TestState:
         for key, result in self.results.items():
             self._keep(run, self._record_of(key, "recorded", result))
 
+    def _alone_from(self, key: str) -> int | None:
+        barrier = self._barriers.get(key)
+        return barrier.alone_from if barrier is not None else None
+
     def _write_samples(self, passed: bool) -> Outcome:
         if self.sample_out is None or not passed:
             return Outcome()
         if self.sample_request.get("entry"):  # against a revision: whole entries, and where the code came from
             tolerances = self.settings.tolerances()
             data: dict[str, Any] = {
-                "calls": {key: {"entry": entry_to_json(r.entry(tolerances))} for key, r in self.results.items()}
+                "calls": {
+                    key: {"entry": entry_to_json(r.entry(tolerances)), "alone_from": self._alone_from(key)}
+                    for key, r in self.results.items()
+                }
             }
             roots = self.sample_request.get("against")
             if roots:

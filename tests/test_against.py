@@ -249,6 +249,57 @@ def test_a_src_layout_project_runs_its_own_code_on_each_side(
     assert "imported code from the working tree" not in out
 
 
+def test_a_test_that_exists_at_the_revision_without_the_fixture_is_new(pytester: pytest.Pytester, base: str) -> None:
+    commit(pytester, {"test_net.py": "def test_net():\n    pass\n"}, "a test that profiles nothing")
+    commit(pytester, {"test_net.py": TEST}, "profile it")
+    result = against(pytester, "HEAD~1")
+    assert result.ret == 0, result.stdout.str()
+    assert "test_net.py::test_net [call0]: new (this fxprof call does not exist at HEAD~1" in result.stdout.str()
+
+
+def test_a_test_skipped_at_the_revision_is_not_compared_and_says_why(pytester: pytest.Pytester, base: str) -> None:
+    skipped = "import pytest\n\n\ndef test_net(fxprof):\n    pytest.skip('no model yet')\n"
+    commit(pytester, {"test_net.py": skipped}, "skipped")
+    commit(pytester, {"test_net.py": TEST}, "profiled")
+    result = against(pytester, "HEAD~1")
+    assert result.ret == 0, result.stdout.str()
+    out = result.stdout.str()
+    assert "test_net.py::test_net [call0]: not compared (the test skipped at HEAD~1" in out
+    assert "no model yet" in out
+
+
+def test_a_conftest_that_fails_to_import_at_the_revision_fails_never_passes_as_new(
+    pytester: pytest.Pytester, base: str
+) -> None:
+    commit(pytester, {"conftest.py": CLOCK_CONFTEST + "\nimport no_such_helper_at_ref\n"}, "broken conftest")
+    commit(pytester, {"conftest.py": CLOCK_CONFTEST}, "fixed")
+    result = against(pytester, "HEAD~1")
+    assert result.ret == 1, result.stdout.str()
+    out = result.stdout.str()
+    assert "the old side (HEAD~1" in out
+    assert "no_such_helper_at_ref" in out
+    assert ": new (" not in out
+
+
+def test_files_the_revision_marks_export_ignore_are_still_there(pytester: pytest.Pytester, base: str) -> None:
+    commit(pytester, {".gitattributes": "test_net.py export-ignore\nmodel.py export-ignore\n"}, "slim archives")
+    commit(pytester, {"model.py": model("3_000_000")}, "slower")
+    result = against(pytester, "HEAD~1")
+    assert result.ret == 1, result.stdout.str()
+    assert "slower node: slow (call_module Slow in slow" in result.stdout.str()
+
+
+def test_a_duet_whose_new_side_fails_says_so_with_its_own_output(pytester: pytest.Pytester, base: str) -> None:
+    crash = TEST + "\n    if fxprof.mode == 'sample':\n        raise RuntimeError('only in the new side')\n"
+    commit(pytester, {"test_net.py": crash}, "the new side's process fails")
+    result = against(pytester, "HEAD~1", "--fxprof-schedule", "duet")
+    assert result.ret == 1, result.stdout.str()
+    out = result.stdout.str()
+    assert "the new side (the working tree) could not measure test_net.py::test_net" in out
+    assert "RuntimeError: only in the new side" in out
+    assert "the old side (" not in out
+
+
 def test_the_old_side_importing_the_working_tree_is_refused(pytester: pytest.Pytester, base: str) -> None:
     # a test module that imports the model by the checkout's absolute path: its old side would run new code
     pinned = f"import sys\nsys.path.insert(0, {str(pytester.path)!r})\n" + TEST
@@ -345,6 +396,18 @@ def test_another_python_for_the_old_side(pytester: pytest.Pytester, base: str) -
     )
     assert missing.returncode == pytest.ExitCode.USAGE_ERROR
     assert "no such interpreter" in missing.stderr
+    (pytester.path / "noexec").write_text("not a program\n")  # a file that cannot run: a usage error, no traceback
+    (pytester.path / "otherversion").write_text(
+        f'#!/bin/sh\nif [ "$1" = "-c" ]; then echo 0.0.1; exit 0; fi\nexec {sys.executable} "$@"\n'
+    )
+    (pytester.path / "otherversion").chmod(0o755)
+    for python, said in (("./noexec", "cannot be run"), ("./otherversion", "has pytest-fxprof 0.0.1, this one")):
+        done = subprocess.run(
+            [*cmd, "--fxprof-against-python", python], cwd=pytester.path, capture_output=True, text=True, check=False
+        )
+        assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr
+        assert said in done.stderr
+        assert "INTERNALERROR" not in done.stdout + done.stderr
 
 
 HANG = """
@@ -384,7 +447,7 @@ def test_ctrl_c_removes_the_exported_tree_and_leaves_no_process(
             time.sleep(0.1)
         assert list(hung.iterdir()), "no side's process started"
         assert left_trees(tmp), "the run did not export the revision into TMPDIR"
-        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
+        os.kill(proc.pid, signal.SIGINT)  # the run alone: it must stop its processes itself
         out, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:

@@ -17,7 +17,7 @@ from pytest_fxprof.against import revision as rev
 from pytest_fxprof.against import rounds
 from pytest_fxprof.against.origin import foreign_modules
 from pytest_fxprof.against.revision import Revision, RevisionError, materialise, remove, remove_stale, resolve
-from pytest_fxprof.measure.lockstep import DONE, lockstep_barrier, pair_cores
+from pytest_fxprof.measure.lockstep import DONE, call_tag, exited_mark, lockstep_barrier, pair_cores
 from pytest_fxprof.measure.sampling import Child, Relaunch
 
 
@@ -132,14 +132,17 @@ class FakeClock:
         return self.now
 
 
-def fake_sides(monkeypatch: pytest.MonkeyPatch, clock: FakeClock, seconds: float = 10.0) -> list[str]:
-    """Sides whose processes each take ``seconds`` on ``clock``; returns the order in which they ran."""
+def fake_sides(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeClock, seconds: float = 10.0, data: dict[str, Any] | None = None
+) -> list[str]:
+    """Sides whose processes each take ``seconds`` on ``clock`` and write ``data``; returns the order in which
+    they ran."""
     ran: list[str] = []
 
-    def run_one(side: rounds.Side, test_id: str, request: dict[str, Any], number: int) -> Child:
+    def run_one(side: rounds.Side, test_id: str, request: dict[str, Any], **kw: Any) -> Child:
         clock.now += seconds
         ran.append(side.name)
-        return Child((), 0, {"calls": {}}, "")
+        return Child((), 0, data or {"calls": {}}, "")
 
     monkeypatch.setattr(rounds, "run_one", run_one)
     return ran
@@ -175,36 +178,74 @@ def test_pairs_are_added_while_undecided_up_to_the_limit(monkeypatch: pytest.Mon
     )
     assert len(got.old) == 5
     assert got.stopped == "the limit of 5 pairs"
-    assert seen[-1] == 5
+    assert seen == [3, 4, 5]  # asked only once the test's own pairs are measured
 
 
-def test_the_budget_stops_added_pairs_never_the_first_two(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_budget_bounds_the_added_pairs_never_the_tests_own(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeClock()
     fake_sides(monkeypatch, clock)
     got = rounds.measure_pairs(
         SIDE, NEW, "t", {}, pairs=6, max_pairs=18, budget_s=50, undecided=lambda p: True, clock=clock
     )
-    assert len(got.old) == 2  # 40 s spent, another pair would end at 60 s
+    assert len(got.old) == 6  # 120 s: over the budget, but the test asked for 6
     assert got.stopped == "the time budget of 50 s per test"
     got = rounds.measure_pairs(
-        SIDE, NEW, "t", {}, pairs=6, max_pairs=18, budget_s=1, undecided=lambda p: True, clock=clock
+        SIDE, NEW, "t", {}, pairs=2, max_pairs=18, budget_s=70, undecided=lambda p: True, clock=clock
     )
-    assert len(got.old) == 2
+    assert len(got.old) == 3  # 2 pairs took 40 s, a third ends at 60 s, a fourth would end at 80 s
 
 
-def test_a_decided_test_stops_at_its_pairs_though_the_budget_ran_out(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_decided_test_stops_at_its_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeClock()
     fake_sides(monkeypatch, clock)
     got = rounds.measure_pairs(
         SIDE, NEW, "t", {}, pairs=6, max_pairs=18, budget_s=50, undecided=lambda p: False, clock=clock
     )
-    assert len(got.old) == 2
+    assert len(got.old) == 6
     assert got.stopped == ""
 
 
+@pytest.mark.parametrize(
+    ("data", "absent", "skipped"), [({"absent": True}, True, ""), ({"skipped": "no GPU"}, False, "no GPU")]
+)
+def test_a_side_that_finds_the_test_absent_or_skipped_ends_the_rounds(
+    monkeypatch: pytest.MonkeyPatch, data: dict[str, Any], absent: bool, skipped: str
+) -> None:
+    clock = FakeClock()
+    ran = fake_sides(monkeypatch, clock, data=data)
+    got = rounds.measure_pairs(
+        SIDE, NEW, "t", {}, pairs=6, max_pairs=18, budget_s=500, undecided=lambda p: True, clock=clock
+    )
+    assert ran == ["old", "new"]  # one pair, then nothing more to measure
+    assert got.ended is not None
+    side, child = got.ended
+    assert side == "old"
+    assert (child.absent, child.skipped) == (absent, skipped)
+    assert got.old == got.new == []
+
+
+def test_moot_pairs_stop_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    ran = fake_sides(monkeypatch, clock)
+    got = rounds.measure_pairs(
+        SIDE,
+        NEW,
+        "t",
+        {},
+        pairs=6,
+        max_pairs=18,
+        budget_s=500,
+        undecided=lambda p: True,
+        moot=lambda p: True,
+        clock=clock,
+    )
+    assert len(ran) == 2
+    assert len(got.old) == 1
+
+
 def test_a_failing_side_stops_the_pairs_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    def run_one(side: rounds.Side, test_id: str, request: dict[str, Any], number: int) -> Child:
-        raise rounds.SideFailedError(side, Child(("x",), 4, None, "ERROR: not found"), number)
+    def run_one(side: rounds.Side, test_id: str, request: dict[str, Any], **kw: Any) -> Child:
+        raise rounds.SideFailedError(side, Child(("x",), 4, None, "ERROR: not found"), kw["number"])
 
     monkeypatch.setattr(rounds, "run_one", run_one)
     with pytest.raises(rounds.SideFailedError) as err:
@@ -258,6 +299,19 @@ def test_modules_from_the_working_tree_are_named(tmp_path: Path) -> None:
     }
     found = foreign_modules(new, old, modules)
     assert found == [f"proj ({new / 'src' / 'proj' / '__init__.py'})"]
+
+
+def test_a_checkout_under_the_interpreters_prefix_is_still_watched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a system Python under /usr and the project in /usr/src/app (a common container layout)
+    new, old = tmp_path / "usr" / "src" / "app", tmp_path / "old"
+    new.mkdir(parents=True)
+    old.mkdir()
+    for name in ("prefix", "base_prefix", "exec_prefix"):
+        monkeypatch.setattr(sys, name, str(tmp_path / "usr"))
+    modules = {"app": module("app", str(new / "app.py"))}
+    assert foreign_modules(new, old, modules) == [f"app ({new / 'app.py'})"]
 
 
 def test_an_extra_import_root_outside_the_tree_is_watched(tmp_path: Path) -> None:
@@ -362,3 +416,48 @@ def test_auto_runs_a_duet_on_the_cpu_and_alternates_on_an_accelerator() -> None:
     assert not duet_for("auto", [on("cpu"), on(gpu)])  # one call on the accelerator: the test alternates
     assert duet_for("duet", [on(gpu)])  # asked for
     assert not duet_for("alternate", [on("cpu")])
+
+
+def test_a_twin_that_ended_releases_the_other_and_the_pass_is_said(tmp_path: Path) -> None:
+    a = lockstep_barrier({"dir": str(tmp_path), "side": "new", "other": "old"}, "call0")
+    assert a is not None
+    exited_mark(tmp_path, "old").touch()  # what the parent marks when the old process ended
+    a(0)
+    a(1)
+    assert a.alone_from == 0
+
+
+def test_a_twin_that_ran_the_call_alone_makes_the_other_run_it_alone(tmp_path: Path) -> None:
+    old = lockstep_barrier({"dir": str(tmp_path), "side": "old", "other": "new"}, "call0")
+    new = lockstep_barrier({"dir": str(tmp_path), "side": "new", "other": "old"}, "call0")
+    assert old is not None
+    assert new is not None
+    (tmp_path / f"{call_tag('call0')}.new.alone").touch()  # the new side gave up its lock-step in this call
+    for i in range(3):
+        (tmp_path / f"{call_tag('call0')}.new.{i}").touch()  # and marked its passes meanwhile
+    old(0)
+    assert old.alone_from == 0  # its twin's marks are not a pass run at the same time
+
+
+@pytest.mark.parametrize(
+    ("old_waits", "new_waits", "new_calls", "gives_way"),
+    [
+        ("removed", "common", ["common"], "old"),  # the pull request removed a call: the old side gives it up
+        ("common", "added", ["added", "common"], "new"),  # it added one: the new side gives that up
+    ],
+)
+def test_twins_waiting_on_different_calls_the_right_one_gives_way(
+    tmp_path: Path, old_waits: str, new_waits: str, new_calls: list[str], gives_way: str
+) -> None:
+    tags = [call_tag(k) for k in new_calls]
+    spec = {"dir": str(tmp_path), "new_calls": tags}
+    waiting = {"old": old_waits, "new": new_waits}
+    for side, other in (("old", "new"), ("new", "old")):
+        (tmp_path / f"{other}.waiting").write_text(call_tag(waiting[other]))
+        barrier = lockstep_barrier({**spec, "side": side, "other": other}, waiting[side])
+        assert barrier is not None
+        if side == gives_way:
+            barrier(0)  # returns at once: its twin will never reach this call
+            assert barrier.alone_from == 0
+        else:
+            assert not barrier._give_way()

@@ -632,3 +632,14 @@ def test_merge_refuses_overlapping_shards_and_mixed_modes(tmp_path: Path, capsys
     assert code == 2
     assert "different modes" in err
     assert not (tmp_path / "out.json").exists()
+    shards = []
+    for name, revision in (("b", "main (1a2b3c4)"), ("c", "main (5d6e7f8)")):
+        path = write_profiles(tmp_path / f"{name}.json", [(f"t.py::test_{name}", "call0", result())])
+        data = json.loads(path.read_text())
+        data["profiles"][0]["against"] = revision
+        path.write_text(json.dumps(data))
+        shards.append(path)
+    code, _, err = run(capsys, "merge", tmp_path / "out.json", *shards)
+    assert code == 2
+    assert "checked against different revisions: main (1a2b3c4)" in err
+    assert not (tmp_path / "out.json").exists()

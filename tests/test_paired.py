@@ -15,6 +15,7 @@ from pytest_fxprof.judge.paired import (
     compare_pairs,
     judge_pairs,
     needs_more,
+    t_cdf,
     t_quantile,
     undecided,
 )
@@ -65,14 +66,27 @@ def sides(
     return entry(old), entry(new)
 
 
-def test_t_quantile_matches_the_table() -> None:
-    # Student's t, one-sided: values from any table
-    assert t_quantile(0.975, 1) == pytest.approx(12.706, rel=1e-3)
-    assert t_quantile(0.975, 2) == pytest.approx(4.303, rel=1e-3)
-    assert t_quantile(0.975, 10) == pytest.approx(2.228, rel=5e-3)
-    assert t_quantile(0.999, 7) == pytest.approx(4.785, rel=5e-3)
-    assert t_quantile(0.999, 11) == pytest.approx(4.025, rel=5e-3)
-    assert t_quantile(0.999, 30) == pytest.approx(3.385, rel=5e-3)
+@pytest.mark.parametrize(
+    ("p", "df", "table"),  # one-sided quantiles, from any table of Student's t
+    [
+        (0.975, 1, 12.706),
+        (0.975, 2, 4.303),
+        (0.975, 10, 2.228),
+        (0.999, 3, 10.215),
+        (0.999, 4, 7.173),
+        (0.999, 5, 5.893),
+        (0.999, 7, 4.785),
+        (0.999, 11, 4.025),
+        (0.999, 30, 3.385),
+        (0.95, 60, 1.671),
+    ],
+)
+def test_t_quantile_matches_the_table(p: float, df: int, table: float) -> None:
+    assert t_quantile(p, df) == pytest.approx(table, abs=6e-4)
+    assert t_cdf(t_quantile(p, df), df) == pytest.approx(p, abs=1e-9)
+
+
+def test_t_quantile_without_degrees_of_freedom_is_infinite() -> None:
     assert t_quantile(0.999, 0) == math.inf
 
 

@@ -1,7 +1,9 @@
 """One test against the base revision: its pairs of old and new processes, and the comparison of each call.
 
-Owns ``Against`` (the run's two sides: the revision's tree and interpreter, the working tree's) and
-``check_test``, which measures a test's pairs and judges each of its ``fxprof`` calls with the paired rule.
+Owns ``Against`` (the run's two sides: the revision's tree and interpreter, the working tree's),
+``check_test``, which measures a test's pairs and judges each of its ``fxprof`` calls with the paired rule, and
+``SideWatch``, with which a side's process says what became of its test when no ``fxprof`` call wrote a profile
+(absent there, skipped, or run without a call).
 
 Must not import torch or pytest.
 """
@@ -16,23 +18,57 @@ from typing import Any
 
 from pytest_fxprof.against.revision import Revision
 from pytest_fxprof.against.rounds import Pairs, Side, SideFailedError, machine_lock, measure_pairs
-from pytest_fxprof.judge.paired import PairedPolicy, compare_pairs, needs_more
+from pytest_fxprof.judge.paired import MIN_PAIRS, PairedPolicy, compare_pairs, needs_more
 from pytest_fxprof.measure.sampling import Child, Relaunch, tail
 from pytest_fxprof.records.measurement import BaselineEntry, iqr_int, median_int
 from pytest_fxprof.records.profile import Profile
-from pytest_fxprof.records.verdicts import Comparison
+from pytest_fxprof.records.verdicts import Comparison, Status
 from pytest_fxprof.store.baseline import entry_from_json
 
+
+@dataclass
+class SideWatch:
+    """What a side's process saw of the one test it runs, for what it reports where no ``fxprof`` call wrote
+    its profiles (``report``)."""
+
+    test_id: str
+    collected: bool = False
+    passed: bool = False
+    failed: bool = False
+    skipped: str = ""
+
+    def note(self, when: str, outcome: str, reason: str = "") -> None:
+        """One phase's outcome (``setup``, ``call``, ``teardown``; ``passed``, ``failed``, ``skipped``)."""
+        if outcome == "skipped":
+            self.skipped = reason.removeprefix("Skipped: ") or "skipped"
+        elif outcome == "failed":
+            self.failed = True
+        elif when == "call":
+            self.passed = True
+
+    def report(self, exitstatus: int, *, collection_failed: bool = False) -> dict[str, Any] | None:
+        """``{"skipped": why}``, ``{"calls": {}}`` (it passed without an ``fxprof`` call), ``{"absent": True}``
+        (pytest found no such test: the file or the name is not there, and nothing failed to collect), or None
+        (it failed: its output says why)."""
+        if self.failed:
+            return None
+        if self.skipped:
+            return {"skipped": self.skipped}
+        if self.passed:
+            return {"calls": {}}
+        if not self.collected and not collection_failed and exitstatus in NOT_FOUND:
+            return {"absent": True}
+        return None
+
+
 NOT_FOUND = (4, 5)
-"""pytest's exit statuses for a test id it cannot find (4) or a selection that collected nothing (5)."""
-
-BROKEN = ("ERROR collecting", "error during collection", "errors during collection")
-"""What pytest prints when a module failed to import: then a test it does not find is broken, not absent."""
+"""pytest's exit statuses where the test named on the command line is not there: a usage error (no such file,
+no such name in it) or nothing collected."""
 
 
-def absent(child: Child) -> bool:
-    """Whether the old side's process found no such test (rather than failing to import its module)."""
-    return child.returncode in NOT_FOUND and not any(text in child.output for text in BROKEN)
+PROCESS_DEADLINE_S = 600.0
+"""The least time one side's process may take before it is stopped as hung (twice the test's budget, if that is
+more): it holds the machine's lock, so a test that hangs would stop every other test's check."""
 
 
 class AgainstError(Exception):
@@ -102,16 +138,19 @@ class Against:
 @dataclass(frozen=True)
 class CallOutcome:
     """One ``fxprof`` call against the old side: ``comparison`` (None when the call is new: the old side never
-    made it) and the new side's measurement as a profile (None when it made no such call)."""
+    made it) and the new side's measurement as a profile (None when it made no such call); ``stopped`` says what
+    ended the pairs while a verdict was open, ``left_out`` how many pairs lost their lock-step in this call."""
 
     comparison: Comparison | None
     profile: Profile | None
     stopped: str = ""
+    left_out: int = 0
 
 
 @dataclass(frozen=True)
 class TestOutcome:
-    """A test against the old side: ``absent`` when the test does not exist there, else each call's outcome."""
+    """A test against the old side: ``absent`` when the test does not exist there, ``skipped`` why it skipped
+    on a side (nothing to compare), else each call's outcome."""
 
     __test__ = False
 
@@ -119,6 +158,7 @@ class TestOutcome:
     calls: dict[str, CallOutcome]
     pairs: int = 0
     seconds: float = 0.0
+    skipped: str = ""
 
 
 def duet_for(schedule: str, profiles: Iterable[Profile]) -> bool:
@@ -147,6 +187,30 @@ def _entries(children: Sequence[Child], key: str, where: str) -> list[BaselineEn
         except ValueError as exc:
             raise AgainstError(f"the {where} side sent a malformed profile: {exc}") from None
     return out
+
+
+def _out_of_step(child: Child, key: str, entry: BaselineEntry) -> bool:
+    """Whether the process ran call ``key`` without its twin within the protocol's passes (the passes measured
+    again after them, for preemption, run alone whenever the twin needed fewer)."""
+    alone = (_calls(child).get(key) or {}).get("alone_from")
+    return isinstance(alone, int) and alone < entry.protocol.warmup + entry.protocol.passes
+
+
+def paired_entries(got: Pairs, key: str) -> tuple[list[BaselineEntry], list[BaselineEntry], int] | None:
+    """The old and new side's entries of call ``key``, pair by pair, from the pairs whose twins kept their
+    lock-step in it, and how many were left out (all are kept where fewer than two kept it); None when a side
+    did not make the call."""
+    old, new = _entries(got.old, key, "old"), _entries(got.new, key, "new")
+    if old is None or new is None:
+        return None
+    kept = [
+        (a, b)
+        for a, b, child_a, child_b in zip(old, new, got.old, got.new, strict=True)
+        if not (_out_of_step(child_a, key, a) or _out_of_step(child_b, key, b))
+    ]
+    if len(kept) < MIN_PAIRS:
+        return old, new, 0
+    return [a for a, _ in kept], [b for _, b in kept], len(old) - len(kept)
 
 
 def merged(entries: Sequence[BaselineEntry]) -> BaselineEntry:
@@ -223,18 +287,22 @@ def check_test(
     def judged(got: Pairs) -> dict[str, Comparison | None]:
         out: dict[str, Comparison | None] = {}
         for key in profiles:
-            old, new_entries = _entries(got.old, key, "old"), _entries(got.new, key, "new")
+            found = paired_entries(got, key)
             out[key] = (
-                None
-                if old is None or new_entries is None
-                else compare_pairs(merged(old), merged(new_entries), policy, against=label)
+                None if found is None else compare_pairs(merged(found[0]), merged(found[1]), policy, against=label)
             )
         return out
 
     def undecided(got: Pairs) -> bool:
         return any(c is not None and needs_more(c) for c in judged(got).values())
 
-    request = {"test_id": test_id, "settings": settings, "entry": True}
+    def moot(got: Pairs) -> bool:
+        """After each pair: refuse an old side that ran the working tree's code, and stop when no call is left
+        that more pairs could compare (the old side made none of them, or each hands the model another setup)."""
+        _refuse_foreign(got.old[-1], label)
+        return all(c is None or c.status is Status.MISMATCH for c in judged(got).values())
+
+    request = {"test_id": test_id, "settings": settings, "entry": True, "calls": list(profiles)}
     try:
         with machine_lock():
             got = measure_pairs(
@@ -246,13 +314,32 @@ def check_test(
                 max_pairs=max_pairs,
                 budget_s=budget_s,
                 undecided=undecided,
+                moot=moot,
                 duet=duet,
+                deadline_s=max(PROCESS_DEADLINE_S, 2 * budget_s),
             )
     except SideFailedError as err:
-        if err.side.name == "old" and against.revision is not None and absent(err.child):
-            return TestOutcome(absent=True, calls={})
         raise _failure(err, label, test_id) from None
-    foreign = sorted({m for child in got.old for m in (child.data or {}).get("foreign", [])})
+    if got.ended is not None:
+        side, child = got.ended
+        where = label if side == "old" else "a fresh process of the working tree"
+        if child.skipped:
+            return TestOutcome(absent=False, calls={}, skipped=f"the test skipped at {where}: {child.skipped}")
+        if side == "old" and against.revision is not None:
+            return TestOutcome(absent=True, calls={})
+        raise AgainstError(f"{where} found no test {test_id} (collected nothing of that name)")
+    calls = {}
+    for key, comparison in judged(got).items():
+        found = paired_entries(got, key)
+        new_entries = _entries(got.new, key, "new")
+        profile = side_profile(profiles[key], merged(new_entries)) if new_entries is not None else None
+        stopped = got.stopped if comparison is not None and needs_more(comparison) else ""
+        calls[key] = CallOutcome(comparison, profile, stopped, found[2] if found is not None else 0)
+    return TestOutcome(absent=False, calls=calls, pairs=len(got.old), seconds=got.seconds)
+
+
+def _refuse_foreign(child: Child, label: str) -> None:
+    foreign = sorted((child.data or {}).get("foreign", []))
     if foreign:
         shown = "; ".join(foreign[:6]) + (f"; ... {len(foreign) - 6} more" if len(foreign) > 6 else "")
         raise AgainstError(
@@ -262,12 +349,6 @@ def check_test(
             "by a path relative to the test files, or name its other import roots in the ini key "
             "fxprof_against_roots"
         )
-    calls = {}
-    for key, comparison in judged(got).items():
-        new_entries = _entries(got.new, key, "new")
-        profile = side_profile(profiles[key], merged(new_entries)) if new_entries is not None else None
-        calls[key] = CallOutcome(comparison, profile, got.stopped if comparison is not None else "")
-    return TestOutcome(absent=False, calls=calls, pairs=len(got.old), seconds=got.seconds)
 
 
 def pair_ratios(c: Comparison) -> list[float]:

@@ -3,7 +3,7 @@
 Owns ``foreign_modules``, run inside the old side's process once its test has run: a module whose file lies in
 the working tree (and not in the revision's exported tree) means the old side measured the new code (a
 ``sys.path`` entry or an editable install that points at the checkout), and the comparison would say nothing.
-Files of the interpreter's own prefix and its site-packages are never the project's, even in a virtual
+Files of the interpreter's standard library and its site-packages are never the project's, even in a virtual
 environment kept inside the checkout (``.venv``); nor is pytest-fxprof, which both sides run as installed.
 
 Must not import torch or pytest.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import site
 import sys
+import sysconfig
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import ModuleType
@@ -21,8 +22,11 @@ SELF = "pytest_fxprof"
 
 
 def _installed() -> list[Path]:
-    """Where the interpreter's own and installed packages live."""
-    places = {sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages()}
+    """Where the interpreter's own and installed packages live: its standard library and site-packages (not
+    its whole prefix, which may hold the project: a system Python under /usr and a checkout in /usr/src)."""
+    paths = sysconfig.get_paths()
+    places = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    places.update(site.getsitepackages())
     user = site.getusersitepackages() if site.ENABLE_USER_SITE else None
     if user:
         places.add(user)

@@ -1,9 +1,12 @@
 """The base revision's code, materialised from git beside the user's checkout, never inside it.
 
-Owns ``materialise``: ``git archive`` of the revision, unpacked into a temporary directory of its own, so that
-the checkout, its index, its stash and its list of worktrees stay as they are (an export leaves nothing in
-``.git``), and ``remove`` for the end of the run. The directory's name carries the process id of the run that
-made it, so that one a killed run left behind is removed by the next (``remove_stale``).
+Owns ``materialise``: the revision's files checked out of a throwaway index into a temporary directory of its
+own (``git read-tree`` and ``git checkout-index`` with ``GIT_INDEX_FILE`` pointing there), so that the checkout,
+its index, its stash and its list of worktrees stay as they are, and every tracked file is there as a checkout
+would write it (``git archive`` would leave out the paths ``.gitattributes`` marks ``export-ignore``, often the
+tests). Submodules are not checked out. ``remove`` deletes the tree at the end of the run. The directory's name
+carries the process id of the run that made it, so that one a killed run left behind is removed by the next
+(``remove_stale``); so do the pairs' own temporary directories.
 
 Must not import torch or pytest.
 """
@@ -14,7 +17,6 @@ import os
 import re
 import shutil
 import subprocess
-import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,14 +62,19 @@ class Revision:
         return cls(raw["ref"], raw["sha"], Path(raw["repo"]), Path(raw["tree"]))
 
 
-def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+def _git(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     git = shutil.which("git")
     if git is None:
         raise RevisionError(
             "git was not found on PATH; --fxprof-against takes the base revision's code from git: install git "
             "(in CI, use an image that has it)"
         )
-    return subprocess.run([git, *args], cwd=cwd, capture_output=True, text=True, check=False)
+    try:
+        return subprocess.run(
+            [git, *args], cwd=cwd, capture_output=True, text=True, errors="replace", check=False, env=env
+        )
+    except OSError as exc:
+        raise RevisionError(f"git could not be run ({exc}); check that {git} is a working git") from None
 
 
 def resolve(ref: str, cwd: Path) -> tuple[Path, str]:
@@ -76,8 +83,14 @@ def resolve(ref: str, cwd: Path) -> tuple[Path, str]:
         raise RevisionError(f"--fxprof-against {ref!r}: not a revision; give a branch, tag or sha (origin/main)")
     top = _git(["rev-parse", "--show-toplevel"], cwd)
     if top.returncode != 0:
+        said = top.stderr.strip() or "git said no"
+        if "dubious ownership" in said:  # git refuses a checkout another user owns (CI containers)
+            raise RevisionError(
+                f"--fxprof-against {ref}: git refuses {cwd}, owned by another user ({said.splitlines()[0]}); "
+                f"let it: git config --global --add safe.directory {cwd}"
+            )
         raise RevisionError(
-            f"--fxprof-against {ref}: {cwd} is not in a git repository ({top.stderr.strip() or 'git said no'}); "
+            f"--fxprof-against {ref}: {cwd} is not in a git repository ({said}); "
             "the mode compares the working tree with a git revision: run it in a clone of the project"
         )
     repo = Path(top.stdout.strip()).resolve()
@@ -98,29 +111,37 @@ def resolve(ref: str, cwd: Path) -> tuple[Path, str]:
     )
 
 
+def own_tempdir(kind: str) -> Path:
+    """A new temporary directory named for this process (``remove_stale`` removes it once the process is gone)."""
+    return Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-{kind}-"))
+
+
 def materialise(ref: str, cwd: Path) -> Revision:
-    """``ref``'s tree, exported into a new temporary directory (``remove`` deletes it)."""
+    """``ref``'s tree, checked out into a new temporary directory (``remove`` deletes it)."""
     repo, sha = resolve(ref, cwd)
     remove_stale()
-    tree = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
     try:
-        git = shutil.which("git")
-        assert git is not None  # resolve found it
-        with subprocess.Popen(
-            [git, "archive", "--format=tar", sha], cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        ) as proc:
-            assert proc.stdout is not None
-            with tarfile.open(fileobj=proc.stdout, mode="r|") as archive:
-                archive.extractall(tree, filter="data")
-            error = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-        if proc.returncode != 0:
-            raise RevisionError(f"--fxprof-against {ref}: git archive {sha[:7]} failed: {error.strip()}")
-    except (OSError, tarfile.TarError) as exc:
-        shutil.rmtree(tree, ignore_errors=True)
-        raise RevisionError(f"--fxprof-against {ref}: could not export {sha[:7]} into {tree}: {exc}") from None
+        tree = own_tempdir("tree")
+    except OSError as exc:
+        raise RevisionError(
+            f"--fxprof-against {ref}: no temporary directory for {sha[:7]}'s code ({exc}); point TMPDIR at a "
+            "writable directory with room for a copy of the project"
+        ) from None
+    try:
+        index = tree.with_name(tree.name + ".index")
+        env = {**os.environ, "GIT_INDEX_FILE": str(index)}
+        for args in (["read-tree", sha], ["checkout-index", "--all", "--force", f"--prefix={tree}{os.sep}"]):
+            done = _git(args, repo, env)
+            if done.returncode != 0:
+                raise RevisionError(
+                    f"--fxprof-against {ref}: git {args[0]} of {sha[:7]} failed: {done.stderr.strip()}; check that "
+                    f"{os.path.dirname(tree)} has room for a copy of the project"
+                )
     except BaseException:
         shutil.rmtree(tree, ignore_errors=True)
         raise
+    finally:
+        Path(str(tree) + ".index").unlink(missing_ok=True)
     return Revision(ref, sha, repo, tree)
 
 
@@ -130,7 +151,8 @@ def remove(revision: Revision) -> None:
 
 
 def stale_trees(directory: Path | None = None) -> list[Path]:
-    """Exported trees in the temporary directory whose run is no longer running (it was killed)."""
+    """Temporary directories of this mode (exported trees, pairs' directories) whose run is no longer running
+    (it was killed)."""
     root = Path(directory or tempfile.gettempdir())
     out = []
     for path in sorted(root.glob(f"{PREFIX}*")):

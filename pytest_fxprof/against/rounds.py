@@ -1,12 +1,16 @@
-"""The rounds of an A/B check: old and new sides measured in alternating pairs of fresh processes.
+"""The rounds of an A/B check: old and new sides measured in pairs of fresh processes.
 
 Owns ``Side`` (how to start one side's process), ``measure_pairs`` (the schedule) and ``machine_lock`` (one
 test measures at a time on a machine, whatever runs beside it).
 
-The schedule is balanced: pair 1 runs old then new, pair 2 new then old, and so on (ABBA...), so that a
-trend within a pair (the machine warming up, a neighbour arriving) favours neither side. After ``pairs`` pairs
-the caller's ``undecided`` says whether an item that gates is still open; then pairs are added, up to
-``max_pairs``, while the per-test ``budget_s`` allows another (at its measured cost).
+A pair is a duet (both processes at once, in lock-step: ``measure.lockstep``) or one process after the other.
+One after the other, the order is balanced: pair 1 runs old then new, pair 2 new then old, and so on
+(ABBA...), so that a trend within a pair (the machine warming up, a neighbour arriving) favours neither side.
+The first ``pairs`` pairs are always measured; then the caller's ``undecided`` says whether an item that gates
+is still open, and pairs are added while it is, up to ``max_pairs``, as long as the per-test ``budget_s``
+allows another (at its measured cost). A pair in which a side reports the test absent or skipped ends the
+rounds, as does the caller's ``moot`` (nothing left that pairs could compare). A process that runs past
+``deadline_s`` is stopped: a test that hangs must not hold the machine's lock for ever.
 
 Must not import torch or pytest.
 """
@@ -24,8 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_fxprof.measure.lockstep import pair_cores
+from pytest_fxprof.against.revision import PREFIX
+from pytest_fxprof.measure.lockstep import call_tag, exited_mark, pair_cores
 from pytest_fxprof.measure.sampling import Child, Relaunch, finish, start
+
+POLL_S = 0.05
+"""How often the parent of a duet looks whether its processes ended."""
 
 
 @dataclass(frozen=True)
@@ -48,10 +56,12 @@ class Pairs:
     seconds: float = 0.0
     stopped: str = ""
     """Why no more pairs were measured though an item was undecided (the budget, the limit); empty otherwise."""
+    ended: tuple[str, Child] | None = None
+    """The side whose process found the test absent or skipped, and that process: the rounds ended there."""
 
 
 class SideFailedError(Exception):
-    """A side's process failed; carries the process, so the caller can tell a test absent at the revision."""
+    """A side's process failed; carries the process and the pair it belonged to."""
 
     def __init__(self, side: Side, child: Child, number: int) -> None:
         super().__init__(side.name)
@@ -65,58 +75,103 @@ def order(pair: int) -> tuple[str, str]:
     return ("old", "new") if pair % 2 == 0 else ("new", "old")
 
 
-def run_one(side: Side, test_id: str, request: dict[str, Any], number: int) -> Child:
-    with tempfile.TemporaryDirectory(prefix="fxprof-pair-") as tmp:
+def _pair_dir(kind: str) -> tempfile.TemporaryDirectory[str]:
+    """A pair's directory, named for this process so that the next run removes it if this one is killed."""
+    return tempfile.TemporaryDirectory(prefix=f"{PREFIX}{os.getpid()}-{kind}-")
+
+
+def _usable(child: Child) -> bool:
+    """Whether a process ended with something to read: profiles, or the test absent or skipped."""
+    return child.ended or (child.returncode == 0 and child.data is not None)
+
+
+def run_one(
+    side: Side, test_id: str, request: dict[str, Any], *, number: int, deadline_s: float | None = None
+) -> Child:
+    with _pair_dir("pair") as tmp:
         proc, out = start(side.relaunch, test_id, {**side.request, **request}, Path(tmp))
-        child = finish(proc, out)
-    if child.returncode != 0 or child.data is None:
+        child = finish(proc, out, deadline_s)
+    if not _usable(child):
         raise SideFailedError(side, child, number)
     return child
 
 
-def run_duet(old: Side, new: Side, test_id: str, request: dict[str, Any], number: int) -> tuple[Child, Child]:
-    """One pair as a duet: both processes at once, their passes in lock-step, trading their cores pass by pass
-    where this process may place them (``measure.lockstep``)."""
-    cores = pair_cores(int(request.get("settings", {}).get("threads", 1)))
-    with tempfile.TemporaryDirectory(prefix="fxprof-duet-") as tmp:
+def run_duet(
+    old: Side,
+    new: Side,
+    test_id: str,
+    request: dict[str, Any],
+    *,
+    number: int,
+    deadline_s: float | None = None,
+    cores: Sequence[int] | None = None,
+) -> tuple[Child, Child]:
+    """One pair as a duet: both processes at once, their passes in lock-step, trading ``cores`` pass by pass
+    (by default two groups of the test's threads of this process's cores, where it may place them:
+    ``measure.lockstep``; none: each where the system puts it). A process that fails ends its twin at once; the
+    side that failed first is the one reported."""
+    if cores is None:
+        cores = pair_cores(int(request.get("settings", {}).get("threads", 1)))
+    sides = (old, new)
+    with _pair_dir("duet") as tmp:
         base = Path(tmp)
         started: list[tuple[subprocess.Popen[str], Path]] = []
         try:
             for side, other in ((old, new), (new, old)):
                 directory = base / side.name
                 directory.mkdir()
-                lockstep = {"dir": str(base), "side": side.name, "other": other.name, "cores": cores}
+                lockstep = {"dir": str(base), "side": side.name, "other": other.name, "cores": list(cores)}
+                lockstep["new_calls"] = [call_tag(k) for k in request.get("calls", [])]
                 started.append(
                     start(side.relaunch, test_id, {**side.request, **request, "lockstep": lockstep}, directory)
                 )
-            _first_failure_stops_both([proc for proc, _ in started])
-            children = [finish(proc, out) for proc, out in started]
+            procs = [proc for proc, _ in started]
+            first, late = _wait_both(procs, [exited_mark(base, s.name) for s in sides], deadline_s)
+            problem = f"did not end within {deadline_s:.0f} s, so it was stopped (a test that hangs?)" if late else ""
+            children = [finish(proc, out, problem=problem) for proc, out in started]
         except BaseException:
             for proc, _ in started:
                 proc.kill()
                 proc.wait()
             raise
-    for side, child in zip((old, new), children, strict=True):
-        if child.returncode != 0 or child.data is None:
+    if first is not None and not children[first].ended:
+        raise SideFailedError(sides[first], children[first], number)
+    for side, child in zip(sides, children, strict=True):
+        if first is None and not _usable(child):
             raise SideFailedError(side, child, number)
     return children[0], children[1]
 
 
-def _first_failure_stops_both(procs: Sequence[subprocess.Popen[str]], poll_s: float = 0.05) -> None:
-    """Wait until both processes ended; one that fails ends its twin at once (which would otherwise wait for
-    its passes' partner until the lock-step gives up). Their output is read meanwhile, so that neither blocks on
-    a full pipe."""
+def _wait_both(
+    procs: Sequence[subprocess.Popen[str]], exited: Sequence[Path], deadline_s: float | None
+) -> tuple[int | None, bool]:
+    """Wait until both processes ended, reading their output meanwhile (so that neither blocks on a full pipe),
+    and mark each one's end for its twin's lock-step. The first to fail on its own ends the other at once (which
+    would otherwise wait for its passes' partner); both are stopped at the deadline. Returns the index of the one
+    that failed first (None if neither did) and whether the deadline stopped them."""
     readers = [threading.Thread(target=_drain, args=(p,), daemon=True) for p in procs]
     for r in readers:
         r.start()
+    first: int | None = None
+    late = False
+    deadline = None if deadline_s is None else time.monotonic() + deadline_s
     while any(p.poll() is None for p in procs):
-        if any(p.returncode not in (None, 0) for p in procs):
+        for k, p in enumerate(procs):
+            if p.returncode is not None:
+                exited[k].touch()
+                if p.returncode != 0 and first is None:
+                    first = k
+        if first is not None or (deadline is not None and time.monotonic() > deadline):
+            late = first is None
             for p in procs:
                 if p.poll() is None:
                     p.kill()
-        time.sleep(poll_s)
+        time.sleep(POLL_S)
+    if first is None:
+        first = next((k for k, p in enumerate(procs) if p.returncode != 0 and not late), None)
     for r in readers:
         r.join()
+    return first, late
 
 
 def _drain(proc: subprocess.Popen[str]) -> None:
@@ -135,53 +190,58 @@ def measure_pairs(
     max_pairs: int,
     budget_s: float,
     undecided: Callable[[Pairs], bool],
+    moot: Callable[[Pairs], bool] = lambda got: False,
     duet: bool = False,
+    deadline_s: float | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> Pairs:
     """Measure ``pairs`` pairs, then more while ``undecided`` and the budget and ``max_pairs`` allow.
 
-    The budget bounds the added pairs, never the first two (fewer than two pairs have no spread). A side whose
-    process fails raises ``SideFailedError`` at once.
+    A side whose process fails raises ``SideFailedError`` at once; one that reports the test absent or skipped
+    ends the rounds (``Pairs.ended``), as does ``moot``.
     """
     sides = {"old": old, "new": new}
     got = Pairs()
     began = clock()
     p = 0
     while True:
-        if p >= 2:
-            spent = clock() - began
+        if p >= pairs:
             open_items = undecided(got)
-            if p >= pairs and not open_items:
+            if not open_items:
                 break
+            spent = clock() - began
             limit = f"the limit of {max_pairs} pairs" if p >= max_pairs else ""
             if not limit and spent + spent / p > budget_s:
                 limit = f"the time budget of {budget_s:g} s per test"
             if limit:
-                got.stopped = limit if open_items else ""
+                got.stopped = limit
                 break
         if duet:
-            old_child, new_child = run_duet(old, new, test_id, request, p + 1)
-            got.old.append(old_child)
-            got.new.append(new_child)
+            pair = run_duet(old, new, test_id, request, number=p + 1, deadline_s=deadline_s)
+            measured = dict(zip(("old", "new"), pair, strict=True))
         else:
-            for name in order(p):
-                child = run_one(sides[name], test_id, request, p + 1)
-                (got.old if name == "old" else got.new).append(child)
+            measured = {
+                name: run_one(sides[name], test_id, request, number=p + 1, deadline_s=deadline_s) for name in order(p)
+            }
         p += 1
+        ended = next(((name, child) for name, child in measured.items() if child.ended), None)
+        if ended is not None:
+            got.ended = ended
+            break
+        got.old.append(measured["old"])
+        got.new.append(measured["new"])
+        if moot(got):
+            break
     got.seconds = clock() - began
     return got
 
 
 @contextlib.contextmanager
 def machine_lock(timeout_s: float | None = None) -> Iterator[None]:
-    """Hold the machine's A/B lock: one test's pairs at a time, across xdist workers and concurrent runs, so
-    that no two tests' processes slow each other down."""
+    """Hold the machine's A/B lock: one test's pairs at a time, across xdist workers and concurrent runs (of
+    this user, with this temporary directory), so that no two tests' processes slow each other down."""
     from filelock import FileLock
 
     path = Path(tempfile.gettempdir()) / f"fxprof-against-{os.getuid() if hasattr(os, 'getuid') else 0}.lock"
     with FileLock(str(path), timeout=-1 if timeout_s is None else timeout_s):
         yield
-
-
-def first_failure(children: Sequence[Child]) -> Child | None:
-    return next((c for c in children if c.returncode != 0), None)

@@ -3,7 +3,7 @@
 Owns the command's arguments and output. A suite split over several machines (CI matrix shards, each with
 ``--fxprof-report``) merges its reports into one, and can write the Markdown summary and the HTML report of
 the whole from it. Shards must not overlap (a profile of one test and key in two reports is refused, naming
-both) and must come from runs of one mode.
+both) and must come from runs of one mode, against one revision where they were checked against one.
 
 Must not import torch or pytest.
 """
@@ -63,6 +63,14 @@ def run(args: argparse.Namespace) -> int:
         shown = ", ".join(f"{m or '?'} ({p})" for m, p in modes.items())
         raise error(
             args.reports[0], f"the reports come from runs of different modes: {shown}", "Merge one run's shards"
+        )
+    revisions = {str(p["against"]): owner[(str(p["test_id"]), str(p["key"]))] for p in profiles if p.get("against")}
+    if len(revisions) > 1:
+        shown = ", ".join(f"{r} ({p})" for r, p in revisions.items())
+        raise error(
+            args.reports[0],
+            f"the reports were checked against different revisions: {shown}",
+            "Merge the shards of one run, all checked against one revision",
         )
     mode = next(iter(modes))
     profiles.sort(key=lambda p: (p["test_id"], p["key"]))

@@ -37,11 +37,11 @@ corrected for (BENCHMARKS.md measures what they would add here).
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 
 from pytest_fxprof.judge.decision import GATING_NS, GATING_SHARE, align, groups
 from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, Run
@@ -88,23 +88,47 @@ class PairedPolicy:
     confidence: float = CONFIDENCE
 
 
+def t_cdf(t: float, df: int) -> float:
+    """Student's t distribution function for whole degrees of freedom, in closed form (Abramowitz and Stegun,
+    26.7.3 and 26.7.4): exact to rounding."""
+    theta = math.atan2(t, math.sqrt(df))
+    s, c2 = math.sin(theta), math.cos(theta) ** 2
+    if df % 2:  # odd: 2/pi (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...))
+        term, series = 1.0, 1.0 if df > 1 else 0.0
+        for k in range(1, (df - 1) // 2):
+            term *= c2 * (2 * k) / (2 * k + 1)
+            series += term
+        inner = theta + s * math.cos(theta) * series
+        central = 2.0 / math.pi * inner
+    else:  # even: sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...)
+        term, series = 1.0, 1.0
+        for k in range(1, df // 2):
+            term *= c2 * (2 * k - 1) / (2 * k)
+            series += term
+        central = s * series
+    return 0.5 + 0.5 * central  # central is P(|T| < t), signed as t
+
+
+@functools.cache
 def t_quantile(p: float, df: int) -> float:
-    """Student's t quantile (Hill's expansion around the normal one; within 0.5 % from 3 degrees of freedom,
-    and conservative below that, where the exact values are used)."""
+    """Student's t quantile: the t with ``t_cdf(t, df) == p`` (infinite without degrees of freedom), by
+    bisection on the exact distribution function."""
     if df < 1:
         return math.inf
-    z = NormalDist().inv_cdf(p)
-    if df <= 2:  # closed forms
-        if df == 1:
-            return math.tan(math.pi * (p - 0.5))
-        a = 4.0 * p * (1.0 - p)
-        return float(2.0 * (p - 0.5) * math.sqrt(2.0 / a))
-    v = float(df)
-    g1 = (z**3 + z) / 4
-    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
-    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
-    g4 = (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / 92160
-    return z + g1 / v + g2 / v**2 + g3 / v**3 + g4 / v**4
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    low, high = 0.0, 1.0
+    while t_cdf(high, df) < p:
+        low, high = high, high * 2.0
+    for _ in range(200):
+        mid = (low + high) / 2.0
+        if t_cdf(mid, df) < p:
+            low = mid
+        else:
+            high = mid
+        if high - low <= 1e-12 * high:
+            break
+    return (low + high) / 2.0
 
 
 @dataclass(frozen=True)

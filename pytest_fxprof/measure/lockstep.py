@@ -2,14 +2,18 @@
 
 Owns ``lockstep_barrier``: before each of its passes a process marks the pass as reached in a directory the
 two share and waits until its twin (the other side of the pair) has reached it too, so that both sides run
-each pass at the same time and meet the same neighbours. A twin that finished (or died) releases the other:
-it marks itself done, and a wait gives up after ``LOCKSTEP_TIMEOUT_S`` and runs on alone.
+each pass at the same time and meet the same neighbours. A process stops waiting, and runs the rest of that
+call alone, when its twin is done with the call, ran it alone, or has ended (the parent marks a process's end:
+``exited_mark``), when both wait on different calls (a call that one side's test makes and the other's does
+not: the side whose call the other will never reach gives up, told by the new side's calls, which the parent
+knows), or, as a last resort, after ``LOCKSTEP_TIMEOUT_S``. A barrier that ran alone says from which pass
+(``Barrier.alone_from``): the pair's ratio for that call is then not a duet's, and the check leaves it out.
 
 Where the parent gave the pair its cores (``pair_cores``), the twins also trade them pass by pass: in even
 passes the old side runs on the first group and the new side on the second, in odd passes the other way
 round. A core that a neighbour outside the machine's view slows (a virtual machine's core shared on its host)
 then slows both sides alike, and cancels in their ratio; kept on one core each, the pair's ratio would carry
-it (BENCHMARKS.md measures both).
+it (BENCHMARKS.md measures both). Every thread of the process moves, torch's intra-op threads included.
 
 Must not import torch or pytest.
 """
@@ -23,8 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-LOCKSTEP_TIMEOUT_S = 30.0
-"""How long a pass waits for its twin before the process goes on alone (the twin is gone or stuck)."""
+LOCKSTEP_TIMEOUT_S = 600.0
+"""How long a pass waits for a twin that is alive, busy in the same call, and not at the pass (stuck)."""
 
 POLL_S = 0.0002
 """How often a waiting process looks for its twin's mark."""
@@ -34,6 +38,16 @@ DONE = -1
 
 SIDES = ("old", "new")
 """The twins, in the order that decides which group of cores each starts on."""
+
+
+def call_tag(key: str) -> str:
+    """A call's name in the marks (its key, hashed: keys are whatever the test names its calls)."""
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def exited_mark(directory: Path, side: str) -> Path:
+    """The file the parent creates in a duet's directory when the process of ``side`` has ended."""
+    return directory / f"{side}.exited"
 
 
 def pair_cores(threads: int, available: Sequence[int] | None = None) -> list[int]:
@@ -47,46 +61,91 @@ def pair_cores(threads: int, available: Sequence[int] | None = None) -> list[int
 
 
 def _place(cores: Sequence[int]) -> None:
-    os.sched_setaffinity(0, set(cores))
+    """Put every thread of this process on ``cores`` (an affinity set on the process moves only one thread)."""
+    try:
+        threads = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        threads = [0]
+    for tid in threads:
+        try:
+            os.sched_setaffinity(tid, set(cores))
+        except OSError:  # a thread that ended meanwhile
+            continue
+
+
+class Barrier:
+    """The lock-step of one ``fxprof`` call (``barrier(i)`` before pass ``i``, ``barrier(DONE)`` at the end)."""
+
+    def __init__(self, spec: Mapping[str, Any], key: str, place: Callable[[Sequence[int]], None] = _place) -> None:
+        self.directory = Path(str(spec["dir"]))
+        self.me, self.other = str(spec["side"]), str(spec["other"])
+        self.tag = call_tag(key)
+        self.new_calls = frozenset(str(t) for t in spec.get("new_calls", ()))
+        self.cores = [int(c) for c in spec.get("cores", [])]
+        half = len(self.cores) // 2
+        self.groups = (self.cores[:half], self.cores[half:]) if half else ()
+        self.first = SIDES.index(self.me) if self.me in SIDES else 0
+        self.place = place
+        self.alone_from: int | None = None
+        """The pass from which this call ran without its twin (None: in lock-step throughout)."""
+
+    def _mark(self, side: str, what: str) -> Path:
+        return self.directory / f"{self.tag}.{side}.{what}"
+
+    def _waiting(self, side: str) -> Path:
+        return self.directory / f"{side}.waiting"
+
+    def _give_way(self) -> bool:
+        """Whether the twin waits on another call than this one and this side must give up its own: neither
+        would ever reach the other's pass. The old side gives way when its call is not one the new side makes
+        (the pull request removed it); the new side when the old one waits on a call they both make (it added
+        this one)."""
+        try:
+            theirs = self._waiting(self.other).read_text()
+        except OSError:
+            return False
+        if theirs in ("", self.tag):
+            return False
+        if self.me == "old":
+            return self.tag not in self.new_calls
+        return theirs in self.new_calls or not self.new_calls
+
+    def __call__(self, i: int) -> None:
+        if i == DONE:
+            self._mark(self.me, "done").touch()
+            if self.groups:
+                self.place(self.cores)
+            return
+        if self.groups:
+            self.place(self.groups[(i + self.first) % 2])
+        self._mark(self.me, str(i)).touch()
+        if self.alone_from is not None:
+            return
+        waiting = self._waiting(self.me)
+        waiting.write_text(self.tag)
+        deadline = time.monotonic() + LOCKSTEP_TIMEOUT_S
+        try:
+            while not self._mark(self.other, str(i)).exists() or self._mark(self.other, "alone").exists():
+                gone = self._mark(self.other, "done").exists() or exited_mark(self.directory, self.other).exists()
+                if gone or self._mark(self.other, "alone").exists() or self._give_way():
+                    break
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(POLL_S)
+            else:
+                return
+            self.alone_from = i
+            self._mark(self.me, "alone").touch()
+        finally:
+            waiting.write_text("")
 
 
 def lockstep_barrier(
     spec: Mapping[str, Any] | None, key: str, place: Callable[[Sequence[int]], None] = _place
-) -> Callable[[int], None] | None:
-    """A barrier for the passes of the ``fxprof`` call ``key`` (``barrier(i)`` before pass ``i``,
-    ``barrier(DONE)`` at the end), or None without a ``spec`` (``dir``, ``side``, ``other``, and ``cores``:
-    the two groups of cores to trade, empty for none). ``place`` puts this process on cores."""
+) -> Barrier | None:
+    """The barrier of the ``fxprof`` call ``key`` in a duet described by ``spec`` (``dir``, ``side``, ``other``,
+    and ``cores``: the two groups of cores to trade, empty for none), or None outside a duet. ``place`` puts
+    this process on cores."""
     if not spec:
         return None
-    directory = Path(str(spec["dir"]))
-    me, other = str(spec["side"]), str(spec["other"])
-    tag = hashlib.sha256(key.encode()).hexdigest()[:16]
-    cores = [int(c) for c in spec.get("cores", [])]
-    half = len(cores) // 2
-    groups = (cores[:half], cores[half:]) if half else ()
-    first = SIDES.index(me) if me in SIDES else 0
-    alone = False
-
-    def mark(side: str, what: str) -> Path:
-        return directory / f"{tag}.{side}.{what}"
-
-    def barrier(i: int) -> None:
-        nonlocal alone
-        if i == DONE:
-            mark(me, "done").touch()
-            if groups:
-                place(cores)
-            return
-        if groups:
-            place(groups[(i + first) % 2])
-        mark(me, str(i)).touch()
-        if alone:
-            return
-        deadline = time.monotonic() + LOCKSTEP_TIMEOUT_S
-        while not mark(other, str(i)).exists():
-            if mark(other, "done").exists() or time.monotonic() > deadline:
-                alone = True
-                return
-            time.sleep(POLL_S)
-
-    return barrier
+    return Barrier(spec, key, place)

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from pytest_fxprof.records.measurement import Run
 from pytest_fxprof.store.baseline import RunJSON, run_from_json
@@ -36,6 +36,8 @@ class SampleRequest(TypedDict):
     test_id: str
     settings: dict[str, Any]
     out: str
+    parent: NotRequired[int]
+    """The process that started this one: it ends with it (``die_with_parent``)."""
 
 
 class SampleJSON(TypedDict):
@@ -99,7 +101,37 @@ class Child:
     data: dict[str, Any] | None
     output: str
     problem: str = ""
-    """Why ``data`` is None though the process exited 0 (an unreadable result)."""
+    """Why ``data`` is None though the process exited (an unreadable result, a deadline that stopped it)."""
+
+    @property
+    def absent(self) -> bool:
+        """Whether the process found no such test, and said so (not a module that failed to import)."""
+        return bool(self.data and self.data.get("absent"))
+
+    @property
+    def skipped(self) -> str:
+        """Why the test skipped in the process ("" if it did not)."""
+        return str((self.data or {}).get("skipped") or "")
+
+    @property
+    def ended(self) -> bool:
+        """Whether the process reported the test absent or skipped: nothing of it to compare."""
+        return self.absent or bool(self.skipped)
+
+
+def die_with_parent(parent: int | None) -> None:
+    """End this process when the one that started it ends (Linux), so that none outlives a run that was killed;
+    at once if that one is already gone."""
+    if parent is None:
+        return
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def child_env(relaunch: Relaunch) -> dict[str, str]:
@@ -118,7 +150,7 @@ def start(
     ``directory``; ``finish`` waits for it."""
     out = directory / "out.json"
     path = directory / "request.json"
-    path.write_text(json.dumps({**request, "out": str(out)}), encoding="utf-8")
+    path.write_text(json.dumps({**request, "out": str(out), "parent": os.getpid()}), encoding="utf-8")
     cmd = relaunch.command(test_id, path)
     proc = subprocess.Popen(
         cmd,
@@ -127,28 +159,35 @@ def start(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        errors="replace",
     )
     return proc, out
 
 
-def finish(proc: subprocess.Popen[str], out: Path) -> Child:
-    """Wait for a process ``start`` began; a KeyboardInterrupt kills it first, so that none is left behind."""
+def finish(proc: subprocess.Popen[str], out: Path, deadline_s: float | None = None, problem: str = "") -> Child:
+    """Wait for a process ``start`` began, at most ``deadline_s`` (then it is stopped, and ``problem`` says so);
+    a KeyboardInterrupt kills it first, so that none is left behind."""
     try:
         output = getattr(proc, "drained", None)
         if output is None:
-            output, _ = proc.communicate()
+            try:
+                output, _ = proc.communicate(timeout=deadline_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                output, _ = proc.communicate()
+                problem = f"did not end within {deadline_s:.0f} s, so it was stopped (a test that hangs?)"
         else:
             proc.wait()
     except BaseException:
         proc.kill()
         proc.wait()
         raise
-    data, problem = None, ""
+    data = None
     if out.is_file():
         try:
             data = loads(out.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            problem = f"wrote an unreadable result ({exc})"
+            problem = problem or f"wrote an unreadable result ({exc})"
     return Child(tuple(str(a) for a in proc.args), proc.returncode, data, output or "", problem)  # type: ignore[union-attr]
 
 
@@ -165,26 +204,15 @@ def sample(
     (a capture that depends on the process cannot be baselined).
     """
     runs: dict[str, list[Run]] = {key: [] for key in expected}
-    env = child_env(relaunch)
     for i in range(1, count + 1):
         with tempfile.TemporaryDirectory(prefix="fxprof-") as tmp:
-            request, out = Path(tmp) / "request.json", Path(tmp) / "runs.json"
-            req: SampleRequest = {"test_id": test_id, "settings": settings, "out": str(out)}
-            request.write_text(json.dumps(req), encoding="utf-8")
-            cmd = relaunch.command(test_id, request)
-            proc = subprocess.run(
-                cmd, cwd=relaunch.invocation_dir, env=env, capture_output=True, text=True, check=False
-            )
-            where = f"fresh process {i} of {count} for {test_id}"
-            if proc.returncode != 0 or not out.is_file():
-                raise SamplingError(
-                    f"{where} failed (exit {proc.returncode}); command: {' '.join(cmd)}\n"
-                    f"{tail(proc.stdout + proc.stderr)}"
-                )
-            try:
-                data = loads(out.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
-                raise SamplingError(f"{where} wrote an unreadable result ({exc}); command: {' '.join(cmd)}") from None
+            proc, out = start(relaunch, test_id, {"test_id": test_id, "settings": settings}, Path(tmp))
+            child = finish(proc, out)
+        where = f"fresh process {i} of {count} for {test_id}"
+        if child.returncode != 0 or child.data is None:
+            why = f"exit {child.returncode}" + (f", {child.problem}" if child.problem else "")
+            raise SamplingError(f"{where} failed ({why}); command: {' '.join(child.command)}\n{tail(child.output)}")
+        data = child.data
         for key, node_keys in expected.items():
             got = data.get(key)
             if got is None:

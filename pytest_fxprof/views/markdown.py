@@ -45,7 +45,7 @@ STATUS_WORDS: dict[str, tuple[str, str]] = {
     "unmeasured": ("unmeasured", "unmeasured"),
 }
 """The heading's word for each status (one, several), in the heading's order."""
-ATTENTION = ("regression", "mismatch", "missing")
+ATTENTION = ("regression", "mismatch", "missing", "error")
 """Statuses that fail a test or skip it: shown first, in bold."""
 STATUS_CELLS = {"missing": "missing baseline"}
 
