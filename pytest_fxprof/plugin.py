@@ -193,7 +193,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini(
         "fxprof_against_roots",
         "Against a revision: the project's import roots besides the top level and src/ (relative to the "
-        "repository's top level), put first on each side's PYTHONPATH and checked in the old side",
+        "repository's top level; to the rootdir with --fxprof-against-python alone), put first on each side's "
+        "PYTHONPATH and checked in the old side",
         type="linelist",
         default=[],
     )

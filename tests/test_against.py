@@ -114,11 +114,12 @@ def test_a_slowdown_committed_on_top_of_the_base_fails_naming_the_node_and_the_r
     tmp = tmp_path_factory.mktemp("tmpdir")
     views = ["--fxprof-html", "r.html", "--fxprof-markdown", "r.md", "--fxprof-trace", "traces"]
     views += ["--fxprof-benchmark-json", "b.json", "--fxprof-report", "r.json", "--junitxml", "j.xml", "-v"]
-    result = against(pytester, "HEAD~1", *views, env={"TMPDIR": str(tmp)})
+    summary = tmp_path_factory.mktemp("summary") / "step_summary.md"
+    result = against(pytester, "HEAD~1", *views, env={"TMPDIR": str(tmp), "GITHUB_STEP_SUMMARY": str(summary)})
     assert result.ret == 1, result.stdout.str()
     out = result.stdout.str()
     assert f"got slower than HEAD~1 ({base[:7]}) (2 pairs of old and new processes)" in out
-    assert "slower node: slow (call_module Slow in slow" in out
+    assert "slower node: slow (call_module Slow in slow, model.py:" in out  # the source line
     assert "per pair x1.50, x1.50" in out
     report = json.loads((pytester.path / "r.json").read_text())
     (profile,) = report["profiles"]
@@ -136,6 +137,7 @@ def test_a_slowdown_committed_on_top_of_the_base_fails_naming_the_node_and_the_r
     assert left_trees(tmp) == []  # the exported tree is gone
     markdown = (pytester.path / "r.md").read_text()
     assert f"## pytest-fxprof against HEAD~1 ({base[:7]}): 1 regression" in markdown
+    assert markdown in summary.read_text()  # appended to the GitHub Actions step summary
     assert "2 pairs" in markdown
     assert (
         f"Check against HEAD~1 ({base[:7]}), in pairs of old and new processes"
@@ -150,11 +152,17 @@ def test_a_slowdown_committed_on_top_of_the_base_fails_naming_the_node_and_the_r
 
 
 def test_a_change_that_does_not_matter_passes(pytester: pytest.Pytester, base: str) -> None:
-    commit(pytester, {"model.py": model() + "\n# a comment\n"}, "comment")
+    marked = TEST.replace("def test_net", "import pytest\n\n\n@pytest.mark.fxprof(pairs=3)\ndef test_net", 1)
+    commit(pytester, {"model.py": model() + "\n# a comment\n", "test_net.py": marked}, "comment")
+    baselines = pytester.path / "baselines"
+    baselines.mkdir()
+    (baselines / "stray.json").write_text("{ not a baseline")  # no baseline is read or written in this mode
     result = against(pytester, "HEAD~1", "--fxprof-schedule", "alternate")
     assert result.ret == 0, result.stdout.str()
     assert "test_net.py::test_net [call0]: pass, total x1.00" in result.stdout.str()
-    assert f"against HEAD~1 ({base[:7]}), 2 pairs" in result.stdout.str()
+    assert f"against HEAD~1 ({base[:7]}), 3 pairs" in result.stdout.str()  # the marker's pairs
+    assert [f.name for f in baselines.iterdir()] == ["stray.json"]
+    assert "stray.json" not in result.stdout.str()
 
 
 def test_uncommitted_changes_belong_to_the_new_side(pytester: pytest.Pytester, base: str) -> None:
@@ -300,6 +308,23 @@ def test_a_duet_whose_new_side_fails_says_so_with_its_own_output(pytester: pytes
     assert "the old side (" not in out
 
 
+def test_a_project_below_the_repositorys_top_level_runs_from_its_own_rootdir(
+    pytester: pytest.Pytester, base: str
+) -> None:
+    sub = pytester.path / "perf"
+    sub.mkdir()
+    for name in ("conftest.py", "fakeclock.py", "model.py", "test_net.py"):
+        git(pytester.path, "mv", name, f"perf/{name}")
+    (sub / "pytest.ini").write_text("[pytest]\npythonpath = .\n")
+    commit(pytester, {}, "the tests in perf/")
+    commit(pytester, {"perf/model.py": model("3_000_000")}, "slower")
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--fxprof-against", "HEAD~1", "--fxprof-pairs"]
+    done = subprocess.run([*cmd, "2"], cwd=sub, capture_output=True, text=True, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "slower node: slow (call_module Slow in slow" in done.stdout
+    assert "per pair x1.50, x1.50" in done.stdout
+
+
 def test_the_old_side_importing_the_working_tree_is_refused(pytester: pytest.Pytester, base: str) -> None:
     # a test module that imports the model by the checkout's absolute path: its old side would run new code
     pinned = f"import sys\nsys.path.insert(0, {str(pytester.path)!r})\n" + TEST
@@ -391,6 +416,17 @@ def test_another_python_for_the_old_side(pytester: pytest.Pytester, base: str) -
     assert done.returncode == 0, done.stdout
     assert "against Python " in done.stdout
     assert "oldpy" in done.stdout
+    commit(pytester, {"model.py": model("3_000_000")}, "slower")  # with a revision: REF's code, that Python
+    both = subprocess.run(
+        [*cmd, "--fxprof-against", "HEAD~1", "--fxprof-against-python", "./oldpy"],
+        cwd=pytester.path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert both.returncode == 1, both.stdout
+    assert f"got slower than HEAD~1 ({base[:7]}) under Python " in both.stdout
+    assert "per pair x1.50, x1.50" in both.stdout
     missing = subprocess.run(
         [*cmd, "--fxprof-against-python", "./nopy"], cwd=pytester.path, capture_output=True, text=True, check=False
     )
