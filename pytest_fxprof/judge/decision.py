@@ -304,6 +304,16 @@ def judge(
 # Aggregates ---------------------------------------------------------------------------------------------
 
 
+def regressed(total: TotalVerdict, nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict]) -> bool:
+    """Whether a comparison fails the test: the total slower, a node that gates alone slower (a smaller one only
+    warns), or an aggregate slower. Against a baseline and against a revision alike."""
+    return (
+        total.verdict is Verdict.SLOWER
+        or any(v.verdict is Verdict.SLOWER and v.gates for v in nodes)
+        or any(a.verdict is Verdict.SLOWER for a in aggregates)
+    )
+
+
 def groups(nodes: Sequence[NodeInfo]) -> list[tuple[Kind, str, list[int]]]:
     """The aggregates of a graph: each operator type and each module subtree with two or more nodes."""
     by_op: dict[str, list[int]] = defaultdict(list)
@@ -450,13 +460,8 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
         for kind, name, idx in groups([baseline.nodes[i] for i in base_idx])
     )
     total = _judge_total(baseline.runs, current.runs, policy)
-    failed = (
-        total.verdict is Verdict.SLOWER
-        or any(v.verdict is Verdict.SLOWER and v.gates for v in verdicts)
-        or any(a.verdict is Verdict.SLOWER for a in aggregates)
-    )
     return Comparison(
-        status=Status.REGRESSION if failed else Status.PASS,
+        status=Status.REGRESSION if regressed(total, verdicts, aggregates) else Status.PASS,
         mismatches=(),
         speed_factor=speed,
         baseline_processes=len(baseline.runs),

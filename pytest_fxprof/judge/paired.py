@@ -43,7 +43,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pytest_fxprof.judge.decision import GATING_NS, GATING_SHARE, align, groups
+from pytest_fxprof.judge.decision import GATING_NS, GATING_SHARE, align, groups, regressed
 from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, Run
 from pytest_fxprof.records.verdicts import (
     AggregateVerdict,
@@ -271,13 +271,8 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
     band, source = policy.total_tolerance, BandSource.TOLERANCE
     total_judgement = judge_pairs(before_total, after_total, band, source, confidence=policy.confidence, resolve=True)
     total = TotalVerdict(statistics.median(before_total), statistics.median(after_total), 1.0, total_judgement)
-    failed = (
-        total.verdict is Verdict.SLOWER
-        or any(v.verdict is Verdict.SLOWER and v.gates for v in verdicts)
-        or any(a.verdict is Verdict.SLOWER for a in aggregates)
-    )
     return Comparison(
-        status=Status.REGRESSION if failed else Status.PASS,
+        status=Status.REGRESSION if regressed(total, verdicts, aggregates) else Status.PASS,
         mismatches=(),
         speed_factor=1.0,
         baseline_processes=len(old_runs),
