@@ -18,7 +18,10 @@ pair takes and the standard deviation across pairs of the log ratio new/old: of 
 of 1 ms or more, of 200 us to 1 ms and under 200 us (median and 90th percentile over the nodes). The paired
 rule's interval is proportional to that spread over the square root of the pairs, so a schedule with half
 the spread decides with a quarter of the pairs; ``pairs for equal width`` says how many pairs of each
-schedule give the interval of 6 duet pairs, and ``seconds`` what they cost.
+schedule give the interval of 6 duet pairs on the model's largest nodes (1 ms or more; 200 us or more where
+it has none), and ``seconds`` what they cost. ``/ speed factor`` is the spread of those nodes once each pair's
+ratios are divided by the pair's own speed factor (the time-weighted median of the other nodes' ratios, as
+the stored-baseline gate takes it): what that correction would add to a schedule.
 """
 
 from __future__ import annotations
@@ -109,12 +112,30 @@ def sd(values: list[float]) -> float:
     return statistics.stdev(values) if len(values) > 1 else math.nan
 
 
+def log_ratio(pair: dict[str, Any], i: int) -> float:
+    return math.log(max(pair["new"]["node_ns"][i], 1) / max(pair["old"]["node_ns"][i], 1))
+
+
+def speed_factor(pair: dict[str, Any], i: int) -> float:
+    """The pair's speed factor for node ``i`` as the stored-baseline gate takes it: the time-weighted median of
+    the other nodes' log ratios."""
+    ranked = sorted(
+        (log_ratio(pair, j), pair["old"]["node_ns"][j]) for j in range(len(pair["old"]["node_ns"])) if j != i
+    )
+    half, seen = sum(w for _, w in ranked) / 2, 0.0
+    for value, weight in ranked:
+        seen += weight
+        if seen >= half:
+            return value
+    return 0.0
+
+
 def summary(args: argparse.Namespace) -> None:
     data = json.loads(args.out.read_text())
     print(f"{'model':10} {'schedule':17} {'pairs':>5} {'s/pair':>6} {'total sd':>8}", end="")
     for _, _, label in SIZES:
         print(f" {label + ' sd (median, p90)':>26}", end="")
-    print(f" {'pairs for equal width':>21} {'seconds':>7}")
+    print(f" {'largest / speed factor':>22} {'pairs for equal width':>21} {'seconds':>7}")
     for model, schedules in data.items():
         reference = None
         for schedule in SCHEDULES:
@@ -129,23 +150,28 @@ def summary(args: argparse.Namespace) -> None:
             node_sds = []
             for low, high, _ in SIZES:
                 idx = [i for i, t in enumerate(old_medians) if low <= t < high]
-                sds = sorted(
-                    sd([math.log(max(p["new"]["node_ns"][i], 1) / max(p["old"]["node_ns"][i], 1)) for p in pairs])
-                    for i in idx
-                )
+                sds = sorted(sd([log_ratio(p, i) for p in pairs]) for i in idx)
                 node_sds.append(statistics.median(sds) if sds else math.nan)
                 cells.append(f"{statistics.median(sds):.4f}, {sds[int(0.9 * (len(sds) - 1))]:.4f}" if sds else "-")
+            # the largest nodes the model has: those of 1 ms or more, else of 200 us or more
+            cls = next(k for k, (low, _, _) in enumerate(SIZES) if any(t >= low for t in old_medians))
+            large = [i for i, t in enumerate(old_medians) if t >= SIZES[cls][0]]
+            factored = sorted(sd([log_ratio(p, i) - speed_factor(p, i) for p in pairs]) for i in large)
+            cells.append(f"{statistics.median(factored):.4f}" if factored else "-")
             seconds = statistics.median(p["seconds"] for p in pairs)
-            width = node_sds[0]  # what the nodes that gate alone need
+            width = node_sds[cls]  # the model's largest nodes: those that gate alone
             if reference is None:
                 reference = width
             equal = 6 * (width / reference) ** 2 if reference else math.nan
             print(f"{model:10} {schedule:17} {len(pairs):>5} {seconds:>6.1f} {sd(logs_total):>8.4f}", end="")
-            for c in cells:
+            for c in cells[:-1]:
                 print(f" {c:>26}", end="")
+            print(f" {cells[-1]:>22}", end="")
             print(f" {equal:>21.1f} {equal * seconds:>7.0f}")
-    print("sd: standard deviation across pairs of log(new/old); pairs for equal width: as many pairs of this schedule")
-    print("as give the interval of 6 duet pairs on the nodes of 1 ms or more (the spread's square), and their seconds")
+    print("sd: standard deviation across pairs of log(new/old); largest: the model's nodes of 1 ms or more (of 200 us")
+    print("or more where it has none); / speed factor: their ratios divided by the pair's time-weighted median of the")
+    print("other nodes' ratios (median over the nodes); pairs for equal width: as many pairs of this schedule as give")
+    print("the interval of 6 duet pairs on the largest nodes (the spread's square), and their seconds")
 
 
 def main() -> None:
