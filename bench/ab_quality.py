@@ -28,7 +28,8 @@ it, its wall time measured; a round runs every selected model and condition once
 runs twice), in an order shuffled per round (``--seed``). A failure is *named* when it flags the slowed thing
 (a node of the slowed submodule, a module that is or contains it, or the op of its type; for ``total``,
 anything). Each check appends one JSON line to ``--out`` (its verdict, pairs, wall time, what it flagged and
-warned, and each item's ratio per pair, which ``bench/ab_tradeoff.py`` replays under other settings), so a
+warned, each item's ratio per pair, which ``bench/ab_tradeoff.py`` replays under other settings, and the commit
+of the code it ran: a ``COMMIT`` file beside the package imported, else the checkout's HEAD), so a
 run that was stopped goes on where it ended when started again with the same ``--out``. While the file
 ``OUT.pause`` exists, no new check starts (to run something else on the machine between checks).
 """
@@ -280,6 +281,20 @@ def check(
     }
 
 
+def code_version() -> str:
+    """The commit of the pytest-fxprof the checks run: a ``COMMIT`` file beside the package (a copy of one commit,
+    put first on PYTHONPATH, so that the checks measure it while the checkout changes), else the checkout's
+    HEAD."""
+    import pytest_fxprof
+
+    root = Path(pytest_fxprof.__file__).resolve().parents[1]
+    if (root / "COMMIT").is_file():
+        return (root / "COMMIT").read_text().strip()
+    git = ["git", "rev-parse", "--short", "HEAD"]
+    done = subprocess.run(git, cwd=root, capture_output=True, text=True, check=False)
+    return done.stdout.strip() or "unknown"
+
+
 def read_lines(path: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
     """The run's header (its plan) and its checks, from ``--out``."""
     if not path.is_file():
@@ -310,6 +325,48 @@ def summary(checks: list[dict[str, Any]]) -> None:
         )
     print("failed: checks whose test failed; named: failed naming the slowed thing; noisy: checks that ended with")
     print("an item that gates too noisy to decide (a warning); pairs and wall s: median (largest) per check")
+
+
+def run_rounds(
+    out: Path,
+    plans: dict[str, dict[str, gq.Condition]],
+    schedule: list[tuple[str, str]],
+    extra: list[str],
+    *,
+    rounds: tuple[int, int],
+    seed: int,
+) -> None:
+    """Rounds ``rounds[0]`` on, ``rounds[1]`` of them, each line appended to ``out`` as its check ends (the
+    rounds before the first are shuffled too, so that a run that goes on shuffles as it would have)."""
+    first, count = rounds
+    commit = code_version()
+    work = Path(tempfile.mkdtemp(prefix="fxprof-ab-quality-"))
+    try:
+        ids = make_repo(work / "repo", plans)
+        cases = [case for case in schedule if case in ids]
+        rng = random.Random(seed)
+        for r in range(1, first + count):
+            order = rng.sample(cases, len(cases))
+            if r < first:
+                continue
+            for k, (model, condition) in enumerate(order, 1):
+                while out.with_suffix(out.suffix + ".pause").exists():
+                    time.sleep(5)
+                what = f"round {r}, {model} {condition}"
+                result = check(
+                    work / "repo", ids[(model, condition)], plans[model][condition], extra, work=work, what=what
+                )
+                line = {"type": "check", "round": r, "model": model, "condition": condition, "args": extra}
+                with out.open("a", encoding="utf-8") as f:
+                    f.write(json.dumps(line | {"commit": commit} | result) + "\n")
+                print(
+                    f"round {r} {k}/{len(order)}: {model} {condition}: {result['status']}, {result['pairs']} pairs, "
+                    f"{result['wall_s']:.0f} s{', noisy ' + ', '.join(result['noisy']) if result['noisy'] else ''}"
+                    f"{', flagged ' + ', '.join(result['flagged']) if result['flagged'] else ''}",
+                    flush=True,
+                )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> None:
@@ -346,33 +403,10 @@ def main() -> None:
         with args.out.open("a", encoding="utf-8") as f:
             f.write(json.dumps(header) + "\n")
     plans = {m: {c: gq.Condition.from_json(c, raw) for c, raw in p.items()} for m, p in header["plans"].items()}
-    work = Path(tempfile.mkdtemp(prefix="fxprof-ab-quality-"))
-    try:
-        ids = make_repo(work / "repo", plans)
-        schedule = [(m, c) for m in models for c in selected if (m, c) in ids]
-        first = 1 + max((c["round"] for c in done if c["args"] == extra), default=0)
-        rng = random.Random(args.seed)
-        for r in range(1, first + args.rounds):
-            order = rng.sample(schedule, len(schedule))
-            if r < first:
-                continue  # the rounds a stopped run did: the same shuffles, so the order goes on as it would have
-            for k, (model, condition) in enumerate(order, 1):
-                while args.out.with_suffix(args.out.suffix + ".pause").exists():
-                    time.sleep(5)
-                what = f"round {r}, {model} {condition}"
-                test_id, planned = ids[(model, condition)], plans[model][condition]
-                result = check(work / "repo", test_id, planned, extra, work=work, what=what)
-                line = {"type": "check", "round": r, "model": model, "condition": condition, "args": extra}
-                with args.out.open("a", encoding="utf-8") as f:
-                    f.write(json.dumps(line | result) + "\n")
-                print(
-                    f"round {r} {k}/{len(order)}: {model} {condition}: {result['status']}, {result['pairs']} pairs, "
-                    f"{result['wall_s']:.0f} s{', noisy ' + ', '.join(result['noisy']) if result['noisy'] else ''}"
-                    f"{', flagged ' + ', '.join(result['flagged']) if result['flagged'] else ''}",
-                    flush=True,
-                )
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    first = 1 + max((c["round"] for c in done if c["args"] == extra), default=0)
+    run_rounds(
+        args.out, plans, [(m, c) for m in models for c in selected], extra, rounds=(first, args.rounds), seed=args.seed
+    )
     print()
     summary(read_lines(args.out)[1])
 

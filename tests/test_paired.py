@@ -20,7 +20,7 @@ from pytest_fxprof.judge.paired import (
     undecided,
 )
 from pytest_fxprof.records.measurement import BaselineEntry, Capture, NodeInfo, Run, Setup, Tolerances
-from pytest_fxprof.records.verdicts import BandSource, Kind, Status, Verdict
+from pytest_fxprof.records.verdicts import BandSource, Comparison, Kind, Status, Verdict
 from tests.records_for_tests import CAPTURE, CNN, CNN_NS, ENV, PROTOCOL, node, scaled
 
 POLICY = PairedPolicy(node_tolerance=0.05, total_tolerance=0.03, floor_ns=20_000, floor_share=0.001)
@@ -149,6 +149,20 @@ def test_pairs_that_disagree_are_too_noisy_never_passed_or_failed() -> None:
     assert any(t.startswith("total:") for t in c.noisy)
     assert needs_more(c)
     assert c.status is Status.PASS  # not failed; the plugin warns that it is too noisy to decide
+
+
+def test_no_more_pairs_once_a_node_or_aggregate_failed_the_test() -> None:
+    def conv2(c: Comparison) -> Verdict:
+        return next(v.verdict for v in c.nodes if v.node.name == "conv2")
+
+    open_ = compare_pairs(*sides(6, slowed={"conv2": 1.07}, noise=0.03, seed=1), POLICY, against=AGAINST)
+    assert conv2(open_) is Verdict.NOISY  # x1.07 beyond the band, not yet confirmed: more pairs decide it
+    assert open_.status is Status.PASS
+    assert needs_more(open_)
+    failed = compare_pairs(*sides(6, slowed={"conv2": 1.07, "conv3": 1.4}, noise=0.03, seed=1), POLICY, against=AGAINST)
+    assert conv2(failed) is Verdict.NOISY
+    assert [v.node.name for v in failed.slower] == ["conv3"]
+    assert not needs_more(failed)  # the test fails on conv3 whatever conv2 turns out to be
 
 
 def test_one_pair_decides_nothing() -> None:

@@ -289,8 +289,10 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
 
 
 def needs_more(c: Comparison) -> bool:
-    """Whether another pair could still change how the test ends: an item that gates is undecided."""
-    if c.status is Status.MISMATCH:
+    """Whether another pair could still change how the test ends, or what its failure names: an item that gates
+    is undecided, and no node or aggregate has failed the test yet (a test that fails on its total alone goes on
+    until the pairs name what got slower, or are done)."""
+    if c.status is Status.MISMATCH or c.slower or c.slower_aggregates:
         return False
     items = [v.judgement for v in c.nodes if v.gates] + [a.judgement for a in c.aggregates]
     if c.total is not None:
