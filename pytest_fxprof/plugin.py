@@ -400,6 +400,19 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         watch.collected = True
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    report = yield
+    watch = collector.config.stash.get(WATCH_KEY, None)
+    if watch is not None and report.skipped and watch.test_id.startswith(report.nodeid + "::"):
+        # a side against a revision whose test module (or class) skips as it is collected: the test skipped
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
+        watch.note("collect", "skipped", str(reason))
+    return report
+
+
 def pytest_deselected(items: Sequence[pytest.Item]) -> None:
     if items:
         items[0].config.stash[RUN_KEY].partial = True

@@ -351,6 +351,12 @@ class TestState:
                     "out of lock-step in this call (one side's test makes calls the other's does not, or a process "
                     "ended early)"
                 )
+            if call.kept_out_of_step:
+                outcome.warnings.append(
+                    f"fxprof: {self.label(key)}: {call.kept_out_of_step} of {tested.pairs} pairs ran out of "
+                    "lock-step in this call and were kept, as fewer than two held it (one side's test makes calls "
+                    "the other's does not, or a process ended early): their ratios carry more of the machine's noise"
+                )
             self._keep(run, self._record_of(key, status, judged))
         return outcome
 

@@ -276,6 +276,17 @@ def test_a_test_skipped_at_the_revision_is_not_compared_and_says_why(pytester: p
     assert "no model yet" in out
 
 
+def test_a_module_that_skips_at_the_revision_is_not_compared_and_says_why(pytester: pytest.Pytester, base: str) -> None:
+    skipped = "import pytest\n\npytest.skip('no model module yet', allow_module_level=True)\n" + TEST
+    commit(pytester, {"test_net.py": skipped}, "the module skips")
+    commit(pytester, {"test_net.py": TEST}, "profiled")
+    result = against(pytester, "HEAD~1")
+    assert result.ret == 0, result.stdout.str()
+    out = result.stdout.str()
+    assert "test_net.py::test_net [call0]: not compared (the test skipped at HEAD~1" in out
+    assert "no model module yet" in out
+
+
 def test_a_conftest_that_fails_to_import_at_the_revision_fails_never_passes_as_new(
     pytester: pytest.Pytester, base: str
 ) -> None:
@@ -306,6 +317,18 @@ def test_a_duet_whose_new_side_fails_says_so_with_its_own_output(pytester: pytes
     assert "the new side (the working tree) could not measure test_net.py::test_net" in out
     assert "RuntimeError: only in the new side" in out
     assert "the old side (" not in out
+
+
+def test_a_call_the_new_sides_processes_do_not_make_fails_never_passes_as_new(
+    pytester: pytest.Pytester, base: str
+) -> None:
+    only_here = TEST.replace("    profile(fxprof)", "    if fxprof.mode != 'sample':\n        profile(fxprof)")
+    commit(pytester, {"test_net.py": only_here}, "the call depends on the process")
+    result = against(pytester, "HEAD~1")
+    assert result.ret == 1, result.stdout.str()
+    out = result.stdout.str()
+    assert "fresh process 1 of the working tree for test_net.py::test_net made no fxprof call 'call0'" in out
+    assert ": new (" not in out
 
 
 def test_a_project_below_the_repositorys_top_level_runs_from_its_own_rootdir(

@@ -106,7 +106,7 @@ def test_git_missing_names_the_fix(repo: Path, monkeypatch: pytest.MonkeyPatch) 
         resolve("HEAD", repo)
 
 
-def test_trees_of_killed_runs_are_removed_and_live_ones_kept(tmp_path: Path) -> None:
+def test_trees_and_index_files_of_killed_runs_are_removed_and_live_ones_kept(tmp_path: Path) -> None:
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     stale = tmp_path / f"{rev.PREFIX}{dead.pid}-abc"
@@ -115,8 +115,14 @@ def test_trees_of_killed_runs_are_removed_and_live_ones_kept(tmp_path: Path) -> 
     for p in (stale, live, other):
         p.mkdir()
         (p / "f").write_text("x")
-    assert remove_stale(tmp_path) == [stale]
+    index = tmp_path / f"{stale.name}.index"  # git read-tree's index file, left by a run killed meanwhile
+    lock = tmp_path / f"{stale.name}.index.lock"
+    index.write_text("x")
+    lock.write_text("x")
+    assert remove_stale(tmp_path) == [stale, index, lock]
     assert not stale.exists()
+    assert not index.exists()
+    assert not lock.exists()
     assert live.exists()
     assert other.exists()
 
@@ -461,3 +467,107 @@ def test_twins_waiting_on_different_calls_the_right_one_gives_way(
             assert barrier.alone_from == 0
         else:
             assert not barrier._give_way()
+
+
+class ScriptRelaunch(Relaunch):
+    """Starts ``python -c SCRIPT`` in place of pytest."""
+
+    def __init__(self, script: str, where: Path) -> None:
+        super().__init__(invocation_dir=where, rootdir=where, inifile=None)
+        object.__setattr__(self, "script", script)
+
+    def command(self, test_id: str, request: Path) -> list[str]:
+        return [sys.executable, "-c", self.script]  # type: ignore[attr-defined]
+
+
+def test_a_process_whose_own_child_keeps_the_pipe_open_is_not_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_fxprof.measure import sampling
+
+    monkeypatch.setattr(sampling, "DRAIN_S", 0.2)
+    pid_file = tmp_path / "server.pid"
+    script = (
+        "import subprocess, sys\n"
+        f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+        "print('measured', flush=True)\n"
+    )
+    proc, out = sampling.start(ScriptRelaunch(script, tmp_path), "t.py::t", {}, tmp_path)
+    child = sampling.finish(proc, out)
+    server = int(pid_file.read_text())
+    try:
+        os.kill(server, 0)  # the server still holds the pipe: finish did not wait for it to close
+        assert child.returncode == 0
+        assert "measured" in child.output
+    finally:
+        os.kill(server, 9)
+
+
+class FakeProc:
+    """A process for ``_wait_both``: running until killed, then ended (``code``) after ``dies_after`` more polls;
+    as with ``Popen``, only ``poll`` sets ``returncode``."""
+
+    def __init__(self, dies_after: int, code: int = -9) -> None:
+        self.returncode: int | None = None
+        self.killed = False
+        self.dies_after = dies_after
+        self.code = code
+
+    def poll(self) -> int | None:
+        if self.killed and self.returncode is None:
+            if self.dies_after == 0:
+                self.returncode = self.code
+            self.dies_after -= 1
+        return self.returncode
+
+    def kill(self) -> None:
+        self.killed = True
+
+
+def test_processes_stopped_at_the_deadline_are_late_even_when_one_dies_slowly(tmp_path: Path) -> None:
+    procs = [FakeProc(dies_after=0), FakeProc(dies_after=3)]
+    marks = [tmp_path / "old.exited", tmp_path / "new.exited"]
+    first, late = rounds._wait_both(procs, marks, 0.0)  # type: ignore[arg-type]
+    assert (first, late) == (None, True)
+    assert all(p.killed for p in procs)
+
+
+def test_a_process_that_fails_first_ends_its_twin(tmp_path: Path) -> None:
+    failing, waiting = FakeProc(dies_after=0), FakeProc(dies_after=1)
+    failing.returncode = 3
+    first, late = rounds._wait_both([failing, waiting], [tmp_path / "a", tmp_path / "b"], None)  # type: ignore[list-item]
+    assert (first, late) == (0, False)
+    assert waiting.killed
+
+
+class WaitsForTwin:
+    """The old side's process of a duet waiting in its lock-step for a twin that already ended: it goes on only
+    once the twin's end is marked (and gives up after ``patience`` polls, as the barrier's timeout would)."""
+
+    def __init__(self, twin_mark: Path, patience: int = 20) -> None:
+        self.returncode: int | None = None
+        self.twin_mark = twin_mark
+        self.patience = patience
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.patience -= 1
+            if self.twin_mark.exists():
+                self.returncode = 0
+            elif self.patience == 0:
+                self.returncode = 1
+        return self.returncode
+
+    def kill(self) -> None:
+        raise AssertionError("nothing failed: nothing is killed")
+
+
+def test_a_twin_that_ends_first_is_marked_while_the_other_waits_for_it(tmp_path: Path) -> None:
+    marks = [tmp_path / "old.exited", tmp_path / "new.exited"]
+    ended = FakeProc(dies_after=0, code=0)
+    ended.killed = True  # it has ended: the first poll finds it so, as Popen's returncode is set by poll alone
+    waiting = WaitsForTwin(marks[1])
+    first, late = rounds._wait_both([waiting, ended], marks, None)  # type: ignore[list-item]
+    assert waiting.returncode == 0
+    assert (first, late) == (None, False)

@@ -180,6 +180,14 @@ def test_faster_mirrors_slower() -> None:
     assert c.status is Status.PASS
 
 
+def test_a_faster_item_the_pairs_do_not_confirm_passes_and_says_so() -> None:
+    j = judge_pairs([100.0, 100.0, 100.0], [60.0, 105.0, 70.0], 0.05, BandSource.TOLERANCE)
+    assert j.verdict is Verdict.OK
+    assert not undecided(j)  # more pairs could only confirm that it is faster: nothing to decide
+    assert "faster than band +5% (tolerance) but not confirmed" in j.reason
+    assert "within" not in j.reason
+
+
 def test_undecided_is_a_slowdown_beyond_the_band_not_yet_sure() -> None:
     j = judge_pairs([100.0, 100.0, 100.0], [150.0, 95.0, 140.0], 0.05, BandSource.TOLERANCE)
     assert j.verdict is Verdict.NOISY
@@ -275,3 +283,32 @@ def test_sides_of_different_sizes_are_refused() -> None:
     old, new = sides(3)
     with pytest.raises(ValueError, match="each pair needs one of each"):
         compare_pairs(old, entry(new.runs[:2]), POLICY, against=AGAINST)
+
+
+def test_pairs_out_of_lock_step_are_left_out_or_kept_and_counted() -> None:
+    from pytest_fxprof.against.check import paired_entries
+    from pytest_fxprof.against.rounds import Pairs
+    from pytest_fxprof.measure.sampling import Child
+    from pytest_fxprof.store.baseline import entry_to_json
+
+    def children(e: BaselineEntry, alone: Sequence[int | None]) -> list[Child]:
+        return [
+            Child((), 0, {"calls": {"call0": {"entry": entry_to_json(entry([run])), "alone_from": a}}}, "")
+            for run, a in zip(e.runs, alone, strict=True)
+        ]
+
+    old, new = sides(4)
+    in_step = PROTOCOL.warmup + PROTOCOL.passes  # alone only in passes measured again after the protocol's
+    got = Pairs(children(old, [None, 3, None, in_step]), children(new, [None, None, None, None]))
+    found = paired_entries(got, "call0")
+    assert found is not None
+    kept_old, kept_new, left_out, kept_out_of_step = found
+    assert [e.runs[0] for e in kept_old] == [old.runs[0], old.runs[2], old.runs[3]]
+    assert [e.runs[0] for e in kept_new] == [new.runs[0], new.runs[2], new.runs[3]]
+    assert (left_out, kept_out_of_step) == (1, 0)
+
+    got = Pairs(children(old, [1, 2, None, None]), children(new, [None, None, 0, None]))
+    found = paired_entries(got, "call0")
+    assert found is not None
+    assert (len(found[0]), found[2], found[3]) == (4, 0, 3)  # one pair held: all kept, the three counted
+    assert paired_entries(Pairs(children(old, [None] * 4), [Child((), 0, {"calls": {}}, "")] * 4), "call0") is None

@@ -139,12 +139,14 @@ class Against:
 class CallOutcome:
     """One ``fxprof`` call against the old side: ``comparison`` (None when the call is new: the old side never
     made it) and the new side's measurement as a profile (None when it made no such call); ``stopped`` says what
-    ended the pairs while a verdict was open, ``left_out`` how many pairs lost their lock-step in this call."""
+    ended the pairs while a verdict was open, ``left_out`` how many pairs lost their lock-step in this call and
+    were left out, ``kept_out_of_step`` how many lost it and were kept (fewer than two pairs held it)."""
 
     comparison: Comparison | None
     profile: Profile | None
     stopped: str = ""
     left_out: int = 0
+    kept_out_of_step: int = 0
 
 
 @dataclass(frozen=True)
@@ -196,10 +198,10 @@ def _out_of_step(child: Child, key: str, entry: BaselineEntry) -> bool:
     return isinstance(alone, int) and alone < entry.protocol.warmup + entry.protocol.passes
 
 
-def paired_entries(got: Pairs, key: str) -> tuple[list[BaselineEntry], list[BaselineEntry], int] | None:
+def paired_entries(got: Pairs, key: str) -> tuple[list[BaselineEntry], list[BaselineEntry], int, int] | None:
     """The old and new side's entries of call ``key``, pair by pair, from the pairs whose twins kept their
-    lock-step in it, and how many were left out (all are kept where fewer than two kept it); None when a side
-    did not make the call."""
+    lock-step in it, how many were left out, and how many lost it but were kept (all are kept where fewer than
+    two held it); None when a side did not make the call."""
     old, new = _entries(got.old, key, "old"), _entries(got.new, key, "new")
     if old is None or new is None:
         return None
@@ -209,8 +211,8 @@ def paired_entries(got: Pairs, key: str) -> tuple[list[BaselineEntry], list[Base
         if not (_out_of_step(child_a, key, a) or _out_of_step(child_b, key, b))
     ]
     if len(kept) < MIN_PAIRS:
-        return old, new, 0
-    return [a for a, _ in kept], [b for _, b in kept], len(old) - len(kept)
+        return old, new, 0, len(old) - len(kept)
+    return [a for a, _ in kept], [b for _, b in kept], len(old) - len(kept), 0
 
 
 def merged(entries: Sequence[BaselineEntry]) -> BaselineEntry:
@@ -332,9 +334,16 @@ def check_test(
     for key, comparison in judged(got).items():
         found = paired_entries(got, key)
         new_entries = _entries(got.new, key, "new")
+        if new_entries is None:
+            i = next(i for i, child in enumerate(got.new, 1) if key not in _calls(child))
+            raise AgainstError(
+                f"fresh process {i} of the working tree for {test_id} made no fxprof call {key!r}, which this "
+                "process made; calls must not depend on the process (make the call whatever ran before it)"
+            )
         profile = side_profile(profiles[key], merged(new_entries)) if new_entries is not None else None
         stopped = got.stopped if comparison is not None and needs_more(comparison) else ""
-        calls[key] = CallOutcome(comparison, profile, stopped, found[2] if found is not None else 0)
+        left_out, kept_out_of_step = found[2:] if found is not None else (0, 0)
+        calls[key] = CallOutcome(comparison, profile, stopped, left_out, kept_out_of_step)
     return TestOutcome(absent=False, calls=calls, pairs=len(got.old), seconds=got.seconds)
 
 

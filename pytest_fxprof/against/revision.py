@@ -151,13 +151,13 @@ def remove(revision: Revision) -> None:
 
 
 def stale_trees(directory: Path | None = None) -> list[Path]:
-    """Temporary directories of this mode (exported trees, pairs' directories) whose run is no longer running
-    (it was killed)."""
+    """Temporary directories of this mode (exported trees, pairs' directories) and the index files of their
+    checkouts, whose run is no longer running (it was killed)."""
     root = Path(directory or tempfile.gettempdir())
     out = []
     for path in sorted(root.glob(f"{PREFIX}*")):
         match = _OWN.match(path.name)
-        if match is not None and path.is_dir() and not running(int(match["pid"])):
+        if match is not None and not path.is_symlink() and not running(int(match["pid"])):
             out.append(path)
     return out
 
@@ -165,5 +165,8 @@ def stale_trees(directory: Path | None = None) -> list[Path]:
 def remove_stale(directory: Path | None = None) -> list[Path]:
     stale = stale_trees(directory)
     for path in stale:
-        shutil.rmtree(path, ignore_errors=True)
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
     return stale

@@ -21,7 +21,6 @@ import contextlib
 import os
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -145,39 +144,29 @@ def run_duet(
 def _wait_both(
     procs: Sequence[subprocess.Popen[str]], exited: Sequence[Path], deadline_s: float | None
 ) -> tuple[int | None, bool]:
-    """Wait until both processes ended, reading their output meanwhile (so that neither blocks on a full pipe),
-    and mark each one's end for its twin's lock-step. The first to fail on its own ends the other at once (which
+    """Wait until both processes ended (``start`` reads their output meanwhile, so that neither blocks on a full
+    pipe), and mark each one's end for its twin's lock-step. The first to fail on its own ends the other at once (which
     would otherwise wait for its passes' partner); both are stopped at the deadline. Returns the index of the one
     that failed first (None if neither did) and whether the deadline stopped them."""
-    readers = [threading.Thread(target=_drain, args=(p,), daemon=True) for p in procs]
-    for r in readers:
-        r.start()
     first: int | None = None
     late = False
     deadline = None if deadline_s is None else time.monotonic() + deadline_s
-    while any(p.poll() is None for p in procs):
+    while [p.poll() for p in procs].count(None):  # each polled every time: an ended twin is marked at once
         for k, p in enumerate(procs):
             if p.returncode is not None:
                 exited[k].touch()
-                if p.returncode != 0 and first is None:
+                if p.returncode != 0 and first is None and not late:
                     first = k
-        if first is not None or (deadline is not None and time.monotonic() > deadline):
-            late = first is None
+        if first is None and deadline is not None and time.monotonic() > deadline:
+            late = True  # what the stopped processes' statuses say is the stop's, not a failure of their own
+        if first is not None or late:
             for p in procs:
                 if p.poll() is None:
                     p.kill()
         time.sleep(POLL_S)
     if first is None:
         first = next((k for k, p in enumerate(procs) if p.returncode != 0 and not late), None)
-    for r in readers:
-        r.join()
     return first, late
-
-
-def _drain(proc: subprocess.Popen[str]) -> None:
-    """Read a process's whole output into ``proc.drained`` (``finish`` returns it)."""
-    assert proc.stdout is not None
-    proc.drained = proc.stdout.read()  # type: ignore[attr-defined]
 
 
 def measure_pairs(

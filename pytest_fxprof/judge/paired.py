@@ -195,6 +195,8 @@ def judge_pairs(
             f"x{estimate:.2f}, but the pairs disagree too much to tell a slowdown of +{RESOLVE * band:.0%} "
             f"from none against {limit} ({span}); more pairs (--fxprof-pairs) or a quieter machine decide it",
         )
+    elif interval.mean < -edge:
+        verdict, reason = Verdict.OK, f"x{estimate:.2f}, faster than {limit} but not confirmed ({span})"
     else:
         verdict, reason = Verdict.OK, f"x{estimate:.2f} within {limit} ({span})"
     return Judgement(ratios, band, source, verdict, reason, None, floor, estimate=estimate)

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,27 +162,46 @@ def start(
         text=True,
         errors="replace",
     )
+    _read_output(proc)
     return proc, out
+
+
+DRAIN_S = 5.0
+"""How long the output of a process that ended is read on: a process it started that lives on (a server, a
+worker pool) may hold the pipe open, and must not hold up the run."""
+
+
+def _read_output(proc: subprocess.Popen[str]) -> None:
+    """Read a process's output as it comes, into ``proc.chunks`` (so that it never blocks on a full pipe, and
+    what it wrote is there even while a process it started holds the pipe open); ``finish`` returns it."""
+    chunks: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            chunks.append(line)  # noqa: PERF402 (one line at a time: what came is there while it reads)
+
+    reader = threading.Thread(target=read, name=f"fxprof-output-{proc.pid}", daemon=True)
+    reader.start()
+    proc.chunks, proc.reader = chunks, reader  # type: ignore[attr-defined]
 
 
 def finish(proc: subprocess.Popen[str], out: Path, deadline_s: float | None = None, problem: str = "") -> Child:
     """Wait for a process ``start`` began, at most ``deadline_s`` (then it is stopped, and ``problem`` says so);
     a KeyboardInterrupt kills it first, so that none is left behind."""
     try:
-        output = getattr(proc, "drained", None)
-        if output is None:
-            try:
-                output, _ = proc.communicate(timeout=deadline_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                output, _ = proc.communicate()
-                problem = f"did not end within {deadline_s:.0f} s, so it was stopped (a test that hangs?)"
-        else:
+        try:
+            proc.wait(timeout=deadline_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
             proc.wait()
+            problem = f"did not end within {deadline_s:.0f} s, so it was stopped (a test that hangs?)"
     except BaseException:
         proc.kill()
         proc.wait()
         raise
+    proc.reader.join(DRAIN_S)  # type: ignore[attr-defined]
+    output = "".join(proc.chunks)  # type: ignore[attr-defined]
     data = None
     if out.is_file():
         try:
