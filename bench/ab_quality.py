@@ -20,6 +20,8 @@ Conditions (planned from one in-process profile of each model, as ``bench/gate_q
 * ``group+{15,30}``: every submodule of one type of at least 3 calls, each under 1 ms and together 2 to 15 %
   of the model, slowed by 15 or 30 %.
 * ``total+{5,10}``: every submodule slowed alike so that the model's total grows by 5 or 10 %.
+* ``memory+{10,15}``: the largest pooling or normalisation submodule of 1 ms or more (memory-bound: such nodes
+  move most between processes), slowed by 10 or 15 %; skipped for a model that has none.
 
 A slowdown is ``pytest_fxprof.slow_down``: real CPU work after the submodule's own, invisible to its code.
 
@@ -70,7 +72,12 @@ CONDITIONS = (
     "group+30",
     "total+5",
     "total+10",
+    "memory+10",
+    "memory+15",
 )
+MEMORY_BOUND = ("Pool", "Norm")
+"""``memory+N`` slows the largest leaf whose type names one of these (pooling, normalisation: memory-bound,
+they move most between processes) of 1 ms or more; skipped where the model has none."""
 
 GROUP_MIN_SHARE = 0.02
 """A group of small nodes holds at least this share of the model, so that slowing it matters (+15 % of it is
@@ -152,6 +159,12 @@ def plan(model: str, selected: list[str]) -> dict[str, gq.Condition]:
             candidates = large if share * nodes_ns >= gq.LARGE_NS and large else modules
             best = min(candidates, key=lambda m: (abs(m.ns - share * nodes_ns), -m.ns))
             out[name] = gq.Condition(name, "node", (target(best, fraction),))
+        elif kind == "memory":
+            bound = [m for m in modules if m.ns >= gq.LARGE_NS and any(w in m.type for w in MEMORY_BOUND)]
+            if not bound:
+                out[name] = gq.Condition(name, "node", skipped="no pooling or normalisation node of 1 ms or more")
+                continue
+            out[name] = gq.Condition(name, "node", (target(max(bound, key=lambda m: m.ns), fraction),))
         elif kind == "group":
             by_type: dict[str, list[gq.ModuleTime]] = {}
             for m in modules:
@@ -382,10 +395,11 @@ def main() -> None:
     parser.add_argument("--conditions", default=",".join(CONDITIONS), help="a condition listed twice runs twice")
     parser.add_argument("--seed", type=int, default=0, help="of the order of each round's checks (0)")
     parser.add_argument("--summary", action="store_true", help="print the table of what --out holds, run nothing")
+    parser.add_argument("--from-round", type=int, default=1, metavar="R", help="--summary of rounds R on only (1)")
     args = parser.parse_args(argv)
     header, done = read_lines(args.out)
     if args.summary:
-        summary(done)
+        summary([c for c in done if c["round"] >= args.from_round])
         return
     models = [m for m in args.models.split(",") if m]
     selected = [c for c in args.conditions.split(",") if c]
