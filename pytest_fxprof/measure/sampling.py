@@ -178,8 +178,9 @@ def _read_output(proc: subprocess.Popen[str]) -> None:
 
     def read() -> None:
         assert proc.stdout is not None
-        for line in proc.stdout:
-            chunks.append(line)  # noqa: PERF402 (one line at a time: what came is there while it reads)
+        with proc.stdout:
+            for line in proc.stdout:
+                chunks.append(line)  # noqa: PERF402 (one line at a time: what came is there while it reads)
 
     reader = threading.Thread(target=read, name=f"fxprof-output-{proc.pid}", daemon=True)
     reader.start()
