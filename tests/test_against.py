@@ -265,26 +265,24 @@ def test_a_test_that_exists_at_the_revision_without_the_fixture_is_new(pytester:
     assert "test_net.py::test_net [call0]: new (this fxprof call does not exist at HEAD~1" in result.stdout.str()
 
 
-def test_a_test_skipped_at_the_revision_is_not_compared_and_says_why(pytester: pytest.Pytester, base: str) -> None:
-    skipped = "import pytest\n\n\ndef test_net(fxprof):\n    pytest.skip('no model yet')\n"
-    commit(pytester, {"test_net.py": skipped}, "skipped")
+@pytest.mark.parametrize(
+    ("skipping", "reason"),
+    [
+        ("import pytest\n\n\ndef test_net(fxprof):\n    pytest.skip('no model yet')\n", "no model yet"),
+        ("import pytest\n\npytest.skip('no module yet', allow_module_level=True)\n" + TEST, "no module yet"),
+    ],
+    ids=["the test", "its module"],
+)
+def test_a_test_skipped_at_the_revision_is_not_compared_and_says_why(
+    pytester: pytest.Pytester, base: str, skipping: str, reason: str
+) -> None:
+    commit(pytester, {"test_net.py": skipping}, "skipped")
     commit(pytester, {"test_net.py": TEST}, "profiled")
     result = against(pytester, "HEAD~1")
     assert result.ret == 0, result.stdout.str()
     out = result.stdout.str()
     assert "test_net.py::test_net [call0]: not compared (the test skipped at HEAD~1" in out
-    assert "no model yet" in out
-
-
-def test_a_module_that_skips_at_the_revision_is_not_compared_and_says_why(pytester: pytest.Pytester, base: str) -> None:
-    skipped = "import pytest\n\npytest.skip('no model module yet', allow_module_level=True)\n" + TEST
-    commit(pytester, {"test_net.py": skipped}, "the module skips")
-    commit(pytester, {"test_net.py": TEST}, "profiled")
-    result = against(pytester, "HEAD~1")
-    assert result.ret == 0, result.stdout.str()
-    out = result.stdout.str()
-    assert "test_net.py::test_net [call0]: not compared (the test skipped at HEAD~1" in out
-    assert "no model module yet" in out
+    assert reason in out
 
 
 def test_a_conftest_that_fails_to_import_at_the_revision_fails_never_passes_as_new(
