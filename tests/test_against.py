@@ -489,15 +489,21 @@ def test_ctrl_c_removes_the_exported_tree_and_leaves_no_process(
     tmp, hung = tmp_path_factory.mktemp("tmpdir"), tmp_path_factory.mktemp("hung")
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--fxprof-against", "HEAD", "--fxprof-pairs", "2"]
     env = {**os.environ, "TMPDIR": str(tmp), "HANG_DIR": str(hung)}
-    proc = subprocess.Popen(
-        cmd,
-        cwd=pytester.path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    # As at a terminal: a suite started in the background (nohup, `cmd &` in a script) has SIGINT ignored, and a
+    # child would inherit that; one started while this process handles SIGINT gets the default.
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            cwd=pytester.path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+    finally:
+        signal.signal(signal.SIGINT, handler)
     try:
         deadline = time.monotonic() + 240
         while not list(hung.iterdir()) and proc.poll() is None and time.monotonic() < deadline:
