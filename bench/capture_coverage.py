@@ -12,6 +12,13 @@ shapes are fixed) or two 128x128 images (optical flow). Each model is captured w
 compared with the eager output, and, when ``pytest_fxprof.profile`` takes ``capture=``, it is profiled node
 by node (1 warm-up, 1 pass). Each model runs in its own process with a timeout, so a hang or a crash costs
 one row. Prints a table and a summary and writes ``bench/capture_coverage.json``.
+
+``--step`` adds the training-step column (mode ``step``): each model that can train on the CPU, in train mode
+with a batch of two of its inputs (detection models with a target per image, and their loss dict summed by
+the default loss), is profiled with ``profile_train_step`` (1 warm-up, 1 pass; AOTAutograd, forward and
+backward node by node), and the row records its nodes per direction and the share of backward nodes mapped to
+a module (``mapped_backward``). Quantized models cannot train (their kernels have no backward) and are listed
+apart.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-MODES = ("auto", "symbolic", "export", "dynamo")
+MODES = ("auto", "symbolic", "export", "dynamo", "step")
 MARK = "CAPTURE-COVERAGE-RESULT "
 
 
@@ -79,6 +86,75 @@ def inputs_for(name: str, kind: str) -> tuple[Any, ...]:
         frames, size = (16, 224) if name.startswith(("mvit", "s3d")) else (8, 112)
         return (torch.rand(1, 3, frames, size, size, generator=gen),)
     return (torch.rand(1, 3, 224, 224, generator=gen),)
+
+
+def step_inputs(name: str, kind: str) -> tuple[Any, ...]:
+    """A batch of two of the model's inputs, in train mode; detection models take their targets too."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    if kind != "detection":
+        return tuple(torch.cat([a, torch.rand(a.shape, generator=gen)]) for a in inputs_for(name, kind))
+    images = [torch.rand(3, 320, 320, generator=gen) for _ in range(2)]
+    targets = []
+    for _ in images:
+        target: dict[str, Any] = {"boxes": torch.tensor([[40.0, 60.0, 200.0, 220.0]]), "labels": torch.tensor([1])}
+        if "maskrcnn" in name:
+            masks = torch.zeros(1, 320, 320, dtype=torch.uint8)
+            masks[:, 60:220, 40:200] = 1
+            target["masks"] = masks
+        if "keypoint" in name:
+            target["keypoints"] = torch.tensor([[[100.0, 100.0, 1.0]] * 17])
+        targets.append(target)
+    return images, targets
+
+
+def mapped_backward(nodes: Any) -> set[int]:
+    """The backward nodes whose module is known: from the forward op each differentiates (a module path below
+    the root, or the forward node it names), or, for a gradient summed over several uses, from the nodes it
+    reads, when those are known."""
+    known: set[int] = set()
+    for k, n in enumerate(nodes):
+        if n.info.direction != "backward":
+            continue
+        read = [i for i in n.inputs if nodes[i].info.direction == "backward"]
+        if n.module or n.info.forward or (read and all(i in known for i in read)):
+            known.add(k)
+    return known
+
+
+def measure_step(name: str) -> dict[str, Any]:
+    """Profile one model's training step (forward and backward node by node): a row of mode ``step``."""
+    import torch
+
+    from pytest_fxprof import profile_train_step
+
+    torch.set_num_threads(1)
+    kind = kind_of(name)
+    row: dict[str, Any] = {"model": name, "kind": kind, "mode": "step"}
+    start = time.perf_counter()
+    if kind == "quantization":
+        return row | {"error": "cannot train: quantized kernels have no backward", "cannot_train": True, "seconds": 0}
+    try:
+        torch.manual_seed(0)
+        model, options = build(name, kind)
+        model.train()
+        row["build"] = options
+        args = step_inputs(name, kind)
+        result = profile_train_step(model, *args, warmup=1, passes=1, flops=False, name=name)
+        counts = {d: sum(1 for n in result.nodes if n.info.direction == d) for d in ("forward", "backward")}
+        mapped = len(mapped_backward(result.nodes))
+        row["below_root"] = sum(1 for n in result.nodes if n.info.direction == "backward" and n.module)
+        row |= {"method": result.capture.method, "graphs": result.capture.graphs, "nodes": len(result.nodes)}
+        row |= {"forward_nodes": counts["forward"], "backward_nodes": counts["backward"], "mapped": mapped}
+        row |= {"mapped_share": round(mapped / counts["backward"], 4) if counts["backward"] else 0.0}
+        row |= {"match": True, "profiled_nodes": len(result.nodes), "step_ms": round(result.total_ns / 1e6, 2)}
+        row["overhead"] = round(result.overhead, 4) if result.overhead is not None else None
+    except Exception as exc:  # noqa: BLE001 - a row says what failed
+        row["error"] = error_text(exc)
+        row["traceback"] = traceback.format_exc(limit=-6)
+    row["seconds"] = time.perf_counter() - start
+    return row
 
 
 def error_text(exc: BaseException) -> str:
@@ -153,7 +229,9 @@ def copies(args: tuple[Any, ...]) -> tuple[list[Any], dict[str, Any]]:
 
 
 def worker(name: str, modes: list[str], profile_it: bool) -> None:
-    rows = measure(name, modes, profile_it)
+    rows = measure(name, [m for m in modes if m != "step"], profile_it)
+    if "step" in modes:
+        rows.append(measure_step(name))
     print(MARK + json.dumps(rows, default=str), flush=True)
 
 
@@ -213,6 +291,21 @@ def summary(rows: list[dict[str, Any]], profile_it: bool) -> dict[str, Any]:
         by_method: dict[str, int] = {}
         for r in ok:
             by_method[r["method"]] = by_method.get(r["method"], 0) + 1
+        if mode == "step":
+            trainable = [r for r in mine if not r.get("cannot_train")]
+            ok = [r for r in trainable if r.get("match") and not r.get("error")]
+            out[mode] = {
+                "models": len(mine),
+                "can_train": len(trainable),
+                "profiled": len(ok),
+                "profiled_share": round(len(ok) / len(trainable), 4) if trainable else None,
+                "mapped_90": sum(1 for r in ok if r["mapped_share"] >= 0.9),
+                "mapped_share_min": min((r["mapped_share"] for r in ok), default=None),
+                "mapped_share_median": sorted(r["mapped_share"] for r in ok)[len(ok) // 2] if ok else None,
+                "failed": sorted(r["model"] for r in trainable if r not in ok),
+                "cannot_train": sorted(r["model"] for r in mine if r.get("cannot_train")),
+            }
+            continue
         out[mode] = {
             "models": len(mine),
             "captured_and_matching": len(ok),
@@ -231,6 +324,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1200, help="seconds per model (default 1200)")
     parser.add_argument("--jobs", type=int, default=1, help="models at once, each on one thread (default 1)")
     parser.add_argument("--no-profile", action="store_true", help="capture and check only")
+    parser.add_argument("--step", action="store_true", help="also profile each model's training step")
+    parser.add_argument("--step-only", action="store_true", help="only the training-step column")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--mode-list", help=argparse.SUPPRESS)
     ns = parser.parse_args()
@@ -249,7 +344,9 @@ def main() -> None:
     unknown = sorted(set(names) - set(list_models()))
     if unknown:
         raise SystemExit(f"not torchvision models: {', '.join(unknown)}")
-    modes = list(MODES) if ns.modes else ["auto"]
+    modes = list(MODES[:-1]) if ns.modes else ["auto"]
+    if ns.step or ns.step_only:
+        modes = [*([] if ns.step_only else modes), "step"]
     takes_capture = "capture" in inspect.signature(profile).parameters
     if profile_it and not takes_capture:
         print("pytest_fxprof.profile takes no capture= yet: capturing and checking only", flush=True)
@@ -274,6 +371,13 @@ def main() -> None:
     result = summary(rows, profile_it and takes_capture)
     print()
     for mode, s in result.items():
+        if mode == "step":
+            print(
+                f"step: {s['profiled']}/{s['can_train']} that can train profiled node by node, {s['mapped_90']} of "
+                f"them with at least 90 % of backward nodes mapped (least {s['mapped_share_min']}); failed: "
+                f"{', '.join(s['failed']) or 'none'}; cannot train: {len(s['cannot_train'])}"
+            )
+            continue
         print(
             f"{mode}: {s['captured_and_matching']}/{s['models']} captured and matching eager, by method "
             f"{s['by_method']}; failed: {', '.join(s['failed']) or 'none'}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from pytest_fxprof.api import profile
+from pytest_fxprof.api import profile, profile_train_step
 from pytest_fxprof.judge.decision import Policy
 from pytest_fxprof.plugin import Fxprof
 from pytest_fxprof.records.measurement import NodeInfo, NodeStats
@@ -35,6 +35,7 @@ __all__ = [
     "Verdict",
     "__version__",
     "profile",
+    "profile_train_step",
     "read_report",
     "slow_down",
 ]

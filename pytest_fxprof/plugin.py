@@ -446,12 +446,36 @@ class Fxprof:
         tracer: Any = None,
         **kwargs: Any,
     ) -> ProfileResult:
+        return self._profile(module, args, kwargs, name=name, leaf_modules=leaf_modules, tracer=tracer)
+
+    def train_step(
+        self,
+        module: Any,
+        *args: Any,
+        loss_fn: Any = None,
+        optimizer: Any = None,
+        name: str | None = None,
+        leaf_modules: Sequence[Any] = (),
+        **kwargs: Any,
+    ) -> ProfileResult:
+        """Profile and gate one training step of ``module``: the forward in the module's own mode, the loss
+        (``loss_fn(output)``; by default the sum of every floating-point output that requires grad), the
+        backward and, when given, ``optimizer.step()``, node by node, each node with its direction. Calls
+        without ``name`` are keyed ``step0``, ``step1``, ... apart from forward calls. Parameters, their grads,
+        buffers, the optimizer's state, the module's mode and the random state are left as they were.
+        ``leaf_modules`` lists submodule paths or classes whose nodes are reported as one per direction."""
+        from pytest_fxprof.capture.step import Step
+
+        step = Step(loss_fn=loss_fn, optimizer=optimizer)
+        return self._profile(module, args, kwargs, name=name, leaf_modules=leaf_modules, tracer=None, step=step)
+
+    def _profile(self, module: Any, args: Sequence[Any], kwargs: dict[str, Any], **options: Any) -> ProfileResult:
         from pytest_fxprof.capture.errors import CaptureError, ProfileError
 
         try:
             if self._settings is not None:  # the test's markers now: one added at run time counts too
                 self._state.settings = self._settings()
-            return self._state.profile(module, args, kwargs, name=name, leaf_modules=leaf_modules, tracer=tracer)
+            return self._state.profile(module, args, kwargs, **options)
         except (CaptureError, ProfileError, BaselineError, UsageError, SettingsError) as exc:
             self._state.failed_calls += 1
             message = f"fxprof: {exc}"

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence, Set
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from pytest_fxprof.against.check import Against, AgainstError, check_test
 from pytest_fxprof.against.origin import foreign_modules
@@ -46,6 +46,9 @@ from pytest_fxprof.views.render import (
     summary_line,
 )
 from pytest_fxprof.views.report import ProfileRecord, profile_report
+
+if TYPE_CHECKING:
+    from pytest_fxprof.capture.step import Step
 
 
 class OnMissing(StrEnum):
@@ -169,6 +172,7 @@ class TestState:
         """In a duet's process: each call's lock-step with its twin (whether it held, ``Barrier.alone_from``)."""
         self.results: dict[str, ProfileResult] = {}
         self._unnamed = 0
+        self._unnamed_steps = 0
         self._baseline: BaselineFile | None = None
         self._loaded = False
         self.pending: dict[str, BaselineEntry] | None = None
@@ -176,8 +180,11 @@ class TestState:
         self.records: list[ProfileRecord] = []  # also handed to the run; what this test's pytest report carries
         self.failed_calls = 0  # counted by the caller, which sees every way a call can fail
 
-    def _key(self, name: str | None) -> str:
-        if name is None:
+    def _key(self, name: str | None, *, step: bool = False) -> str:
+        if name is None and step:
+            key = f"step{self._unnamed_steps}"
+            self._unnamed_steps += 1
+        elif name is None:
             key = f"call{self._unnamed}"
             self._unnamed += 1
         elif not isinstance(name, str) or not name.strip():
@@ -207,10 +214,11 @@ class TestState:
         name: str | None,
         leaf_modules: Sequence[Any],
         tracer: Any,
+        step: Step | None = None,
     ) -> ProfileResult:
         from pytest_fxprof.measure.profiler import profile_module
 
-        key = self._key(name)
+        key = self._key(name, step=step is not None)
         baseline = self.baseline() if self.mode is Mode.CHECK else None
         barrier = lockstep_barrier(self.sample_request.get("lockstep"), key) if self.mode is Mode.SAMPLE else None
         if barrier is not None:
@@ -232,6 +240,7 @@ class TestState:
                 tracer=tracer,
                 capture=self.settings.capture,
                 engine=self.settings.engine,
+                step=step,
             )
             return ProfileResult.of(profiled)
 

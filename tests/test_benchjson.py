@@ -86,6 +86,8 @@ def test_one_benchmark_per_profile_and_per_node(tmp_path: Path) -> None:
     assert (node["name"], node["group"]) == ("relu", "t.py::test_other[a-b][encoder]")
     assert node["extra_info"] == {
         "key": GRAPH[1][0].key,
+        "direction": "forward",
+        "forward": "",
         "module": "stem",
         "target": "torch.relu",
         "op": "call_function",

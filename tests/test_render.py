@@ -717,7 +717,8 @@ def test_to_dataframe_of_an_empty_graph() -> None:
 
 
 NODE_COLUMNS = (
-    "key", "node", "op", "target", "module", "source", "shape", "layout", "median_us", "spread", "share",
+    "key", "node", "direction", "forward", "op", "target", "module", "source", "shape", "layout", "median_us", "spread",
+    "share",
     "samples", "flops", "gflops_per_s", "host_us", "memory_bytes", "peak_bytes",
     "baseline_us", "ratio", "band", "verdict", "gates",
 )  # fmt: skip

@@ -114,8 +114,24 @@ def _check_request(
         raise ProfileError(f"the keyword inputs of {name} must be a dict, got {type(kwargs).__name__}")
     if tracer is not None and not isinstance(tracer, torch.fx.Tracer):
         raise CaptureError(f"tracer= takes a torch.fx.Tracer instance, got {type(tracer).__name__}")
+    check_leaf_modules(module, leaf_modules)
+    if mode in ("export", "dynamo") and (leaf_modules or tracer is not None):
+        raise CaptureError(
+            f'leaf_modules= and tracer= are for symbolic tracing; capture="{mode}" cannot use them. '
+            'Fix: drop them, or use capture="symbolic" or capture="auto".'
+        )
+    with contextlib.suppress(TypeError, ValueError):  # a signature inspect cannot read binds anything
+        try:
+            inspect.signature(module.forward).bind(*args, **kwargs)
+        except TypeError as exc:
+            raise ProfileError(f"the inputs do not fit {name}.forward: {exc}") from None
+
+
+def check_leaf_modules(module: torch.nn.Module, leaf_modules: Sequence[LeafSpec]) -> None:
+    """Refuse, with the fix, ``leaf_modules=`` that is not a list of submodule paths or ``nn.Module`` classes."""
     if isinstance(leaf_modules, str | type):
         raise CaptureError(f"leaf_modules= takes a list, got {leaf_modules!r}; write leaf_modules=[{leaf_modules!r}]")
+    name = type(module).__name__
     paths = dict(module.named_modules())
     for spec in leaf_modules:
         if isinstance(spec, type):
@@ -129,16 +145,6 @@ def _check_request(
             near = [p for p in paths if p and p.rpartition(".")[2] == spec.rpartition(".")[2]][:3]
             hint = f"; did you mean {', '.join(map(repr, near))}?" if near else ""
             raise CaptureError(f"leaf_modules= names {spec!r}, which is not a submodule of {name}{hint}")
-    if mode in ("export", "dynamo") and (leaf_modules or tracer is not None):
-        raise CaptureError(
-            f'leaf_modules= and tracer= are for symbolic tracing; capture="{mode}" cannot use them. '
-            'Fix: drop them, or use capture="symbolic" or capture="auto".'
-        )
-    with contextlib.suppress(TypeError, ValueError):  # a signature inspect cannot read binds anything
-        try:
-            inspect.signature(module.forward).bind(*args, **kwargs)
-        except TypeError as exc:
-            raise ProfileError(f"the inputs do not fit {name}.forward: {exc}") from None
 
 
 def _auto(

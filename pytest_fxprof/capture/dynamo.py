@@ -151,7 +151,8 @@ class _DynamoRun:
             )
         return self.runners[self.sequence[k][1]](*args)
 
-    def _record(self, slot: _Slot) -> None:
+    def _record(self, slot: _Slot) -> tuple[Any, ...]:
+        """Note the call of ``slot`` (a copy of its graph, the first time it runs from this caller); its key."""
         frame_locals, owner = self._caller()
         key = (slot, owner, tuple(sorted(frame_locals.items())))
         index = self.index.get(key)
@@ -159,11 +160,12 @@ class _DynamoRun:
             index = self.index[key] = len(self.graphs)
             self.graphs.append(self._copy(slot.gm, frame_locals, owner))
         self.sequence.append((slot, index))
+        return key
 
     def _caller(self) -> tuple[dict[str, str], str]:
         """The module paths of the compiled frame's local modules, and of the module whose code it is."""
         frame: types.FrameType | None = sys._getframe(2)
-        while frame is not None and frame.f_code.co_filename.startswith((*DYNAMO_DIRS, OWN_DIR)):
+        while frame is not None and self.between(frame):
             frame = frame.f_back
         frame_locals: dict[str, str] = {}
         owner = ""
@@ -181,6 +183,10 @@ class _DynamoRun:
                 break
             outer = outer.f_back
         return frame_locals, owner
+
+    def between(self, frame: types.FrameType) -> bool:
+        """Whether ``frame`` lies between the compiled frame and the graph it calls (torch's or this package's)."""
+        return frame.f_code.co_filename.startswith((*DYNAMO_DIRS, OWN_DIR))
 
     def _copy(self, gm: torch.fx.GraphModule, frame_locals: dict[str, str], owner: str) -> torch.fx.GraphModule:
         """A copy of ``gm`` whose nodes carry their qualified module path, as seen from this call."""

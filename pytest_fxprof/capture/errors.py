@@ -87,7 +87,14 @@ def graph_failure(
     )
 
 
-_TORCH_LOGGERS = ("torch", "torch._dynamo", "torch._export", "torch.export", "torch.fx.experimental.symbolic_shapes")
+_TORCH_LOGGERS = (
+    "torch",
+    "torch.__trace",  # structured trace records: DEBUG, and propagated to pytest's log capture
+    "torch._dynamo",
+    "torch._export",
+    "torch.export",
+    "torch.fx.experimental.symbolic_shapes",
+)
 
 
 class Recorder(logging.Handler):

@@ -18,26 +18,38 @@ import torch
 import torch.fx
 
 from pytest_fxprof.capture.sources import source_line
-from pytest_fxprof.records.measurement import NodeInfo, node_key
+from pytest_fxprof.records.measurement import FORWARD, NodeInfo, node_key
 
 GUARD_META = "fxprof_guard"
 """``node.meta`` key a capture sets on the nodes that check its inputs rather than compute (the guards a tracer's
 ``concrete_args`` add): they run, but are not timed nor named as the model's nodes."""
 
 
+DIRECTION_META = "fxprof_direction"
+"""``node.meta`` key a training step's capture sets on each node: ``forward``, ``backward`` or ``optimizer``."""
+FORWARD_META = "fxprof_forward"
+"""``node.meta`` key that names, on a backward node, the forward node it differentiates."""
+TARGET_META = "fxprof_target"
+"""``node.meta`` key that names a node's target where the callable's own name would not say what it does."""
+
+
 def describe_nodes(graphs: Sequence[torch.fx.GraphModule]) -> list[tuple[torch.fx.Node, NodeInfo]]:
     """Every node that does work, across ``graphs`` in order, with its stable identity (guards left out)."""
-    seen: Counter[tuple[str, str, str]] = Counter()
+    seen: Counter[tuple[str, str, str, str]] = Counter()
     out = []
     for gm in graphs:
         for node in gm.graph.nodes:
             if node.op in ("placeholder", "output") or node.meta.get(GUARD_META):
                 continue
-            op, module, target = node.op, _module_path(node), _target_name(gm, node)
-            occurrence = seen[(op, module, target)]
-            seen[(op, module, target)] += 1
-            key = node_key(op, module, target, occurrence)
-            out.append((node, NodeInfo(key, node.name, op, target, module, source_line(node))))
+            op, module = node.op, _module_path(node)
+            target = str(node.meta.get(TARGET_META) or _target_name(gm, node))
+            direction = str(node.meta.get(DIRECTION_META, FORWARD))
+            occurrence = seen[(direction, op, module, target)]
+            seen[(direction, op, module, target)] += 1
+            key = node_key(op, module, target, occurrence, direction)
+            forward = str(node.meta.get(FORWARD_META, ""))
+            info = NodeInfo(key, node.name, op, target, module, source_line(node), direction, forward)
+            out.append((node, info))
     return out
 
 

@@ -51,7 +51,8 @@ class Kept:
                 owner._buffers[name] = original
                 original.copy_(saved)
 
-    def close(self) -> None:
+    def close(self, *, check: bool = True) -> None:
+        """Put everything back; ``check`` refuses a module whose forward changed its own parameters."""
         for m, names, params, buffers, children in self.attrs:
             for name in set(vars(m)) - names:  # e.g. torch.compile's _is_torch_compile marker
                 del vars(m)[name]
@@ -61,7 +62,8 @@ class Kept:
         for m, training in self.modes:
             m.training = training
         self.restore()
-        self.check_parameters()
+        if check:
+            self.check_parameters()
 
     def check_parameters(self) -> None:
         """Refuse a module that changes its own parameters in place (a forward that trains itself)."""
@@ -85,6 +87,70 @@ def kept_as_is(module: torch.nn.Module) -> Iterator[Kept]:
             kept.close()
         raise
     kept.close()
+
+
+class StepKept:
+    """What a training step changes, noted on entry and put back after every pass (``reset``) and at the end
+    (``close``): the parameters' values (an optimizer steps them), their ``.grad`` (``None`` while a step
+    runs, so that each pass's backward starts from none, and the caller's own afterwards, the same tensors
+    with the same values), the optimizer's state and hyperparameters, and what ``Kept`` keeps (modes,
+    buffers such as BatchNorm statistics, attributes, torch's random state)."""
+
+    def __init__(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
+        self.kept = Kept(module)
+        params = {id(p): p for p in module.parameters()}
+        for group in optimizer.param_groups if optimizer is not None else ():
+            params.update((id(p), p) for p in group["params"])
+        self.params = [(p, p.detach().clone(), p.grad, _clone(p.grad)) for p in params.values()]
+        self.optimizer = optimizer
+        if optimizer is not None:
+            self.state = {p: {k: (v, _clone(v)) for k, v in s.items()} for p, s in optimizer.state.items()}
+            self.groups = [{k: copy.deepcopy(v) for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+        for p, *_ in self.params:
+            p.grad = None
+
+    def reset(self) -> None:
+        """Parameters, optimizer and buffers as on entry, every ``.grad`` ``None``, the random state rewound."""
+        with torch.no_grad():
+            for p, saved, _, _ in self.params:
+                p.copy_(saved)
+                p.grad = None
+        if self.optimizer is not None:
+            state = self.optimizer.state
+            state.clear()
+            for param, values in self.state.items():
+                state[param] = {k: _put_back(now, saved) for k, (now, saved) in values.items()}
+            for group, saved_group in zip(self.optimizer.param_groups, self.groups, strict=True):
+                for k in [k for k in group if k != "params" and k not in saved_group]:
+                    del group[k]
+                group.update(copy.deepcopy(saved_group))
+        self.kept.restore()
+
+    def close(self) -> None:
+        """Everything as on entry, the caller's ``.grad`` tensors (or ``None``) back with their values."""
+        try:
+            self.reset()
+        finally:
+            with torch.no_grad():
+                for p, _, grad, saved_grad in self.params:
+                    if grad is not None and saved_grad is not None:
+                        grad.copy_(saved_grad)
+                    p.grad = grad
+            self.kept.close(check=False)
+
+
+def _clone(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    return copy.deepcopy(value)
+
+
+def _put_back(now: Any, saved: Any) -> Any:
+    """The optimizer's state value ``now`` holding ``saved`` again (the same tensor, where the shapes allow)."""
+    if isinstance(now, torch.Tensor) and isinstance(saved, torch.Tensor) and now.shape == saved.shape:
+        with torch.no_grad():
+            return now.copy_(saved)
+    return copy.deepcopy(saved)
 
 
 def fresh_copy(value: Any) -> Any:

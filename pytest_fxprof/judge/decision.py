@@ -48,7 +48,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 
-from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, Run
+from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, Run, is_step
+from pytest_fxprof.records.profile import ROOT
 from pytest_fxprof.records.verdicts import (
     AggregateVerdict,
     BandSource,
@@ -315,17 +316,22 @@ def regressed(total: TotalVerdict, nodes: Sequence[NodeVerdict], aggregates: Seq
 
 
 def groups(nodes: Sequence[NodeInfo]) -> list[tuple[Kind, str, list[int]]]:
-    """The aggregates of a graph: each operator type and each module subtree with two or more nodes."""
+    """The aggregates of a graph: each operator type and each module subtree with two or more nodes. In a
+    training step, each per direction (``layer3.0 backward``), and each direction whole (``<model> backward``)."""
     by_op: dict[str, list[int]] = defaultdict(list)
     by_module: dict[str, list[int]] = defaultdict(list)
+    step = is_step(nodes)
     for i, n in enumerate(nodes):
+        suffix = f" {n.direction}" if step else ""
         if n.op in ("call_module", "call_function", "call_method"):
-            by_op[n.target].append(i)
+            by_op[n.target + suffix].append(i)
         parts = n.module.split(".") if n.module else []
         # a call_module node's own path is the node itself, not a subtree
         depth = len(parts) - 1 if n.op == "call_module" else len(parts)
         for d in range(1, min(depth, SUBTREE_DEPTH) + 1):
-            by_module[".".join(parts[:d])].append(i)
+            by_module[".".join(parts[:d]) + suffix].append(i)
+        if step:
+            by_module[ROOT + suffix].append(i)
     out = [(Kind.OP, name, idx) for name, idx in sorted(by_op.items()) if len(idx) >= 2]
     out += [(Kind.MODULE, name, idx) for name, idx in sorted(by_module.items()) if 2 <= len(idx) < len(nodes)]
     return out

@@ -19,10 +19,11 @@ from typing import Any
 import torch
 import torch.fx
 
-from pytest_fxprof.capture.choose import capture_module, check_module
-from pytest_fxprof.capture.graphs import Captured, LeafSpec, Runner, prepared_inputs, run_pass
+from pytest_fxprof.capture.choose import capture_module, check_leaf_modules, check_module
+from pytest_fxprof.capture.graphs import Captured, LeafSpec, Runner, plain_runners, prepared_inputs, run_pass
 from pytest_fxprof.capture.nodes import describe_nodes
-from pytest_fxprof.capture.state import fresh_copy, kept_as_is
+from pytest_fxprof.capture.state import StepKept, fresh_copy, kept_as_is
+from pytest_fxprof.capture.step import Step, capture_step, check_step
 from pytest_fxprof.measure.engine import (
     Clock,
     ClockTimer,
@@ -34,6 +35,7 @@ from pytest_fxprof.measure.engine import (
     make_engine,
 )
 from pytest_fxprof.measure.facts import count_flops, graph_facts
+from pytest_fxprof.measure.leaves import merge_leaves
 from pytest_fxprof.measure.machine import (
     ReferenceWorkload,
     clock_for,
@@ -56,6 +58,24 @@ def preserved(module: torch.nn.Module, threads: int) -> Iterator[None]:
     try:
         with kept_as_is(module), torch.no_grad():
             yield
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+@contextlib.contextmanager
+def preserved_step(module: torch.nn.Module, threads: int, step: Step) -> Iterator[StepKept]:
+    """Run the body with ``threads`` intra-op threads and grad enabled, then put everything back: the thread
+    count, and what ``StepKept`` keeps (parameters, their grads, the optimizer's state, modes, buffers, random
+    state), which the body also resets after each step it runs."""
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        kept = StepKept(module, step.optimizer)
+        try:
+            with torch.enable_grad():
+                yield kept
+        finally:
+            kept.close()
     finally:
         torch.set_num_threads(previous_threads)
 
@@ -85,6 +105,7 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     flops: bool = True,
     reference: bool = True,
     barrier: Callable[[int], None] | None = None,
+    step: Step | None = None,
 ) -> Profile:
     """Capture ``module``, run ``protocol.warmup`` discarded and ``protocol.passes`` kept passes.
 
@@ -98,6 +119,10 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     warm-up pass of its own would leave the engine's code cold in the first kept pass. ``reference=False`` leaves
     the reference workload out of a measured profile (its total is then not divided by it). ``barrier(i)`` is called
     before pass ``i`` and ``barrier(-1)`` after the last (a twin process in lock-step, ``measure.lockstep``).
+
+    With ``step``, a pass is a training step (``capture.step``): the forward and the loss, the backward and the
+    optimizer step, timed node by node, and the plain step is the same graphs without stamps. Parameters, grads,
+    the optimizer's state, buffers and the random state are put back after every step.
     """
     check_module(module, args, kwargs)
     setup = setup_of(module, args, kwargs)
@@ -107,8 +132,19 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     node_clock_name, timer = _node_timer(engine, device, clock_name, clock)
     workload = ReferenceWorkload() if measured and reference else None
     warmup, passes = (protocol.warmup, protocol.passes) if measured else (0, 1)
-    with preserved(module, protocol.threads):
-        captured = capture_module(module, args, kwargs, mode=capture, leaf_modules=leaf_modules, tracer=tracer)
+    with contextlib.ExitStack() as stack:
+        if step is None:
+            stack.enter_context(preserved(module, protocol.threads))
+            captured = capture_module(module, args, kwargs, mode=capture, leaf_modules=leaf_modules, tracer=tracer)
+            after: Callable[[], None] = _nothing
+            plain = _plain_forward(module, args, kwargs)
+        else:
+            check_leaf_modules(module, leaf_modules)
+            check_step(module, args, kwargs, step)
+            kept = stack.enter_context(preserved_step(module, protocol.threads, step))
+            captured = capture_step(module, args, kwargs, step, kept)
+            after = kept.reset
+            plain = _plain_step(captured, args, kwargs)
         described = describe_nodes(captured.graphs)
         nodes = [node for node, _ in described]
         infos = [info for _, info in described]
@@ -122,6 +158,7 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
             if flops and measured
             else None
         )
+        after()
         counted = seen.flops if seen is not None else None
         facts = graph_facts(captured.graphs, nodes)
         watch = measured and node_clock_name == "wall" and clock_name == "thread-cpu"
@@ -136,13 +173,14 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
                 if keep:
                     samples.references.append(ref)
             if measured and ((i - warmup) % PLAIN_EVERY == 0 if keep else i == warmup - 1):
-                call_args, call_kwargs = fresh_copy((list(args), kwargs))
+                go = plain()  # its inputs made outside the time
                 sync(device)
                 start = clock()
-                module(*call_args, **call_kwargs)
+                go()
                 sync(device)
                 if keep:
                     samples.totals.append(clock() - start)
+                after()
             whole, wall, times = _timed_pass(
                 module,
                 captured=captured,
@@ -155,6 +193,7 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
                 nodes=infos,
                 ran_before=checked or i > 0 or seen is not None,
             )
+            after()
             if keep:
                 samples.keep(whole, times, off_cpu=off_cpu_share(whole, wall) if watch else 0.0)
             i += 1
@@ -182,6 +221,8 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
         )
         for k, ((_, info), m, s, h) in enumerate(zip(described, medians, samples.nodes, samples.host, strict=True))
     )
+    if step is not None and leaf_modules:
+        stats = tuple(merge_leaves(stats, module, leaf_modules))
     used_clock = clock_name if node_clock_name == clock_name else f"{node_clock_name} nodes, {clock_name} passes"
     return Profile(
         name=name,
@@ -197,6 +238,33 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
         measured=measured,
         setup=setup,
     )
+
+
+def _nothing() -> None:
+    pass
+
+
+def _plain_forward(
+    module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any]
+) -> Callable[[], Callable[[], Any]]:
+    """Each call makes fresh inputs and returns the plain forward to time on them."""
+
+    def make() -> Callable[[], Any]:
+        call_args, call_kwargs = fresh_copy((list(args), kwargs))
+        return lambda: module(*call_args, **call_kwargs)
+
+    return make
+
+
+def _plain_step(captured: Captured, args: Sequence[Any], kwargs: dict[str, Any]) -> Callable[[], Callable[[], Any]]:
+    """Each call makes fresh inputs and returns the plain step to time on them: the captured graphs, no stamps."""
+    runners = plain_runners(captured)
+
+    def make() -> Callable[[], Any]:
+        prepared = prepared_inputs(captured, args, kwargs)
+        return lambda: captured.forward(runners, prepared)
+
+    return make
 
 
 def _node_timer(engine: str, device: torch.device, clock_name: str, clock: Clock) -> tuple[str, Timer]:

@@ -8,6 +8,7 @@ Must not import torch, pytest or pandas.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -19,6 +20,9 @@ class NodeInfo:
     the same three), which does not shift when an op is inserted elsewhere in the graph. ``name`` is
     the generated FX node name and ``source`` the ``file:line`` of the user's code that made the node
     (empty when the capture did not record it); both are shown to people but never used for matching.
+    ``direction`` is ``forward``, ``backward`` or ``optimizer`` (a training step's parts); a backward node's
+    ``module`` and ``source`` are those of the forward computation it differentiates, and ``forward`` names
+    that forward node (empty where no single one is known, as for a gradient summed over several uses).
     """
 
     key: str
@@ -27,11 +31,19 @@ class NodeInfo:
     target: str
     module: str
     source: str = ""
+    direction: str = "forward"
+    forward: str = ""
 
     @property
     def signature(self) -> tuple[str, str, str]:
         """What must be equal for two nodes of different graphs to be the same node."""
-        return (self.op, self.module, self.target)
+        return (self.op, self.module, directed(self.target, self.direction))
+
+    @property
+    def label(self) -> str:
+        """The target as people read it: ``aten.convolution_backward.default``, with ``(backward)`` or
+        ``(optimizer)`` after it outside the forward."""
+        return self.target if self.direction == FORWARD else f"{self.target} ({self.direction})"
 
     @property
     def where(self) -> str:
@@ -39,9 +51,27 @@ class NodeInfo:
         return self.module or "<root>"
 
 
-def node_key(op: str, module: str, target: str, occurrence: int) -> str:
-    """The stable key of the ``occurrence``-th node with this op, module path and target."""
-    return f"{op}:{module or '<root>'}:{target}#{occurrence}"
+def node_key(op: str, module: str, target: str, occurrence: int, direction: str = "forward") -> str:
+    """The stable key of the ``occurrence``-th node with this op, module path and target (in ``direction``,
+    which prefixes the key outside the forward, so that a forward node's key reads as it always has)."""
+    key = f"{op}:{module or '<root>'}:{target}#{occurrence}"
+    return key if direction == FORWARD else f"{direction}:{key}"
+
+
+FORWARD = "forward"
+DIRECTIONS = (FORWARD, "backward", "optimizer")
+"""The parts of a training step, in the order a step runs them; a forward-only profile has only the first."""
+
+
+def directed(name: str, direction: str) -> str:
+    """``name`` of a node, module subtree or operator type as seen in ``direction``: ``layer3.0 backward``
+    (unchanged in the forward)."""
+    return name if direction == FORWARD else f"{name} {direction}"
+
+
+def is_step(nodes: Sequence[NodeInfo]) -> bool:
+    """Whether ``nodes`` are a training step's (any node outside the forward)."""
+    return any(n.direction != FORWARD for n in nodes)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from pytest_fxprof.records.measurement import (
     Setup,
     Tolerances,
     iqr_int,
+    is_step,
     median_int,
 )
 from pytest_fxprof.records.verdicts import Comparison
@@ -33,7 +34,11 @@ ROOT = "<model>"
 @dataclass(frozen=True)
 class Rollup:
     """The nodes of one module subtree (``by="module"``; ``<model>`` is the whole model) or of one
-    operator type (``by="op"``): their time per pass summed, then the median and spread over passes."""
+    operator type (``by="op"``): their time per pass summed, then the median and spread over passes.
+
+    In a training step each is taken per direction and named with it (``layer3.0 backward``,
+    ``aten.mm.default forward``, ``<model> backward`` the whole backward); ``<model>`` is the whole step.
+    ``path`` is the module path or operator type without the direction."""
 
     by: str
     name: str
@@ -43,6 +48,8 @@ class Rollup:
     spread_ns: int
     share: float
     flops: int | None
+    direction: str = ""
+    path: str = ""
 
     @property
     def flops_per_s(self) -> float | None:
@@ -55,25 +62,30 @@ def rollups(nodes: Sequence[NodeStats], by: str) -> tuple[Rollup, ...]:
     """Every module subtree, or every operator type, of ``nodes``, slowest first (the model first)."""
     if by not in ROLLUPS:
         raise ValueError(f"by must be one of {', '.join(ROLLUPS)}, not {by!r}")
-    members: dict[str, list[NodeStats]] = {}
+    members: dict[tuple[str, str], list[NodeStats]] = {}
+    step = is_step([n.info for n in nodes])
     for n in nodes:
+        direction = n.info.direction if step else ""
         if by == "op":
             names = [n.target]
         else:
             parts = n.module.split(".") if n.module else []
             names = [ROOT] + [".".join(parts[:d]) for d in range(1, len(parts) + 1)]
         for name in names:
-            members.setdefault(name, []).append(n)
+            members.setdefault((name, direction), []).append(n)
+        if step and by == "module":
+            members.setdefault((ROOT, ""), []).append(n)  # the whole step
     passes = min((len(n.samples_ns) for n in nodes), default=0)
     whole = [sum(n.samples_ns[i] for n in nodes) for i in range(passes)]
     busy = (median_int(whole) if whole else sum(n.median_ns for n in nodes)) or 1
     out = []
-    for name, group in members.items():
+    for (path, direction), group in members.items():
+        name = f"{path} {direction}" if direction else path
         passes = min(len(n.samples_ns) for n in group)
         per_pass = [sum(n.samples_ns[i] for n in group) for i in range(passes)]
         median = median_int(per_pass) if per_pass else sum(n.median_ns for n in group)
         counted = [n.flops for n in group if n.flops is not None]
-        depth = 0 if name == ROOT or by == "op" else name.count(".") + 1
+        depth = 0 if path == ROOT or by == "op" else path.count(".") + 1
         out.append(
             Rollup(
                 by=by,
@@ -84,9 +96,11 @@ def rollups(nodes: Sequence[NodeStats], by: str) -> tuple[Rollup, ...]:
                 spread_ns=iqr_int(per_pass),
                 share=median / busy,
                 flops=sum(counted) if len(counted) == len(group) else None,
+                direction=direction,
+                path=path,
             )
         )
-    return tuple(sorted(out, key=lambda r: (r.name != ROOT, -r.median_ns, r.name)))
+    return tuple(sorted(out, key=lambda r: (r.name != ROOT, r.path != ROOT, -r.median_ns, r.name)))
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
 from pytest_fxprof.records.measurement import (
+    DIRECTIONS,
+    FORWARD,
     BaselineEntry,
     Capture,
     Environment,
@@ -62,6 +64,8 @@ class NodeJSON(TypedDict):
     module: str
     source: str
     shape: NotRequired[str]
+    direction: NotRequired[str]
+    forward: NotRequired[str]
 
 
 class RunJSON(TypedDict):
@@ -147,6 +151,9 @@ def _node_json(n: NodeInfo, shape: str | None) -> NodeJSON:
     }
     if shape is not None:
         out["shape"] = shape
+    if n.direction != FORWARD:  # a forward node's entry reads as it always has
+        out["direction"] = n.direction
+        out["forward"] = n.forward
     return out
 
 
@@ -235,7 +242,11 @@ def _entry_from_json(raw: object, where: str) -> BaselineEntry:
         w = f"{where}.nodes[{i}]"
         key, name, op, target, module = (_get(n, k, str, w) for k in ("key", "name", "op", "target", "module"))
         source = _get(n, "source", str, w) if "source" in n else ""  # older files have none
-        nodes.append(NodeInfo(key, name, op, target, module, source))
+        direction = _get(n, "direction", str, w) if "direction" in n else FORWARD
+        if direction not in DIRECTIONS:
+            raise _ShapeError(f"{w}.direction is {direction!r}, not one of {', '.join(DIRECTIONS)}")
+        forward = _get(n, "forward", str, w) if "forward" in n else ""
+        nodes.append(NodeInfo(key, name, op, target, module, source, direction, forward))
         shapes.append(_get(n, "shape", str, w) if "shape" in n else None)
     setup = None
     if isinstance(raw, dict) and "setup" in raw:  # older files have none

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 NS_PER_S = 1e9
 ITERATIONS = 1
 """Each sample is one pass of the model (or one run of a node): a round of one iteration."""
-NODE_INFO = ("key", "module", "target", "op", "shape", "layout", "source")
+NODE_INFO = ("key", "direction", "forward", "module", "target", "op", "shape", "layout", "source")
 PROFILE_INFO = ("passes", "warmup")
 ENVIRONMENT_INFO = ("torch", "device", "engine", "clock", "threads")
 

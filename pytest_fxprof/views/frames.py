@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_fxprof.records.measurement import DIRECTIONS, FORWARD
 from pytest_fxprof.records.verdicts import Comparison, Judgement, NodeVerdict
 from pytest_fxprof.store.files import TooLargeError, loads, read_text
 from pytest_fxprof.views.report import REPORT_MAX_BYTES, judgement_json
@@ -26,13 +27,13 @@ if TYPE_CHECKING:
 Rows = tuple[list[dict[str, Any]], list[str]]
 
 NODE_COLUMNS = [
-    "key", "node", "op", "target", "module", "source", "shape", "layout", "median_us", "spread", "share",
-    "samples", "flops", "gflops_per_s", "host_us", "memory_bytes", "peak_bytes",
+    "key", "node", "direction", "forward", "op", "target", "module", "source", "shape", "layout", "median_us",
+    "spread", "share", "samples", "flops", "gflops_per_s", "host_us", "memory_bytes", "peak_bytes",
     "baseline_us", "ratio", "band", "verdict", "gates",
 ]  # fmt: skip
-ROLLUP_COLUMNS = ["by", "name", "depth", "nodes", "median_us", "spread", "share", "flops", "gflops_per_s"]
+ROLLUP_COLUMNS = ["by", "name", "direction", "depth", "nodes", "median_us", "spread", "share", "flops", "gflops_per_s"]
 VERDICT_COLUMNS = [
-    "kind", "name", "module", "baseline_us", "current_us", "ratio", "band", "band_source", "verdict",
+    "kind", "name", "direction", "module", "baseline_us", "current_us", "ratio", "band", "band_source", "verdict",
     "confirmed", "gates", "reason",
 ]  # fmt: skip
 
@@ -52,6 +53,8 @@ def node_rows(result: Profile) -> Rows:
             {
                 "key": n.info.key,
                 "node": n.name,
+                "direction": n.info.direction,
+                "forward": n.info.forward,
                 "op": n.op,
                 "target": n.target,
                 "module": n.module,
@@ -82,6 +85,7 @@ def rollup_rows(rollups: Sequence[Rollup]) -> Rows:
         {
             "by": r.by,
             "name": r.name,
+            "direction": r.direction,
             "depth": r.depth,
             "nodes": r.nodes,
             "median_us": r.median_ns / 1e3,
@@ -104,7 +108,14 @@ def verdict_rows(c: Comparison | None) -> Rows:
         return {"baseline_ns": baseline_ns, "current_ns": current_ns, **judgement_json(j)}
 
     rows = [
-        _verdict("node", v.node.name, v.node.module, item(v.baseline_ns, v.current_ns, v.judgement), v.gates)
+        _verdict(
+            "node",
+            v.node.name,
+            v.node.module,
+            item(v.baseline_ns, v.current_ns, v.judgement),
+            v.gates,
+            direction=v.node.direction,
+        )
         for v in c.nodes
     ]
     rows += [
@@ -120,11 +131,19 @@ def _module_of(kind: str, name: str) -> str:
     return name if kind == "module" else ""
 
 
-def _verdict(kind: str, name: str, module: str, item: Mapping[str, Any], gates: bool = True) -> dict[str, Any]:
-    """A decision's row from its plain data (a report's node, aggregate or total)."""
+def _verdict(
+    kind: str, name: str, module: str, item: Mapping[str, Any], gates: bool = True, *, direction: str | None = None
+) -> dict[str, Any]:
+    """A decision's row from its plain data (a report's node, aggregate or total). An aggregate's direction is
+    the one its name ends with, in a training step (``layer3.0 backward``)."""
+    if direction is None:
+        head, _, last = name.rpartition(" ")
+        direction = last if head and last in DIRECTIONS else ""
+        module = head if direction and kind == "module" else module
     return {
         "kind": kind,
         "name": name,
+        "direction": direction,
         "module": module,
         "baseline_us": item["baseline_ns"] / 1e3,
         "current_us": item["current_ns"] / 1e3,
@@ -175,6 +194,8 @@ def _report_rows(p: dict[str, Any], by: str) -> list[dict[str, Any]]:
             {
                 "key": n["key"],
                 "node": n["name"],
+                "direction": n.get("direction", FORWARD),  # older reports have none
+                "forward": n.get("forward", ""),
                 "op": n["op"],
                 "target": n["target"],
                 "module": n["module"],
@@ -199,7 +220,11 @@ def _report_rows(p: dict[str, Any], by: str) -> list[dict[str, Any]]:
             for n in p["nodes"]
         ]
     if by == "verdict":
-        out = [_verdict("node", n["name"], n["module"], n, n["gates"]) for n in p["nodes"] if "ratio" in n]
+        out = [
+            _verdict("node", n["name"], n["module"], n, n["gates"], direction=n.get("direction", FORWARD))
+            for n in p["nodes"]
+            if "ratio" in n
+        ]
         out += [_verdict(a["kind"], a["name"], _module_of(a["kind"], a["name"]), a) for a in p.get("aggregates", [])]
         if "ratio" in p["total"]:
             out.append(_verdict("total", "total", "", p["total"]))
@@ -208,6 +233,7 @@ def _report_rows(p: dict[str, Any], by: str) -> list[dict[str, Any]]:
         {
             "by": by,
             "name": r["name"],
+            "direction": r.get("direction", ""),
             "depth": r["depth"],
             "nodes": r["nodes"],
             "median_us": r["current_ns"] / 1e3,

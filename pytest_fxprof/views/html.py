@@ -374,11 +374,74 @@ def _parent(name: str, depth: int) -> str | None:
     return name.rpartition(".")[0] if depth > 1 else "<model>"
 
 
+def _step_row(
+    path: str, depth: int, by: Mapping[str, Mapping[str, Any]], verdicts: Mapping[str, Any], kids: bool
+) -> str:
+    """One module of a training step: its forward and backward times side by side, and both verdicts."""
+    head, dot, tail = path.rpartition(".")
+    label = f'<span class="dim">{_e(head + dot)}</span>{_e(tail)}' if dot else _e(path)
+    fw, bw = by.get("forward", {}), by.get("backward", {})
+    times = [int(fw.get("current_ns") or 0), int(bw.get("current_ns") or 0)]
+    nodes = sum(int(r.get("nodes") or 0) for r in by.values())
+    ratio = f"x{times[1] / times[0]:.2f}" if times[0] and times[1] else ""
+    judged = []
+    for direction in ("forward", "backward", "optimizer"):
+        v = verdicts.get(f"{path} {direction}")
+        if v is not None:
+            badge = f"{_verdict_badge(v)} {_e(_ratio(v.get('ratio')))}"
+            judged.append(f'<span title="{_e(v.get("reason") or direction)}">{direction[:3]} {badge}</span>')
+    caret = '<span class="caret"></span>' if kids else '<span class="nocaret"></span>'
+    return (
+        f'<span class="mname" style="padding-left:{depth * 1.1:.1f}em">{caret}{label}</span>'
+        f'<span class="num">{nodes}</span><span class="num">{_e(fmt_ns(times[0]) if fw else "")}</span>'
+        f'<span class="num">{_e(fmt_ns(times[1]) if bw else "")}</span><span class="num">{_e(ratio)}</span>'
+        f'<span class="judged">{" ".join(judged)}</span>'
+    )
+
+
+def _step_module_tree(p: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
+    """A training step's module tree: each module once, its forward and backward times side by side."""
+    verdicts = {a["name"]: a for a in p.get("aggregates", []) if a.get("kind") == "module"}
+    by_path: dict[str, dict[str, Mapping[str, Any]]] = {}
+    depth: dict[str, int] = {}
+    for r in rows:
+        if r.get("direction"):
+            by_path.setdefault(str(r.get("path", "")), {})[str(r["direction"])] = r
+            depth[str(r.get("path", ""))] = int(r.get("depth", 0))
+    children: dict[str | None, list[str]] = {}
+    for path in sorted(by_path, key=lambda q: -sum(int(r.get("current_ns") or 0) for r in by_path[q].values())):
+        parent = _parent(path, depth[path])
+        children.setdefault(parent if parent in by_path or parent is None else "<model>", []).append(path)
+
+    def render(path: str) -> str:
+        kids = children.get(path, [])
+        row = _step_row(path, depth[path], by_path[path], verdicts, bool(kids))
+        if not kids:
+            return f'<div class="mrow leaf">{row}</div>'
+        opened = " open" if depth[path] == 0 else ""
+        inner = "".join(render(k) for k in kids)
+        return f'<details class="mnode"{opened}><summary class="mrow">{row}</summary>{inner}</details>'
+
+    head = (
+        '<div class="mrow mhead"><span>module</span><span class="num">nodes</span><span class="num">forward</span>'
+        '<span class="num">backward</span><span class="num">bwd/fwd</span><span>verdicts</span></div>'
+    )
+    optimizer = by_path.get("<model>", {}).get("optimizer")
+    note = f'<p class="dim">optimizer step {_e(fmt_ns(int(optimizer.get("current_ns") or 0)))}</p>' if optimizer else ""
+    tree = "".join(render(q) for q in children.get(None, []))
+    return (
+        f'<details class="block" open><summary><h3>Modules, forward and backward</h3></summary>'
+        f'<div class="mtree">{head}{tree}</div>{note}</details>'
+    )
+
+
 def _module_tree(p: Mapping[str, Any]) -> str:
     """The module roll-ups as a tree of ``<details>``, slowest first, each beside its aggregate verdict."""
     rows = (p.get("rollups") or {}).get("module") or []
     if not rows:
         return ""
+    if any(r.get("direction") for r in rows):
+        return _step_module_tree(p, rows)
     verdicts = {a["name"]: a for a in p.get("aggregates", []) if a.get("kind") == "module"}
     known = {r["name"] for r in rows}
     children: dict[str | None, list[Mapping[str, Any]]] = {}

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_fxprof.records.measurement import FORWARD
 from pytest_fxprof.records.units import fmt_ns
 from pytest_fxprof.store.files import write_atomic
 from pytest_fxprof.views.render import graphs_text
@@ -164,6 +165,8 @@ def _item(item: Mapping[str, Any]) -> str:
         return f"the total {ratio}"
     if kind == "node":
         where = f" in {_code(item['module'])}" if item.get("module") else ""
+        if item.get("direction", FORWARD) != FORWARD:  # a training step's: which way, and what
+            where += f" {_text(item['direction'])} ({_code(item.get('target', ''))})"
         return f"node {_code(name)}{where} {ratio}"
     if kind == "op":
         return f"every {_code(name)} node {ratio}{_leaders(item)}"
@@ -180,6 +183,8 @@ def _slowed_table(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
     for n in slowed[:NODES_SHOWN]:
         module = _code(n["module"], cell=True) if n.get("module") else "root"
+        if n.get("direction", FORWARD) != FORWARD:
+            module += f" {_text(n['direction'])}"
         source = _code(n["source"], cell=True) if n.get("source") else ""
         times = f"{fmt_ns(n['baseline_ns'])} -> {fmt_ns(n['current_ns'])}"
         band = f"+{n['band']:.0%}"

@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from pytest_fxprof.records.measurement import NodeInfo
-from pytest_fxprof.records.profile import Profile
+from pytest_fxprof.records.measurement import DIRECTIONS, FORWARD, NodeInfo, is_step
+from pytest_fxprof.records.profile import ROOT, Profile
 from pytest_fxprof.records.units import fmt_ns, fmt_rate
 from pytest_fxprof.records.verdicts import (
     AggregateVerdict,
@@ -47,9 +47,11 @@ def profile_table(result: Profile, sort: str = "time", limit: int | None = None)
     shown = nodes[:limit] if limit is not None else nodes
     flops = any(n.flops for n in nodes)
     sources = any(n.info.source for n in nodes)
+    step = is_step([n.info for n in nodes])
     rows = [
         [
             n.name,
+            *([n.info.direction] if step else []),
             n.op,
             n.target,
             n.info.where,
@@ -62,13 +64,13 @@ def profile_table(result: Profile, sort: str = "time", limit: int | None = None)
         ]
         for n in shown
     ]
-    header = ["node", "op", "target", "module", "median", "spread", "share"]
+    header = ["node", *(["direction"] if step else []), "op", "target", "module", "median", "spread", "share"]
     header += [
         *(["GFLOP/s"] if flops else []),
         *(["host", "peak mem"] if cuda else []),
         *(["source"] if sources else []),
     ]
-    numeric = set(range(4, len(header) - (1 if sources else 0)))
+    numeric = set(range(header.index("median"), len(header) - (1 if sources else 0)))
     lines = grid(header, rows, right=numeric)
     if len(shown) < len(nodes):
         lines.append(f"... {len(nodes) - len(shown)} more nodes")
@@ -103,6 +105,10 @@ def rollup_table(result: Profile, by: str = "module", limit: int | None = None) 
 
 def _totals_line(result: Profile) -> str:
     parts = [f"total {fmt_ns(result.total_ns)} over {len(result.nodes)} nodes"]
+    if is_step([n.info for n in result.nodes]):
+        by = {r.direction: r for r in result.rollup("module") if r.path == ROOT and r.direction}
+        split = ", ".join(f"{d} {fmt_ns(by[d].median_ns)}" for d in DIRECTIONS if d in by)
+        parts[0] = f"training step {fmt_ns(result.total_ns)} over {len(result.nodes)} nodes ({split}, instrumented)"
     if result.overhead is not None:
         parts.append(f"profiler overhead x{result.overhead:.2f}")
     if not result.measured:
@@ -132,17 +138,27 @@ def _at(n: NodeInfo) -> str:
     return f", {n.source}" if n.source else ""
 
 
+def node_head(n: NodeInfo) -> str:
+    """A node as a failure names it: ``conv (call_function aten.convolution.default in layer1.0.conv1, file:line)``;
+    outside the forward, module and direction first: ``layer3.0.conv2 backward (aten.convolution_backward.default)
+    [convolution_backward_8 of convolution_10, file:line]``."""
+    if n.direction == FORWARD:
+        return f"{n.name} ({n.op} {n.target} in {n.where}{_at(n)})"
+    of = f" of {n.forward}" if n.forward else ""
+    return f"{n.where} {n.direction} ({n.target}) [{n.name}{of}{_at(n)}]"
+
+
 def node_line(v: NodeVerdict) -> str:
     n = v.node
     if v.judgement.paired:  # against a revision: no speed factor, the ratios are per pair
         return (
-            f"{n.name} ({n.op} {n.target} in {n.where}{_at(n)}): {fmt_ns(v.baseline_ns)} -> {fmt_ns(v.current_ns)}"
+            f"{node_head(n)}: {fmt_ns(v.baseline_ns)} -> {fmt_ns(v.current_ns)}"
             f" = x{v.ratio:.2f}, band +{v.band:.0%} ({v.band_source.value}), "
             f"{'+' if v.delta_ns >= 0 else '-'}{fmt_ns(abs(v.delta_ns))}{_measured(v.judgement.ratios, paired=True)}"
             f"{_shapes(v)}"
         )
     return (
-        f"{n.name} ({n.op} {n.target} in {n.where}{_at(n)}): {fmt_ns(v.baseline_ns)} -> {fmt_ns(v.current_ns)}"
+        f"{node_head(n)}: {fmt_ns(v.baseline_ns)} -> {fmt_ns(v.current_ns)}"
         f" = x{v.ratio:.2f} after speed factor {_factor(v.speed_factor, v.divisor)}, "
         f"band +{v.band:.0%} ({v.band_source.value}), {'+' if v.delta_ns >= 0 else '-'}{fmt_ns(abs(v.delta_ns))}"
         f"{_measured(v.judgement.ratios)}{_shapes(v)}"
@@ -219,7 +235,7 @@ def _led_by(c: Comparison, a: AggregateVerdict) -> str:
     if not leaders:
         return ""
     shown = "; ".join(
-        f"{v.node.name} ({v.node.target} in {v.node.where}{_at(v.node)}) "
+        f"{v.node.name} ({v.node.label} in {v.node.where}{_at(v.node)}) "
         f"{fmt_ns(v.baseline_ns)} -> {fmt_ns(v.current_ns)}"
         for v in leaders
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from pytest_fxprof.judge.hints import profile_hints
-from pytest_fxprof.records.measurement import NodeInfo, NodeStats
+from pytest_fxprof.records.measurement import FORWARD, NodeInfo, NodeStats
 from pytest_fxprof.records.profile import ROLLUPS, Profile
 from pytest_fxprof.records.verdicts import AggregateVerdict, Comparison, Judgement, Kind, NodeVerdict, Verdict
 from pytest_fxprof.store.baseline import run_to_json
@@ -35,7 +35,16 @@ class ProfileRecord(TypedDict):
 
 
 def _node_ref(n: NodeInfo) -> dict[str, str]:
-    return {"key": n.key, "name": n.name, "op": n.op, "target": n.target, "module": n.module, "source": n.source}
+    return {
+        "key": n.key,
+        "name": n.name,
+        "op": n.op,
+        "target": n.target,
+        "module": n.module,
+        "source": n.source,
+        "direction": n.direction,
+        "forward": n.forward,
+    }
 
 
 def _optional(n: NodeStats) -> dict[str, Any]:
@@ -63,6 +72,8 @@ def _rollups(result: Profile) -> dict[str, list[dict[str, Any]]]:
                 "spread_ns": r.spread_ns,
                 "share": round(r.share, 5),
                 "flops": r.flops,
+                "direction": r.direction,
+                "path": r.path,
             }
             for r in result.rollup(by)
         ]
@@ -190,7 +201,9 @@ def _flags(c: Comparison) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """What failed the profile, and what was slower (or undecidable) without failing it."""
 
     def node(v: NodeVerdict) -> dict[str, Any]:
-        return {"kind": "node", "name": v.node.name, "module": v.node.module, "ratio": round(v.ratio, 4)}
+        n = v.node
+        out = {"kind": "node", "name": n.name, "module": n.module, "ratio": round(v.ratio, 4)}
+        return out | ({"direction": n.direction, "target": n.target} if n.direction != FORWARD else {})
 
     def aggregate(a: AggregateVerdict) -> dict[str, Any]:
         module = a.name if a.kind is Kind.MODULE else ""

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pytest_fxprof.records.measurement import FORWARD
 from pytest_fxprof.records.units import fmt_ns
 from pytest_fxprof.views.render import WORST_SHOWN, grid
 from pytest_fxprof.views.report import ProfileRecord, item_tone, worst_nodes
@@ -41,24 +42,28 @@ def profile_lines(record: ProfileRecord, verbose: bool = False) -> list[Line]:
     if not nodes or record["status"] == "unmeasured":  # one cold pass: its times say little
         return out
     compared = any("ratio" in n for n in nodes)
+    step = any(n.get("direction", FORWARD) != FORWARD for n in nodes)  # a training step's: say which way
     if verbose:
         ordered = sorted(nodes, key=lambda n: (-n["current_ns"], n["key"]))
-        out += _table(ordered, compared)
+        out += _table(ordered, compared, step=step)
         out += [(f"{INDENT}hint: {h['message']}", "cyan") for h in profile.get("hints", [])]
     elif compared:
-        out += _table(worst_nodes(nodes, WORST_SHOWN), compared, header=False)
+        out += _table(worst_nodes(nodes, WORST_SHOWN), compared, header=False, step=step)
     return out
 
 
-def _table(nodes: Sequence[Mapping[str, Any]], compared: bool, header: bool = True) -> list[Line]:
-    """Nodes as aligned rows, each coloured by its verdict."""
-    head = ["node", "target", "module", "shape", "median", "spread", "share"]
+def _table(
+    nodes: Sequence[Mapping[str, Any]], compared: bool, header: bool = True, *, step: bool = False
+) -> list[Line]:
+    """Nodes as aligned rows, each coloured by its verdict (and, in a training step, its direction)."""
+    head = ["node", *(["direction"] if step else []), "target", "module", "shape", "median", "spread", "share"]
     if compared:
         head += ["baseline", "ratio", "band", "verdict"]
     rows = []
     for n in nodes:
         row = [
             n["name"],
+            *([n.get("direction", FORWARD)] if step else []),
             n["target"],
             n["module"] or "<root>",
             n.get("shape", ""),
@@ -75,7 +80,7 @@ def _table(nodes: Sequence[Mapping[str, Any]], compared: bool, header: bool = Tr
                 n["verdict"] if judged else "new",
             ]
         rows.append(row)
-    numeric = {4, 5, 6, 7, 8, 9}
+    numeric = {k + (1 if step else 0) for k in (4, 5, 6, 7, 8, 9)}
     lines = grid(head, rows, right=numeric)
     colours: list[str | None] = [None, None] if header else []
     colours += [node_colour(n) for n in nodes]

@@ -13,7 +13,9 @@ a wall-clock recording.
 
 Layout, on one track: pass ``i`` starts where pass ``i - 1`` ends; inside it the nodes follow in graph
 order, each inside a span of its module path and of every ancestor (``layer1``, ``layer1.0``,
-``layer1.0.conv1``). A module span covers one run of consecutive nodes that share it, so a module called
+``layer1.0.conv1``); in a training step, under a span of the node's direction (``forward``, ``backward``,
+``optimizer``), so that a backward node sits under its module's span in the backward. A module span covers
+one run of consecutive nodes that share it, so a module called
 twice with another in between gets two spans. Positions are whole nanoseconds and become microseconds
 (the format's unit) only when written, so a child never outlives its parent.
 """
@@ -26,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_fxprof.records.measurement import FORWARD
+from pytest_fxprof.records.profile import ROOT
 from pytest_fxprof.store.baseline import SUFFIX, file_name
 from pytest_fxprof.store.files import write_atomic
 from pytest_fxprof.views.report import item_tone
@@ -42,7 +46,7 @@ TID = 1
 TONE_COLOURS = {"bad": "terrible", "warn": "yellow"}
 """Reserved colour names of the trace viewers (``cname``), by ``report.item_tone``; a span within its band keeps
 the viewer's own colour."""
-NODE_ARGS = ("key", "op", "target", "module", "shape", "layout", "source", "flops")
+NODE_ARGS = ("key", "direction", "forward", "op", "target", "module", "shape", "layout", "source", "flops")
 VERDICT_ARGS = ("baseline_ns", "ratio", "band", "verdict", "reason")
 OTHER_DATA = ("torch", "device", "engine", "clock", "threads", "cpu")
 TIMING_NOTE = (
@@ -132,10 +136,15 @@ def _node_span(node: Mapping[str, Any], index: int, start: int, ns: int) -> _Spa
     return _Span(str(node.get("name", "")), "node", start, start + ns, args, colour)
 
 
-def _module_span(path: str, start: int, modules: Mapping[str, Mapping[str, Any]]) -> _Span:
-    """A module span; its arguments carry the module's own verdict (over all its runs) where it has one."""
-    args: dict[str, Any] = {"module": path}
-    aggregate = modules.get(path)
+def _module_span(path: str, start: int, modules: Mapping[str, Mapping[str, Any]], direction: str = "") -> _Span:
+    """A module span (in a training step, ``direction``'s: the span of the direction itself where ``path`` is
+    it); its arguments carry the module's own verdict (over all its runs) where it has one."""
+    if direction and path == direction:
+        args: dict[str, Any] = {"direction": direction}
+        aggregate = modules.get(f"{ROOT} {direction}")
+    else:
+        args = {"module": path, **({"direction": direction} if direction else {})}
+        aggregate = modules.get(f"{path} {direction}" if direction else path)
     if aggregate is not None:
         args.update(median_ns=aggregate.get("current_ns"), **_verdict_args(aggregate))
     colour = TONE_COLOURS.get(item_tone(aggregate)) if aggregate is not None else None
@@ -154,14 +163,16 @@ def _pass_spans(
     spans = [whole]
     open_spans: list[_Span] = []
     cursor = start
+    step = any(node.get("direction", FORWARD) != FORWARD for node in nodes)
     for node, ns in zip(nodes, times, strict=True):
-        chain = _ancestors(str(node.get("module", "")))
+        direction = str(node.get("direction", FORWARD)) if step else ""
+        chain = ([direction] if step else []) + _ancestors(str(node.get("module", "")))
         keep = _shared(open_spans, chain)
         for span in open_spans[keep:]:
             span.end_ns = cursor
         del open_spans[keep:]
         for path in chain[keep:]:
-            span = _module_span(path, cursor, modules)
+            span = _module_span(path, cursor, modules, direction)
             spans.append(span)
             open_spans.append(span)
         spans.append(_node_span(node, index, cursor, ns))

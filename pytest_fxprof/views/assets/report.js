@@ -171,6 +171,7 @@
   var COLUMNS = [
     {label: "#", num: true, value: function (n, i) { return i; }, text: function (n, i) { return String(i); }},
     {label: "node", value: function (n) { return n.name; }},
+    {label: "direction", step: true, value: function (n) { return n.direction || "forward"; }},
     {label: "current", num: true, value: function (n) { return n.current_ns; },
       text: function (n) { return fmtNs(n.current_ns); }},
     {label: "spread", num: true, value: function (n) { return n.spread; },
@@ -196,7 +197,8 @@
 
   function buildTable(host, p) {
     var cmp = compared(p);
-    var cols = COLUMNS.filter(function (c) { return cmp || !c.cmp; });
+    var step = p.nodes.some(function (n) { return n.direction && n.direction !== "forward"; });
+    var cols = COLUMNS.filter(function (c) { return (cmp || !c.cmp) && (step || !c.step); });
     var controls = document.createElement("div");
     controls.className = "controls";
     var search = document.createElement("input");
