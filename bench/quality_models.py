@@ -12,23 +12,23 @@ The slowdowns ``bench/gate_quality.py`` installs in them are ``pytest_fxprof.slo
 And two training steps (``STEP_MODELS``), whose conditions are code changes made when the model is built
 (``build_step``): ``resnet18-step`` (ResNet18, batch 4 at 160 x 160, train mode with batch norm frozen, as
 when fine-tuning) and ``encoder-step`` (the encoder, batch 4 of 128 tokens, train mode). In both, one large
-layer's backward (``layer3.0.conv2``'s, ``blocks.1.mlp.0``'s) is a custom ``autograd.Function`` whose backward
-is one custom op: the layer's own gradient kernels, then, under ``backward+25``, busy work for a quarter of their
-time on the thread's CPU clock (the same op, unchanged, in every condition). ``checkpoint`` puts one stage
+layer's backward (``layer3.0.conv2``'s, ``blocks.1.mlp.0``'s) is ``pytest_fxprof.slow_backward``'s: one custom
+op, the layer's own gradient kernels, then, under ``backward+25``, busy work for a quarter of their time on the
+thread's CPU clock (the same op, with no extra work, in every other condition). ``checkpoint`` puts one stage
 (``layer3``, ``blocks.1``) under activation checkpointing (``torch.utils.checkpoint``, non-reentrant), so that
 the backward recomputes its forward.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import torch
-import torch.nn.functional as F  # noqa: N812
 import torch.utils.checkpoint
 from torch import nn
 from torchvision import models
+
+from pytest_fxprof import slow_backward
 
 MODELS = ("resnet18", "encoder", "mobilenet")
 
@@ -139,109 +139,6 @@ STEP_TARGETS = {"resnet18-step": ("layer3.0.conv2", "layer3"), "encoder-step": (
 """Per step model: the layer whose backward ``backward+25`` slows, and the stage ``checkpoint`` wraps."""
 
 
-def _spin(start_ns: int, fraction: float) -> None:
-    """Busy work for ``fraction`` of the thread's CPU time since ``start_ns``."""
-    if fraction > 0:
-        now = time.thread_time_ns()
-        until = now + (now - start_ns) * fraction
-        while time.thread_time_ns() < until:
-            pass
-
-
-@torch.library.custom_op("fxprof_quality::conv_grad", mutates_args=())
-def conv_grad(  # noqa: PLR0917 - a custom op's schema is positional
-    grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, stride: int, padding: int, fraction: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    start = time.thread_time_ns()
-    out = torch.ops.aten.convolution_backward(
-        grad,
-        x,
-        weight,
-        None,
-        [stride] * 2,
-        [padding] * 2,
-        [1, 1],
-        False,  # noqa: FBT003 - aten's schema: not transposed
-        [0, 0],
-        1,
-        [True, True, False],
-    )
-    _spin(start, fraction)
-    return out[0], out[1]
-
-
-@conv_grad.register_fake
-def _(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, *_: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.empty_like(x), torch.empty_like(weight)
-
-
-@torch.library.custom_op("fxprof_quality::linear_grad", mutates_args=())
-def linear_grad(
-    grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, fraction: float
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    start = time.thread_time_ns()
-    flat_grad, flat_x = grad.reshape(-1, grad.shape[-1]), x.reshape(-1, x.shape[-1])
-    out = (grad @ weight, flat_grad.t() @ flat_x, flat_grad.sum(0))
-    _spin(start, fraction)
-    return out
-
-
-@linear_grad.register_fake
-def _(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, _: float) -> tuple[torch.Tensor, ...]:
-    return torch.empty_like(x), torch.empty_like(weight), grad.new_empty(weight.shape[0])
-
-
-class _Conv(torch.autograd.Function):
-    @staticmethod
-    def forward(x: torch.Tensor, weight: torch.Tensor, stride: int, padding: int, fraction: float) -> torch.Tensor:
-        return F.conv2d(x, weight, None, stride, padding)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        x, weight, ctx.stride, ctx.padding, ctx.fraction = inputs
-        ctx.save_for_backward(x, weight)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        x, weight = ctx.saved_tensors
-        gx, gw = conv_grad(grad, x, weight, ctx.stride, ctx.padding, ctx.fraction)
-        return gx, gw, None, None, None
-
-
-class _Linear(torch.autograd.Function):
-    @staticmethod
-    def forward(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, fraction: float) -> torch.Tensor:
-        return F.linear(x, weight, bias)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
-        x, weight, _, ctx.fraction = inputs
-        ctx.save_for_backward(x, weight)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        x, weight = ctx.saved_tensors
-        gx, gw, gb = linear_grad(grad, x, weight, ctx.fraction)
-        return gx, gw, gb, None
-
-
-class CustomBackward(nn.Module):
-    """``layer`` (a bias-free Conv2d with one stride and padding, or a Linear) with its backward in one custom
-    op, slowed by ``fraction``; the same parameters, under the same names."""
-
-    def __init__(self, layer: nn.Module, fraction: float) -> None:
-        super().__init__()
-        self.layer, self.fraction = layer, fraction
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        layer = self.layer
-        if isinstance(layer, nn.Conv2d):
-            out: torch.Tensor = _Conv.apply(x, layer.weight, layer.stride[0], layer.padding[0], self.fraction)
-        else:
-            out = _Linear.apply(x, layer.weight, layer.bias, self.fraction)
-        return out
-
-
 def checkpointed(stage: nn.Module) -> None:
     """Put ``stage`` under activation checkpointing, as a change to its class's ``forward`` would: its forward
     runs again in the backward, and every module keeps its path."""
@@ -268,7 +165,7 @@ def build_step(name: str, condition: str) -> tuple[nn.Module, torch.Tensor]:
     else:
         raise ValueError(f"unknown step model {name!r}; known: {', '.join(STEP_MODELS)}")
     layer, stage = STEP_TARGETS[name]
-    _replace(model, layer, CustomBackward(model.get_submodule(layer), 0.25 if condition == "backward+25" else 0.0))
+    slow_backward(model, layer, 0.25 if condition == "backward+25" else 0.0)
     if condition == "checkpoint":
         checkpointed(model.get_submodule(stage))
     model.train()
@@ -277,8 +174,3 @@ def build_step(name: str, condition: str) -> tuple[nn.Module, torch.Tensor]:
             if isinstance(m, nn.BatchNorm2d):
                 m.eval()
     return model, x
-
-
-def _replace(model: nn.Module, path: str, module: nn.Module) -> None:
-    parent, _, name = path.rpartition(".")
-    setattr(model.get_submodule(parent), name, module)

@@ -14,7 +14,7 @@ from pytest_fxprof.plugin import Fxprof
 from pytest_fxprof.records.measurement import NodeInfo, NodeStats
 from pytest_fxprof.records.verdicts import AggregateVerdict, Comparison, NodeVerdict, TotalVerdict, Verdict
 from pytest_fxprof.result import ProfileResult
-from pytest_fxprof.slowdown import slow_down
+from pytest_fxprof.slowdown import slow_backward, slow_down
 from pytest_fxprof.views.frames import read_report
 
 try:
@@ -37,5 +37,6 @@ __all__ = [
     "profile",
     "profile_train_step",
     "read_report",
+    "slow_backward",
     "slow_down",
 ]

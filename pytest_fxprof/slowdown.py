@@ -1,7 +1,8 @@
 """A controlled slowdown of one leaf submodule: how to show that the gate catches what it should.
 
-Owns ``slow_down``, which the demo, the gate-quality bench and users' own checks of their gate use. Must
-not import torch or pytest at module level (a module's hooks are all it needs).
+Owns ``slow_down`` (the forward) and ``slow_backward`` (a layer's backward, in a training step: installed by
+``pytest_fxprof.slowbackward``), which the demo, the gate-quality bench and users' own checks of their gate
+use. Must not import torch or pytest at module level (a module's hooks are all ``slow_down`` needs).
 
 The slowdown is real CPU work, invisible to the model's code: a forward pre-hook notes the clock, and a
 forward hook busy-waits for ``fraction`` of the time the submodule's own forward took in that call. It
@@ -64,3 +65,17 @@ def slow_down(
             pass
 
     return target.register_forward_pre_hook(before), target.register_forward_hook(after)
+
+
+def slow_backward(model: torch.nn.Module, path: str, fraction: float = 0.0) -> torch.nn.Module:
+    """Make the backward of ``model.<path>`` (a plain ``Conv2d`` or a ``Linear``) do ``1 + fraction`` times its
+    work, for a training step's gate (``fxprof.train_step``); return the layer that replaced it.
+
+    The layer becomes a custom ``autograd.Function`` whose backward is one custom op: its gradient kernels, then
+    busy work for ``fraction`` of their time on the thread's CPU clock. That changes the captured graph, so
+    install it where the baseline is recorded too, with ``fraction=0``. A path the model does not have, another
+    layer type, or a negative or non-finite fraction raises ``ValueError`` naming it.
+    """
+    from pytest_fxprof.slowbackward import install
+
+    return install(model, path, fraction)
