@@ -184,6 +184,11 @@ def main_step(rounds: int, out: Path) -> None:
             f"{name:32} {r['nodes']:>6} {r['median_ns_per_step']['plain'] / 1e6:>9.1f}ms {ratio['eager']:>7.3f}"
             f" {ratio['compiled']:>13.3f} {r['added_ns_per_node']:>9.1f}"
         )
+    write(out, results)
+
+
+def write(out: Path, results: dict[str, Any]) -> None:
+    """The results as JSON, with the date, the machine, torch's version and the command."""
     payload = {
         "date": datetime.date.today().isoformat(),
         "machine": f"{platform.node()} {platform.machine()} ({torch.get_num_threads()} thread)",
@@ -255,15 +260,7 @@ def main() -> None:
             f" {ratio['compiled']:>9.3f} {ratio['interpreter']:>8.3f} {added['compiled']:>15.1f}"
             f" {added['interpreter']:>17.1f} {agreed:>26}"
         )
-    payload = {
-        "date": datetime.date.today().isoformat(),
-        "machine": f"{platform.node()} {platform.machine()} ({torch.get_num_threads()} thread)",
-        "torch": torch.__version__,
-        "command": " ".join(["python", *sys.argv]),
-        "results": results,
-    }
-    args.out.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {args.out}")
+    write(args.out, results)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# make demo: record baselines of three torchvision models, check them, catch an injected slowdown, then catch a
-# slowdown committed on a branch by checking it against its base revision.
+# make demo: record baselines of three torchvision models and of ResNet18's training step, check them, catch an
+# injected slowdown, catch a slowdown committed on a branch by checking it against its base revision, then catch a
+# slower backward in the training step.
 # Baselines go to a temporary directory, so the committed ones in baselines/ stay as they are.
 set -uo pipefail
 BIN=${BIN:-.venv/bin}
@@ -9,11 +10,11 @@ DIR="$WORK/baselines"
 PYTEST=("$BIN/pytest" examples -p no:cacheprovider -q --fxprof-baseline-dir "$DIR")
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-step "1/6 Record baselines: each test profiled in this process and 4 fresh ones (pytest --fxprof-update)"
+step "1/7 Record baselines: each test profiled in this process and 4 fresh ones (pytest --fxprof-update)"
 "${PYTEST[@]}" --fxprof-update || exit 1
 ls "$DIR"
 
-step "2/6 Check the unchanged models against them (pytest --fxprof): expect a pass"
+step "2/7 Check the unchanged models against them (pytest --fxprof): expect a pass"
 "${PYTEST[@]}" --fxprof
 checked=$?
 if [ $checked -ne 0 ]; then
@@ -21,7 +22,7 @@ if [ $checked -ne 0 ]; then
     printf 'see the fxprof summary above, and BENCHMARKS.md for the measured false-alarm rate.\033[0m\n'
 fi
 
-step "3/6 Make ResNet18's layer3.0.conv2 50% slower (FXPROF_DEMO_SLOWDOWN): expect a failure naming that node"
+step "3/7 Make ResNet18's layer3.0.conv2 50% slower (FXPROF_DEMO_SLOWDOWN): expect a failure naming that node"
 VIEWS=(--fxprof-report "$WORK/report.json" --fxprof-html "$WORK/report.html" --fxprof-trace "$WORK/traces"
        --fxprof-markdown "$WORK/summary.md" --fxprof-benchmark-json "$WORK/benchmark.json" --junitxml "$WORK/junit.xml")
 FXPROF_DEMO_SLOWDOWN=layer3.0.conv2=0.5 "${PYTEST[@]}" --fxprof "${VIEWS[@]}"
@@ -37,7 +38,7 @@ for profile in report["profiles"]:
         where = f" in {f['module']}" if f["kind"] == "node" else ""
         led = ", ".join(f"{n['name']} {n['baseline_ns'] / 1e3:.0f} -> {n['current_ns'] / 1e3:.0f} us" for n in f.get("led_by", []))
         print(f"    {f['kind']} {f['name']}{where}: x{f['ratio']:.2f}" + (f" (most of it: {led})" if led else ""))
-        if "resnet18" in profile["test_id"] and profile["status"] == "regression":
+        if profile["test_id"].endswith("::test_resnet18") and profile["status"] == "regression":
             modules = [f["module"]] + [n["module"] for n in f.get("led_by", [])]
             named = named or "layer3.0.conv2" in modules
 if caught != 1 or not named:
@@ -45,7 +46,7 @@ if caught != 1 or not named:
 PY
 printf '\nThe gate caught it.\n'
 
-step "4/6 The same verdicts, as reports"
+step "4/7 The same verdicts, as reports"
 printf 'HTML (open in a browser): %s\nChrome traces (open in Perfetto or chrome://tracing): %s\n' \
     "$WORK/report.html" "$(ls "$WORK"/traces/*resnet18* | head -1)"
 printf 'pytest-benchmark JSON: %s\nJSON report: %s\n' "$WORK/benchmark.json" "$WORK/report.json"
@@ -54,7 +55,7 @@ grep -o '<property name="fxprof[^>]*/>' "$WORK/junit.xml" | head -6
 printf '\nThe Markdown summary for a pull request (also appended to $GITHUB_STEP_SUMMARY in GitHub Actions):\n\n'
 cat "$WORK/summary.md"
 
-step "5/6 The fxprof command: show a baseline, diff it against the report, prune baselines of deleted tests"
+step "5/7 The fxprof command: show a baseline, diff it against the report, prune baselines of deleted tests"
 RESNET=$(grep -l '"test_id": "examples/test_models.py::test_resnet18"' "$DIR"/*.json)
 "$BIN/fxprof" show "$RESNET" --limit 8 || exit 1
 printf '\n'
@@ -72,7 +73,7 @@ PY
 printf '\n'
 "$BIN/fxprof" prune --baseline-dir "$DIR" -- examples || exit 1
 "$BIN/fxprof" prune --baseline-dir "$DIR" --yes -- examples || exit 1
-step "6/6 Against a revision: a branch commits a 25% slower layer3.0.conv2; check it against main (pytest --fxprof-against main): expect a failure naming it"
+step "6/7 Against a revision: a branch commits a 25% slower layer3.0.conv2; check it against main (pytest --fxprof-against main): expect a failure naming it"
 ABS_BIN=$(cd "$BIN" && pwd)
 REPO="$WORK/repo"
 mkdir -p "$REPO"
@@ -120,4 +121,27 @@ if caught != 1 or "layer3.0.conv2" not in modules:
     sys.exit(f"demo: the committed slowdown was not caught and named against main (pytest exit {caught})")
 PY
 printf '\nThe check against main caught it.\n'
+step "7/7 A training step (fxprof.train_step): make ResNet18's layer3.0.conv2 backward 50% slower (FXPROF_DEMO_SLOW_BACKWARD): expect a failure naming that backward node"
+STEP_TEST=("$BIN/pytest" examples/test_training.py -p no:cacheprovider -q --fxprof-baseline-dir "$DIR")
+TRAIN=$(grep -l '"test_id": "examples/test_training.py::test_resnet18_train_step"' "$DIR"/*.json)
+printf 'The recorded step, slowest nodes first (forward, backward and optimizer nodes):\n'
+"$BIN/fxprof" show "$TRAIN" --limit 8 || exit 1
+printf '\n'
+FXPROF_DEMO_SLOW_BACKWARD=layer3.0.conv2=0.5 "${STEP_TEST[@]}" --fxprof --fxprof-report "$WORK/step.json"
+caught=$?
+python3 - "$WORK/step.json" "$caught" <<'PY' || exit 1
+import json, sys
+report, caught = json.load(open(sys.argv[1])), int(sys.argv[2])
+(profile,) = report["profiles"]
+print(f"{profile['test_id']}: {profile['status']}")
+named = False
+for f in profile.get("flagged", []):
+    print(f"    {f['kind']} {f['name']}" + (f" in {f['module']} {f.get('direction', '')}" if f["kind"] == "node" else "") + f": x{f['ratio']:.2f}")
+    node = f["kind"] == "node" and f["module"] == "layer3.0.conv2" and f.get("direction") == "backward"
+    led = any(n["module"] == "layer3.0.conv2" for n in f.get("led_by", [])) and f["name"].endswith(" backward")
+    named = named or node or led
+if caught != 1 or not named:
+    sys.exit(f"demo: the slower backward was not caught and named (pytest exit {caught})")
+PY
+printf '\nThe gate caught the slower backward.\n'
 printf '\nDone. Everything this demo wrote is in %s\n' "$WORK"

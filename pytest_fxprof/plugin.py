@@ -81,7 +81,8 @@ _SETTING_HELP = {
     "engine": "How nodes are timed: compiled (timestamps compiled into the graph's code, almost free) or "
     "interpreter (torch.fx.Interpreter, the slower reference) (default compiled)",
     "capture": "How the model becomes graphs: auto (symbolic tracing, then with the submodule that broke it kept "
-    "whole, then torch.export, then a torch.compile backend), symbolic, export or dynamo (default auto)",
+    "whole, then torch.export, then a torch.compile backend), symbolic, export or dynamo (default auto); a "
+    "training step (fxprof.train_step) is always captured by AOTAutograd",
     "floor_us": f"Node and aggregate changes smaller than this many microseconds (or {FLOOR_SHARE * 100:g} percent of "
     f"the model's time, if larger) never fail (default {DEFAULT_FLOOR_NS / 1e3:g})",
 }
@@ -425,6 +426,7 @@ class Fxprof:
     profiles ``module(*args, **kwargs)`` and returns a ``ProfileResult``. ``name`` keys the call's
     baseline (calls without one are numbered ``call0``, ``call1``, ...), ``leaf_modules`` lists
     submodule paths or classes to time whole, ``tracer`` replaces the default ``torch.fx.Tracer``.
+    ``fxprof.train_step(module, *args, loss_fn=None, optimizer=None, ...)`` does the same for a training step.
     """
 
     def __init__(self, state: TestState, settings: Callable[[], Settings] | None = None) -> None:

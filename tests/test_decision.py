@@ -1061,6 +1061,24 @@ def test_compare_with_removed_node_compares_the_rest() -> None:
     assert all(v.verdict is Verdict.OK and v.ratio == pytest.approx(1.0) for v in c.nodes)
 
 
+def test_a_modules_new_nodes_count_in_its_aggregate() -> None:
+    """Work a changed graph adds inside a module (activation checkpointing's recomputed forward, an op swapped for
+    a slower one) is the module's time: its aggregate compares everything it holds on each side."""
+    baseline = make_entry([make_run(BLOCK_NS)], BLOCKS)
+    recompute = (node("linear_r", "linear", "blocks.1.linear", op="call_module", occurrence=1),)
+    current_nodes = (*BLOCKS[:4], *recompute, *BLOCKS[4:])
+    times = [*BLOCK_NS[:4], 210_000, *BLOCK_NS[4:]]  # blocks.1's linear runs twice now
+    c = compare(baseline, make_entry([make_run(times, total_ns=sum(BLOCK_NS))], current_nodes), POLICY)
+    assert c.added == recompute
+    assert all(v.verdict is Verdict.OK for v in c.nodes)  # every matched node kept its time
+    block = aggregate_of(c, "module blocks.1")
+    assert block.baseline_ns == pytest.approx(210_000 + 42_000)
+    assert block.current_ns == pytest.approx(2 * 210_000 + 42_000)
+    assert block.verdict is Verdict.SLOWER
+    assert c.status is Status.REGRESSION
+    assert aggregate_of(c, "module blocks.0").verdict is Verdict.OK
+
+
 def test_graph_change_alone_is_not_a_regression() -> None:
     baseline = make_entry([make_run(BLOCK_NS)], BLOCKS)
     other = (node("a", "torch.sin"), node("b", "torch.cos"))

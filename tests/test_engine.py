@@ -277,3 +277,23 @@ def test_the_settings_offer_exactly_the_engines_and_captures_there_are() -> None
     them: the two lists must agree, in order (the first is the default)."""
     assert tuple(ENGINES) == ENGINE_CHOICES
     assert MODES == CAPTURES
+
+
+def test_device_events_without_memory_never_read_the_allocator() -> None:
+    gm, _ = trace_symbolic(Kernels())
+    nodes = [n for n, _ in describe_nodes([gm])]
+    side = DEVICE.side()
+    read: list[str] = []
+    side.allocated = lambda: read.append("allocated") or 0  # type: ignore[func-returns-value]
+    side.peak = lambda: read.append("peak") or 0  # type: ignore[func-returns-value]
+    side.reset_peak = lambda: read.append("reset")
+    timing = CompiledEngine([gm], nodes, EventTimer(side, host_clock=CLOCK, memory=False))
+    DEVICE.syncs = 0
+    timing.begin_pass()
+    timing.runners()[0](torch.zeros(1))
+    times = timing.end_pass()
+    assert read == []  # a training step's timer: the event and the host clock only
+    assert times.node_ns == [5000, 700]
+    assert times.host_ns == [300, 900]
+    assert times.memory_bytes is None
+    assert times.peak_bytes is None

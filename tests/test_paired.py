@@ -279,6 +279,21 @@ def test_a_changed_graph_judges_the_matched_nodes() -> None:
     assert [v.node.name for v in c.slower] == ["conv3"]
 
 
+def test_a_modules_new_nodes_count_in_its_aggregate_on_the_new_side() -> None:
+    old, new = sides(6, noise=0.005)
+    block = [k for k, n in enumerate(CNN) if n.module.startswith("blocks.3")]
+    recompute = tuple(node(f"again_{k}", CNN[k].target, CNN[k].module, CNN[k].op, occurrence=1) for k in block)
+    nodes = (*CNN, *recompute)  # its forward again (activation checkpointing): new nodes, every old one unchanged
+    runs = [run_of([*r.node_ns, *(r.node_ns[k] for k in block)]) for r in new.runs]
+    c = compare_pairs(old, entry(runs, nodes), POLICY, against=AGAINST)
+    assert c.added == recompute
+    assert c.slower == ()  # no matched node changed
+    (module,) = [a for a in c.aggregates if (a.kind, a.name) == (Kind.MODULE, "blocks.3")]
+    assert module.verdict is Verdict.SLOWER
+    assert module.ratio == pytest.approx(2.0, rel=0.02)
+    assert c.status is Status.REGRESSION
+
+
 def test_sides_of_different_sizes_are_refused() -> None:
     old, new = sides(3)
     with pytest.raises(ValueError, match="each pair needs one of each"):

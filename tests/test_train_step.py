@@ -390,3 +390,89 @@ def test_steps_run_under_xdist(pytester: pytest.Pytester) -> None:
     assert len(files) == 2
     for path in files:
         assert json.loads(path.read_text())["entries"]["step0"]["capture"]["method"] == METHOD
+
+
+# Views ------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def step_report() -> dict[str, Any]:
+    """The report of a measured step of ``Net`` with an optimizer, as every view reads it."""
+    from pytest_fxprof.views.report import profile_report
+
+    model = Net().train()
+    result = profile_train_step(model, torch.randn(2, 3, 8, 8), optimizer=torch.optim.SGD(model.parameters()), **QUICK)
+    return profile_report("t.py::test_step", "step0", "pass", result, None)
+
+
+def test_the_report_and_trace_show_the_direction(step_report: dict[str, Any]) -> None:
+    from pytest_fxprof.views.trace import trace_events
+
+    assert {n["direction"] for n in step_report["nodes"]} == set(DIRECTIONS)
+    assert all(n["forward"] for n in step_report["nodes"] if n["target"] == "aten.convolution_backward.default")
+    modules = {r["name"]: r for r in step_report["rollups"]["module"]}
+    assert modules["conv backward"]["direction"] == "backward"
+    events = [e for e in trace_events(step_report)["traceEvents"] if e.get("ph") == "X"]
+    first = [e for e in events if e["args"].get("pass_index", 0) == 0 or e["cat"] == "module"]
+    backward = next(e for e in first if e["cat"] == "module" and e["name"] == "backward")
+    inside = [e for e in events if e["ts"] >= backward["ts"] and e["ts"] + e["dur"] <= backward["ts"] + backward["dur"]]
+    conv = next(e for e in inside if e["cat"] == "module" and e["name"] == "conv")
+    assert conv["args"] == {"module": "conv", "direction": "backward"}  # the module's span, in the backward
+    grads = [e for e in inside if e["cat"] == "node" and e["args"]["target"] == "aten.convolution_backward.default"]
+    assert grads
+    assert all(e["args"]["direction"] == "backward" for e in grads)
+    assert any(e["ts"] >= conv["ts"] and e["ts"] + e["dur"] <= conv["ts"] + conv["dur"] for e in grads)
+
+
+def test_html_markdown_and_benchmark_json_show_the_direction(step_report: dict[str, Any]) -> None:
+    from pytest_fxprof.views.benchjson import benchmark_json
+    from pytest_fxprof.views.html import render_html
+
+    page = render_html("update", [step_report], [])
+    assert "Modules, forward and backward" in page  # the module tree, both directions side by side
+    assert '<span class="num">bwd/fwd</span>' in page
+    document = benchmark_json([step_report], machine_info={}, commit_info={})
+    extra = {b["name"]: b["extra_info"] for b in document["benchmarks"]}
+    assert {e.get("direction") for e in extra.values() if "direction" in e} == set(DIRECTIONS)
+
+
+# slow_backward -----------------------------------------------------------------------------------------------
+
+
+def test_slow_backward_keeps_the_gradients_and_refuses_what_it_cannot_slow() -> None:
+    from pytest_fxprof import slow_backward
+
+    torch.manual_seed(0)
+    stock = Net().train()
+    slowed = copy.deepcopy(stock)
+    slow_backward(slowed, "conv", 0.5)
+    slow_backward(slowed, "head.1", 0.0)
+    x = torch.randn(2, 3, 8, 8)
+    stock(x).sum().backward()
+    slowed(x).sum().backward()
+    grads = {name: p.grad for name, p in slowed.named_parameters()}
+    assert torch.allclose(stock.conv.weight.grad, grads["conv.layer.weight"], atol=1e-5)  # type: ignore[arg-type]
+    assert torch.allclose(stock.head[1].bias.grad, grads["head.1.layer.bias"], atol=1e-5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="has no submodule 'nope'"):
+        slow_backward(Net(), "nope", 0.1)
+    with pytest.raises(ValueError, match="bn is a BatchNorm2d; pick a Conv2d or a Linear"):
+        slow_backward(Net(), "bn", 0.1)
+    with pytest.raises(ValueError, match="fraction must be a finite number"):
+        slow_backward(Net(), "conv", -1.0)
+
+
+def test_a_slower_backward_committed_on_a_branch_fails_against_its_base(pytester: pytest.Pytester) -> None:
+    from tests.test_against import against, commit, git
+
+    git(pytester.path, "init", "-q")
+    commit(pytester, {"test_step.py": STEP_TEST}, "base")
+    slower = STEP_TEST.replace('EXTRA = int(os.environ.get("SLOW_BACKWARD", "0"))', "EXTRA = 15")
+    commit(pytester, {"test_step.py": slower}, "a slower backward")
+    result = against(pytester, "HEAD~1", "--fxprof-pairs", "4", "--fxprof-report", "r.json")
+    (profile,) = json.loads((pytester.path / "r.json").read_text())["profiles"]
+    node = next(n for n in profile["nodes"] if n["target"] == SLOWED)
+    assert (node["direction"], node["module"]) == ("backward", "block")
+    skip_if_the_recording_was_too_noisy(node)  # the pairs could not tell: nothing this test checks
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    assert node["verdict"] == "slower"
+    result.stdout.fnmatch_lines([f"*slower node: block backward ({SLOWED}) [[]input_grad, *]: * = x*per pair*"])

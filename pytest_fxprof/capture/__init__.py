@@ -3,6 +3,7 @@
 - ``choose``: ``capture_module``, the entry: the mode asked for, or ``auto``'s first capture that computes
   what the module computes;
 - ``symbolic``, ``export``, ``dynamo``: one module per capture method;
+- ``step``: ``capture_step``, a training step's forward and backward graphs (AOTAutograd) and its optimizer;
 - ``graphs``: ``Captured`` (the graphs and how to run them) and running one pass of them;
 - ``nodes``: each node's identity (module path, target, source line, stable key);
 - ``state``: leaving the module and the inputs as they were;

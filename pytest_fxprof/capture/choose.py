@@ -1,9 +1,10 @@
 """Which capture runs: the mode asked for, or ``auto``'s first that computes what the module computes.
 
-Owns ``capture_module``, the one entry to this package: it refuses what cannot be captured before trying
-(each refusal with its fix), keeps the module as it was throughout, and for ``auto`` tries symbolic tracing
-(keeping each submodule that breaks it whole, up to ``MAX_LEAF_RETRIES``), then ``torch.export``, then
-dynamo, checking each against the module's own output; when all fail, the error lists why each one did.
+Owns ``capture_module``, the entry to this package for a forward (``step.capture_step`` is a training step's):
+it refuses what cannot be captured before trying (each refusal with its fix), keeps the module as it was
+throughout, and for ``auto`` tries symbolic tracing (keeping each submodule that breaks it whole, up to
+``MAX_LEAF_RETRIES``), then ``torch.export``, then dynamo, checking each against the module's own output;
+when all fail, the error lists why each one did.
 
 Must not import pytest.
 """

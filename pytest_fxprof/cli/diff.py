@@ -16,7 +16,7 @@ from typing import Any
 
 from pytest_fxprof.cli.inputs import EXIT_FOUND, EXIT_OK, CliError, Report, count_arg, error, load, write_csv
 from pytest_fxprof.judge.decision import Policy, compare
-from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, median_int
+from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, directed, median_int
 from pytest_fxprof.records.units import fmt_ns
 from pytest_fxprof.records.verdicts import Comparison, NodeVerdict, Status, Verdict
 from pytest_fxprof.settings import Settings, SettingsError, apply
@@ -209,7 +209,7 @@ def node_table(c: Comparison, limit: int | None) -> list[str]:
     cells = [
         [
             v.node.name,
-            v.node.where,
+            directed(v.node.where, v.node.direction),
             fmt_ns(v.baseline_ns),
             fmt_ns(v.current_ns),
             f"x{v.ratio:.2f}",
@@ -253,8 +253,8 @@ TABLE_LEGEND = (
 
 
 DIFF_COLUMNS = [
-    "test_id", "key", "node_key", "node", "op", "target", "module", "source", "a_us", "b_us", "ratio", "band",
-    "band_source", "verdict", "gates", "reason",
+    "test_id", "key", "node_key", "node", "direction", "op", "target", "module", "source", "a_us", "b_us", "ratio",
+    "band", "band_source", "verdict", "gates", "reason",
 ]  # fmt: skip
 
 
@@ -264,6 +264,7 @@ def _node_row(ident: tuple[str, str], info: NodeInfo, **values: Any) -> dict[str
         "key": ident[1],
         "node_key": info.key,
         "node": info.name,
+        "direction": info.direction,
         "op": info.op,
         "target": info.target,
         "module": info.module,

@@ -21,7 +21,7 @@ from pytest_fxprof.cli.inputs import (
     resolve_baseline,
     write_csv,
 )
-from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, iqr_int, median_int
+from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, iqr_int, is_step, median_int
 from pytest_fxprof.records.units import fmt_ns
 from pytest_fxprof.store.baseline import BaselineFile
 from pytest_fxprof.views.render import grid
@@ -142,10 +142,13 @@ def entry_table(entry: BaselineEntry, sort: str, limit: int | None) -> list[str]
     rows = node_rows(entry, sort)
     shown = rows[:limit] if limit is not None else rows
     sources = any(r.info.source for r in rows)
-    header = ["node", "op", "target", "module", "median", "spread", "share", *(["source"] if sources else [])]
+    step = is_step(entry.nodes)
+    header = ["node", *(["direction"] if step else []), "op", "target", "module", "median", "spread", "share"]
+    header += ["source"] if sources else []
     cells = [
         [
             r.info.name,
+            *([r.info.direction] if step else []),
             r.info.op,
             r.info.target,
             r.info.where,
@@ -156,7 +159,7 @@ def entry_table(entry: BaselineEntry, sort: str, limit: int | None) -> list[str]
         ]
         for r in shown
     ]
-    lines = grid(header, cells, right={4, 5, 6})
+    lines = grid(header, cells, right={k + (1 if step else 0) for k in (4, 5, 6)})
     if len(shown) < len(rows):
         lines.append(f"... {len(rows) - len(shown)} more nodes")
     lines.append(
@@ -167,8 +170,8 @@ def entry_table(entry: BaselineEntry, sort: str, limit: int | None) -> list[str]
 
 
 SHOW_COLUMNS = [
-    "test_id", "key", "node_key", "node", "op", "target", "module", "source", "median_us", "spread", "share",
-    "processes",
+    "test_id", "key", "node_key", "node", "direction", "op", "target", "module", "source", "median_us", "spread",
+    "share", "processes",
 ]  # fmt: skip
 
 
@@ -179,6 +182,7 @@ def show_csv_rows(test_id: str, key: str, entry: BaselineEntry, sort: str) -> li
             "key": key,
             "node_key": r.info.key,
             "node": r.info.name,
+            "direction": r.info.direction,
             "op": r.info.op,
             "target": r.info.target,
             "module": r.info.module,

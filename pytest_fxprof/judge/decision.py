@@ -315,25 +315,53 @@ def regressed(total: TotalVerdict, nodes: Sequence[NodeVerdict], aggregates: Seq
     )
 
 
+def group_keys(n: NodeInfo, step: bool) -> list[tuple[Kind, str]]:
+    """The aggregates node ``n`` belongs to: its operator type and each module subtree above it (down to
+    ``SUBTREE_DEPTH``); in a training step (``step``), each per direction, and its direction whole."""
+    suffix = f" {n.direction}" if step else ""
+    keys = [(Kind.OP, n.target + suffix)] if n.op in ("call_module", "call_function", "call_method") else []
+    parts = n.module.split(".") if n.module else []
+    # a call_module node's own path is the node itself, not a subtree
+    depth = len(parts) - 1 if n.op == "call_module" else len(parts)
+    keys += [(Kind.MODULE, ".".join(parts[:d]) + suffix) for d in range(1, min(depth, SUBTREE_DEPTH) + 1)]
+    return keys + ([(Kind.MODULE, ROOT + suffix)] if step else [])
+
+
 def groups(nodes: Sequence[NodeInfo]) -> list[tuple[Kind, str, list[int]]]:
     """The aggregates of a graph: each operator type and each module subtree with two or more nodes. In a
     training step, each per direction (``layer3.0 backward``), and each direction whole (``<model> backward``)."""
-    by_op: dict[str, list[int]] = defaultdict(list)
-    by_module: dict[str, list[int]] = defaultdict(list)
+    members: dict[tuple[Kind, str], list[int]] = defaultdict(list)
     step = is_step(nodes)
     for i, n in enumerate(nodes):
-        suffix = f" {n.direction}" if step else ""
-        if n.op in ("call_module", "call_function", "call_method"):
-            by_op[n.target + suffix].append(i)
-        parts = n.module.split(".") if n.module else []
-        # a call_module node's own path is the node itself, not a subtree
-        depth = len(parts) - 1 if n.op == "call_module" else len(parts)
-        for d in range(1, min(depth, SUBTREE_DEPTH) + 1):
-            by_module[".".join(parts[:d]) + suffix].append(i)
-        if step:
-            by_module[ROOT + suffix].append(i)
-    out = [(Kind.OP, name, idx) for name, idx in sorted(by_op.items()) if len(idx) >= 2]
-    out += [(Kind.MODULE, name, idx) for name, idx in sorted(by_module.items()) if 2 <= len(idx) < len(nodes)]
+        for key in group_keys(n, step):
+            members[key].append(i)
+    ops = sorted((name, idx) for (kind, name), idx in members.items() if kind is Kind.OP)
+    modules = sorted((name, idx) for (kind, name), idx in members.items() if kind is Kind.MODULE)
+    out = [(Kind.OP, name, idx) for name, idx in ops if len(idx) >= 2]
+    out += [(Kind.MODULE, name, idx) for name, idx in modules if 2 <= len(idx) < len(nodes)]
+    return out
+
+
+def unmatched_time(
+    baseline: BaselineEntry, current: BaselineEntry, pairs: Sequence[tuple[int, int]]
+) -> dict[tuple[Kind, str], tuple[float, list[float]]]:
+    """Per aggregate, the time of its nodes that only one side holds: the baseline's median of the nodes the
+    current graph lacks, and the current time, per measurement, of the nodes the baseline lacked (a changed
+    graph: activation checkpointing's recomputed forward, an op swapped for another)."""
+    step = is_step(baseline.nodes) or is_step(current.nodes)
+    out: dict[tuple[Kind, str], tuple[float, list[float]]] = {}
+    matched_base, matched_now = {i for i, _ in pairs}, {j for _, j in pairs}
+    for i, n in enumerate(baseline.nodes):
+        if i not in matched_base:
+            gone = float(statistics.median(r.node_ns[i] for r in baseline.runs))
+            for key in group_keys(n, step):
+                was, new = out.get(key, (0.0, [0.0] * len(current.runs)))
+                out[key] = (was + gone, new)
+    for j, n in enumerate(current.nodes):
+        if j not in matched_now:
+            for key in group_keys(n, step):
+                was, new = out.get(key, (0.0, [0.0] * len(current.runs)))
+                out[key] = (was, [t + r.node_ns[j] for t, r in zip(new, current.runs, strict=True)])
     return out
 
 
@@ -449,6 +477,7 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
         return NodeVerdict(info, c, measured[0][k], factors[0][k], floor_ns, gates, verdict, divisor, shapes)
 
     verdicts = tuple(node_verdict(k) for k in range(len(pairs)))
+    unmatched = unmatched_time(baseline, current, pairs) if added or removed else {}
     aggregates = tuple(
         _judge_aggregate(
             kind,
@@ -462,6 +491,7 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
             policy=policy,
             nodes=baseline.nodes,
             base_idx=base_idx,
+            unmatched=unmatched.get((kind, name)),
         )
         for kind, name, idx in groups([baseline.nodes[i] for i in base_idx])
     )
@@ -498,15 +528,20 @@ def _judge_aggregate(
     policy: Policy,
     nodes: Sequence[NodeInfo],
     base_idx: Sequence[int],
+    unmatched: tuple[float, list[float]] | None = None,
 ) -> AggregateVerdict:
+    """An aggregate judged on its matched nodes and, where the graph changed, on the time of its nodes that
+    only one side holds (``unmatched``: the baseline's, and the current per measurement, ``unmatched_time``),
+    divided by the same speed factor as its matched nodes."""
     members = frozenset(idx)
-    centre = max(sum(noise[i].centre_ns for i in idx), 1.0)
+    gone, new = unmatched or (0.0, [0.0] * len(measured))
+    centre = max(sum(noise[i].centre_ns for i in idx) + gone, 1.0)
     sigma = _aggregate_sigma(runs, idx, peers, noise, members)
     band, source = band_for(policy.node_tolerance, sigma, k=policy.spread_k, floor=floor_ns / centre)
     sums = [_aggregate_ns(m, idx, peers, members, policy) for m in measured]
-    ratios = [s[0] / centre for s in sums]
-    quick = [s[1] / centre for s in sums]
-    raw = sum(measured[0][i] for i in idx)
+    ratios = [(s[0] + extra / policy.divisor(s[3])) / centre for s, extra in zip(sums, new, strict=True)]
+    quick = [(s[1] + extra / max(min(s[3], 1.0), 1e-9)) / centre for s, extra in zip(sums, new, strict=True)]
+    raw = sum(measured[0][i] for i in idx) + new[0]
     infos = tuple(nodes[base_idx[i]] for i in idx)
     verdict = judge(ratios, band, source, scale_ns=centre, faster=quick, sigma=sigma, floor=floor_ns / centre)
     divisor = policy.divisor(sums[0][3])

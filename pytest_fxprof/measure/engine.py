@@ -88,12 +88,15 @@ class EventTimer:
     the stamps' own work out) and the allocator's bytes in use and peak since the previous stamp, then
     resets the peak: a node's memory is what was allocated after it and the most that was allocated
     while it ran. The reset means that ``torch.cuda.max_memory_allocated`` no longer holds the peak of
-    what ran before the profile.
+    what ran before the profile. With ``memory=False`` the allocator is not read: its three calls cost
+    about ten times what the event does, which a graph of many small kernels (a training step's backward)
+    would show as time in every node.
     """
 
-    def __init__(self, side: DeviceSide, host_clock: Clock = time.perf_counter_ns) -> None:
+    def __init__(self, side: DeviceSide, host_clock: Clock = time.perf_counter_ns, *, memory: bool = True) -> None:
         self.side = side
         self.host_clock = host_clock
+        self.memory_on = memory
         self.pool: list[Any] = []
         self.host: list[int] = []  # on entering each stamp: where the node before it ended
         self.host_out: list[int] = []  # on leaving it: where the node after it starts
@@ -105,7 +108,8 @@ class EventTimer:
         self.host_out.clear()
         self.allocated.clear()
         self.peaks.clear()
-        self.side.reset_peak()
+        if self.memory_on:
+            self.side.reset_peak()
 
     def stamp(self) -> int:
         self.host.append(self.host_clock())
@@ -113,9 +117,10 @@ class EventTimer:
         if i == len(self.pool):
             self.pool.append(self.side.event())
         self.pool[i].record()
-        self.allocated.append(self.side.allocated())
-        self.peaks.append(self.side.peak())
-        self.side.reset_peak()
+        if self.memory_on:
+            self.allocated.append(self.side.allocated())
+            self.peaks.append(self.side.peak())
+            self.side.reset_peak()
         self.host_out.append(self.host_clock())
         return i
 
@@ -165,6 +170,7 @@ class Engine:
         out = PassTimes(node_ns=self._per_node(targets, self.timer.durations(pairs)))
         if isinstance(self.timer, EventTimer):
             out.host_ns = self._per_node(targets, self.timer.host_durations(pairs))
+        if isinstance(self.timer, EventTimer) and self.timer.memory_on:
             memory = self.timer.memory(pairs)
             out.memory_bytes = self._per_node(targets, [m for m, _ in memory], lambda _, last: last)
             out.peak_bytes = self._per_node(targets, [p for _, p in memory], max)

@@ -129,7 +129,8 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     allocator = tune_allocator() if measured else "not measured"
     device = device_of(module, args, kwargs)
     clock_name, clock = clock_for(protocol.threads, device)
-    node_clock_name, timer = _node_timer(engine, device, clock_name, clock)
+    # a training step's many small backward kernels would show the allocator's counters as time in each node
+    node_clock_name, timer = _node_timer(engine, device, clock_name, clock, memory=step is None)
     workload = ReferenceWorkload() if measured and reference else None
     warmup, passes = (protocol.warmup, protocol.passes) if measured else (0, 1)
     with contextlib.ExitStack() as stack:
@@ -148,7 +149,7 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
         described = describe_nodes(captured.graphs)
         nodes = [node for node, _ in described]
         infos = [info for _, info in described]
-        checked = capture != "symbolic"  # every other capture ran its graphs once, against the module
+        checked = step is not None or capture != "symbolic"  # every other capture ran its graphs once, checked
         timing = make_engine(engine, captured.graphs, nodes, timer)
         runners = timing.runners()
         samples = _Samples(len(nodes))
@@ -267,16 +268,18 @@ def _plain_step(captured: Captured, args: Sequence[Any], kwargs: dict[str, Any])
     return make
 
 
-def _node_timer(engine: str, device: torch.device, clock_name: str, clock: Clock) -> tuple[str, Timer]:
+def _node_timer(
+    engine: str, device: torch.device, clock_name: str, clock: Clock, *, memory: bool = True
+) -> tuple[str, Timer]:
     """The timer of each node, and its clock's name.
 
-    CUDA: device events. CPU, compiled engine: ``perf_counter_ns``, whose call costs about 50 ns where the
-    thread's CPU clock costs several hundred (a system call), which would slow a graph of small ops by
-    more than it measures; the passes keep ``clock``. CPU, interpreter: ``clock``, which its per-node
-    Python overhead dwarfs anyway.
+    CUDA: device events (and, with ``memory``, the allocator's counters per node). CPU, compiled engine:
+    ``perf_counter_ns``, whose call costs about 50 ns where the thread's CPU clock costs several hundred (a
+    system call), which would slow a graph of small ops by more than it measures; the passes keep ``clock``.
+    CPU, interpreter: ``clock``, which its per-node Python overhead dwarfs anyway.
     """
     if device.type == "cuda":
-        return "cuda-events", EventTimer(DeviceSide.cuda(device))
+        return "cuda-events", EventTimer(DeviceSide.cuda(device), memory=memory)
     if engine == "compiled":
         return "wall", ClockTimer(WALL_CLOCK)
     return clock_name, ClockTimer(clock)

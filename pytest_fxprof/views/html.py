@@ -245,6 +245,8 @@ def _flag_item(flag: Mapping[str, Any], p: Mapping[str, Any]) -> str:
     if kind == "node":
         n = _node_index(p).get((name, flag.get("module", "")), {})
         where = n.get("module") or "<root>"
+        if n.get("direction", "forward") != "forward":  # a training step's backward or optimizer node
+            where += f" {n['direction']}"
         what = f'node <b>{_e(name)}</b> <span class="dim">({_e(n.get("target", ""))} in {_e(where)}'
         what += f"{', ' + _e(n['source']) if n.get('source') else ''})</span>"
         reason = n.get("reason", "")
