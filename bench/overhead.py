@@ -1,7 +1,7 @@
 """What timing every node costs: each engine's instrumented forward against the plain graph forward.
 
     .venv/bin/python bench/overhead.py [--rounds 15] [--out bench/overhead.json]
-    .venv/bin/python bench/overhead.py --step [--rounds 21] [--out bench/overhead_step.json]
+    .venv/bin/python bench/overhead.py --step [--rounds 15] [--out bench/overhead_step.json]
 
 For each graph (a chain of 500 tiny ops, ResNet18 at batch 1 and 64 x 64, one transformer block), in one
 process on one intra-op thread, the variants run interleaved round by round so that they meet the same

@@ -3,8 +3,10 @@
 Owns ``profile_module``, the protocol of one profile (warm-up passes thrown away, kept passes, the plain
 forward and the reference workload timed beside them, a pass preempted by a neighbour measured again) and
 the ``Profile`` it returns. The caller's module and inputs leave a profile exactly as they came in: mode,
-buffers, torch's random state and its thread count are restored, inputs are cloned before every pass,
-everything runs under ``torch.no_grad``, and a module that changes its own parameters in place is refused.
+buffers, torch's random state and its thread count are restored, inputs are cloned before every pass, a
+forward runs under ``torch.no_grad`` and a module that changes its own parameters in place is refused. A
+training step (``step=``) runs with grad, and its parameters, their grads and the optimizer's state are put
+back after every pass as well.
 
 Must not import pytest.
 """
