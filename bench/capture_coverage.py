@@ -14,11 +14,11 @@ by node (1 warm-up, 1 pass). Each model runs in its own process with a timeout, 
 one row. Prints a table and a summary and writes ``bench/capture_coverage.json``.
 
 ``--step`` adds the training-step column (mode ``step``): each model that can train on the CPU, in train mode
-with a batch of two of its inputs (detection models with a target per image, and their loss dict summed by
-the default loss), is profiled with ``profile_train_step`` (1 warm-up, 1 pass; AOTAutograd, forward and
-backward node by node), and the row records its nodes per direction and the share of backward nodes mapped to
-a module (``mapped_backward``). Quantized models cannot train (their kernels have no backward) and are listed
-apart.
+with a batch of two of its inputs (Inception v3's at 299 x 299, which its auxiliary classifier needs in train
+mode; detection models with a target per image, and their loss dict summed by the default loss), is
+profiled with ``profile_train_step`` (1 warm-up, 1 pass; AOTAutograd, forward and backward node by node), and
+the row records its nodes per direction and the share of backward nodes mapped to a module
+(``mapped_backward``). Quantized models cannot train (their kernels have no backward) and are listed apart.
 """
 
 from __future__ import annotations
@@ -93,6 +93,8 @@ def step_inputs(name: str, kind: str) -> tuple[Any, ...]:
     import torch
 
     gen = torch.Generator().manual_seed(0)
+    if name == "inception_v3":  # its auxiliary classifier, which runs in train mode, needs 299 x 299
+        return (torch.rand(2, 3, 299, 299, generator=gen),)
     if kind != "detection":
         return tuple(torch.cat([a, torch.rand(a.shape, generator=gen)]) for a in inputs_for(name, kind))
     images = [torch.rand(3, 320, 320, generator=gen) for _ in range(2)]

@@ -376,6 +376,9 @@ def _parent(name: str, depth: int) -> str | None:
     return name.rpartition(".")[0] if depth > 1 else "<model>"
 
 
+_DIRECTION_SHORT = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
+
+
 def _step_row(
     path: str, depth: int, by: Mapping[str, Mapping[str, Any]], verdicts: Mapping[str, Any], kids: bool
 ) -> str:
@@ -391,7 +394,8 @@ def _step_row(
         v = verdicts.get(f"{path} {direction}")
         if v is not None:
             badge = f"{_verdict_badge(v)} {_e(_ratio(v.get('ratio')))}"
-            judged.append(f'<span title="{_e(v.get("reason") or direction)}">{direction[:3]} {badge}</span>')
+            short = _DIRECTION_SHORT[direction]
+            judged.append(f'<span title="{_e(v.get("reason") or direction)}">{short} {badge}</span>')
     caret = '<span class="caret"></span>' if kids else '<span class="nocaret"></span>'
     return (
         f'<span class="mname" style="padding-left:{depth * 1.1:.1f}em">{caret}{label}</span>'
