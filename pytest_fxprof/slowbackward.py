@@ -21,14 +21,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-
-def _spin(start_ns: int, fraction: float) -> None:
-    """Busy work for ``fraction`` of the thread's CPU time since ``start_ns``."""
-    if fraction > 0:
-        now = time.thread_time_ns()
-        until = now + (now - start_ns) * fraction
-        while time.thread_time_ns() < until:
-            pass
+from pytest_fxprof.slowdown import busy_work
 
 
 @torch.library.custom_op("fxprof::conv2d_grad", mutates_args=())
@@ -49,7 +42,7 @@ def conv2d_grad(  # noqa: PLR0917 - a custom op's schema is positional
         1,
         [True, True, bias],
     )
-    _spin(start, fraction)
+    busy_work(start, fraction)
     return gx, gw, gb if bias else grad.new_empty(0)
 
 
@@ -66,7 +59,7 @@ def linear_grad(
     start = time.thread_time_ns()
     flat_grad, flat_x = grad.reshape(-1, grad.shape[-1]), x.reshape(-1, x.shape[-1])
     out = (grad @ weight, flat_grad.t() @ flat_x, flat_grad.sum(0))
-    _spin(start, fraction)
+    busy_work(start, fraction)
     return out
 
 

@@ -25,6 +25,14 @@ if TYPE_CHECKING:
     import torch
 
 
+def busy_work(started_ns: int, fraction: float, clock: Callable[[], int] = time.thread_time_ns) -> None:
+    """Work, not wait, for ``fraction`` of the time ``clock`` measured since ``started_ns``."""
+    now = clock()
+    until = now + (now - started_ns) * fraction
+    while clock() < until:
+        pass
+
+
 def slow_down(
     model: torch.nn.Module,
     path: str,
@@ -58,11 +66,7 @@ def slow_down(
         started.append(clock())
 
     def after(_module: torch.nn.Module, _args: Any, _out: Any) -> None:
-        begin = started.pop()
-        now = clock()
-        until = now + (now - begin) * fraction
-        while clock() < until:
-            pass
+        busy_work(started.pop(), fraction, clock)
 
     return target.register_forward_pre_hook(before), target.register_forward_hook(after)
 

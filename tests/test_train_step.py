@@ -374,7 +374,8 @@ def test_a_step_baseline_is_recorded_checked_and_fails_on_a_slowed_backward(
     assert caught.ret == pytest.ExitCode.TESTS_FAILED, caught.stdout.str()
     assert node["verdict"] == "slower"
     assert node["direction"] == "backward"
-    caught.stdout.fnmatch_lines([f"*slower node: block backward ({SLOWED}) [[]input_grad, *]: * = x*"])
+    # named alone where its measured share lets it gate (a "slower node"), else as a "slower small node"
+    caught.stdout.fnmatch_lines([f"*slower*node*: block backward ({SLOWED}) [[]input_grad, *]: * = x*"])
     flagged = {(f["kind"], f["name"]) for f in profile["flagged"]}
     assert ("module", "block backward") in flagged
 
@@ -475,4 +476,5 @@ def test_a_slower_backward_committed_on_a_branch_fails_against_its_base(pytester
     skip_if_the_recording_was_too_noisy(node)  # the pairs could not tell: nothing this test checks
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     assert node["verdict"] == "slower"
-    result.stdout.fnmatch_lines([f"*slower node: block backward ({SLOWED}) [[]input_grad, *]: * = x*per pair*"])
+    pattern = f"*slower*node*: block backward ({SLOWED}) [[]input_grad, *]: * = x*per pair*"  # gating or small
+    result.stdout.fnmatch_lines([pattern])

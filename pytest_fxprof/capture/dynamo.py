@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import types
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -71,30 +71,9 @@ def capture(module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any]
 
     def forward(runners: Sequence[Runner], prepared: Any) -> Any:
         call_args, call_kwargs = prepared
-        run.runners, run.position = runners, 0
-        _ACTIVE.append(run)
-        try:
-            with _dynamo_limits(error_on_recompile=True):
-                out = compiled(*call_args, **call_kwargs)
-        except torch._dynamo.exc.RecompileError as exc:
-            raise ProfileError(
-                f"dynamo would recompile {run.name} for this pass, so it would not run the captured graphs: "
-                f"{' '.join(str(exc).split())}\n"
-                "  Fix: profile with inputs like those captured (shapes, dtypes, Python values) under the same "
-                "grad mode and module mode."
-            ) from exc
-        except torch._dynamo.exc.FailOnRecompileLimitHit as exc:
-            raise ProfileError(_limit_advice(run.name, exc)) from exc
-        finally:
-            _ACTIVE.remove(run)
-            run.runners = ()
-        if run.position != len(run.sequence):
-            raise ProfileError(
-                f"dynamo ran {run.position} of the {len(run.sequence)} graph calls captured for {run.name}: part "
-                "of the forward ran eagerly or took another path than at capture, so it cannot be timed node by "
-                'node. Fix: capture="symbolic" with leaf_modules=[...], or torch._dynamo.reset() before profiling.'
-            )
-        return out
+        fix = 'capture="symbolic" with leaf_modules=[...], or torch._dynamo.reset() before profiling'
+        with run.replaying(runners, _ACTIVE, what=run.name, fix=fix):
+            return compiled(*call_args, **call_kwargs)
 
     def prepare(a: Sequence[Any], k: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         return list(a), dict(k)
@@ -183,6 +162,35 @@ class _DynamoRun:
                 break
             outer = outer.f_back
         return frame_locals, owner
+
+    @contextlib.contextmanager
+    def replaying(self, runners: Sequence[Runner], active: list[Any], *, what: str, fix: str) -> Iterator[None]:
+        """One pass of the captured graphs: their calls go to ``runners`` (this run on ``active``, the list its
+        slots look in). A pass that would recompile, or that missed a captured graph call, is an error naming
+        ``what``, with ``fix`` for the second."""
+        self.runners, self.position = runners, 0
+        active.append(self)
+        try:
+            with _dynamo_limits(error_on_recompile=True):
+                yield
+        except torch._dynamo.exc.RecompileError as exc:
+            raise ProfileError(
+                f"dynamo would recompile {what} for this pass, so it would not run the captured graphs: "
+                f"{' '.join(str(exc).split())}\n"
+                "  Fix: profile with inputs like those captured (shapes, dtypes, Python values) under the same "
+                "grad mode and module mode."
+            ) from exc
+        except torch._dynamo.exc.FailOnRecompileLimitHit as exc:
+            raise ProfileError(_limit_advice(self.name, exc)) from exc
+        finally:
+            active.remove(self)
+            self.runners = ()
+        if self.position != len(self.sequence):
+            raise ProfileError(
+                f"dynamo ran {self.position} of the {len(self.sequence)} graph calls captured for {what}: part "
+                "of it ran eagerly or took another path than at capture, so it cannot be timed node by node. "
+                f"Fix: {fix}."
+            )
 
     def between(self, frame: types.FrameType) -> bool:
         """Whether ``frame`` lies between the compiled frame and the graph it calls (torch's or this package's)."""

@@ -210,27 +210,11 @@ class _Pass:
 
     def __call__(self, runners: Sequence[Runner], prepared: Any) -> Any:
         call_args, call_kwargs = prepared
-        run, name = self.run, self.run.name
-        run.runners, run.position = runners, 0
-        _ACTIVE.append(run)
-        try:
-            with dynamo._dynamo_limits(error_on_recompile=True), torch.enable_grad():
-                out = self.compiled(self.module, self.loss_fn, call_args, call_kwargs)
-                out.backward()
-        except torch._dynamo.exc.RecompileError as exc:
-            raise ProfileError(
-                f"dynamo would recompile the training step of {name} for this pass, so it would not run the captured "
-                f"graphs: {' '.join(str(exc).split())}\n  Fix: profile with inputs like those captured."
-            ) from exc
-        finally:
-            _ACTIVE.remove(run)
-            run.runners = ()
-        if run.position != len(run.sequence):
-            raise ProfileError(
-                f"the training step of {name} ran {run.position} of the {len(run.sequence)} graph calls captured: "
-                "part of it ran eagerly or took another path than at capture, so it cannot be timed node by node. "
-                "Fix: torch._dynamo.reset() before profiling."
-            )
+        what = f"the training step of {self.run.name}"
+        fix = "torch._dynamo.reset() before profiling"
+        with torch.enable_grad(), self.run.replaying(runners, _ACTIVE, what=what, fix=fix):
+            out = self.compiled(self.module, self.loss_fn, call_args, call_kwargs)
+            out.backward()
         if self.step.optimizer is not None:
             runners[-1]()
         return out

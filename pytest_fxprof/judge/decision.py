@@ -342,6 +342,16 @@ def groups(nodes: Sequence[NodeInfo]) -> list[tuple[Kind, str, list[int]]]:
     return out
 
 
+def unmatched_members(nodes: Sequence[NodeInfo], matched: set[int], step: bool) -> dict[tuple[Kind, str], list[int]]:
+    """The positions of ``nodes`` outside ``matched``, by the aggregates they belong to (``group_keys``)."""
+    out: dict[tuple[Kind, str], list[int]] = defaultdict(list)
+    for i, n in enumerate(nodes):
+        if i not in matched:
+            for key in group_keys(n, step):
+                out[key].append(i)
+    return out
+
+
 def unmatched_time(
     baseline: BaselineEntry, current: BaselineEntry, pairs: Sequence[tuple[int, int]]
 ) -> dict[tuple[Kind, str], tuple[float, list[float]]]:
@@ -349,20 +359,15 @@ def unmatched_time(
     current graph lacks, and the current time, per measurement, of the nodes the baseline lacked (a changed
     graph: activation checkpointing's recomputed forward, an op swapped for another)."""
     step = is_step(baseline.nodes) or is_step(current.nodes)
-    out: dict[tuple[Kind, str], tuple[float, list[float]]] = {}
-    matched_base, matched_now = {i for i, _ in pairs}, {j for _, j in pairs}
-    for i, n in enumerate(baseline.nodes):
-        if i not in matched_base:
-            gone = float(statistics.median(r.node_ns[i] for r in baseline.runs))
-            for key in group_keys(n, step):
-                was, new = out.get(key, (0.0, [0.0] * len(current.runs)))
-                out[key] = (was + gone, new)
-    for j, n in enumerate(current.nodes):
-        if j not in matched_now:
-            for key in group_keys(n, step):
-                was, new = out.get(key, (0.0, [0.0] * len(current.runs)))
-                out[key] = (was, [t + r.node_ns[j] for t, r in zip(new, current.runs, strict=True)])
-    return out
+    gone = unmatched_members(baseline.nodes, {i for i, _ in pairs}, step)
+    new = unmatched_members(current.nodes, {j for _, j in pairs}, step)
+    return {
+        key: (
+            sum(float(statistics.median(r.node_ns[i] for r in baseline.runs)) for i in gone.get(key, [])),
+            [float(sum(r.node_ns[j] for j in new.get(key, []))) for r in current.runs],
+        )
+        for key in gone.keys() | new.keys()
+    }
 
 
 def _aggregate_sigma(

@@ -43,14 +43,13 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pytest_fxprof.judge.decision import GATING_NS, GATING_SHARE, align, group_keys, groups, regressed
+from pytest_fxprof.judge.decision import GATING_NS, GATING_SHARE, align, groups, regressed, unmatched_members
 from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, Run, is_step
 from pytest_fxprof.records.verdicts import (
     AggregateVerdict,
     BandSource,
     Comparison,
     Judgement,
-    Kind,
     NodeVerdict,
     Status,
     TotalVerdict,
@@ -265,7 +264,9 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
         verdicts.append(NodeVerdict(new.nodes[j_new], centre, now, 1.0, floor_ns, gates, judgement, 1.0, shapes))
     aggregates = []
     matched: list[NodeInfo] = [old.nodes[i] for i, _ in pairs]
-    only_old, only_new = _unmatched(old.nodes, {i for i, _ in pairs}), _unmatched(new.nodes, {j for _, j in pairs})
+    step = is_step(old.nodes) or is_step(new.nodes)
+    only_old = unmatched_members(old.nodes, {i for i, _ in pairs}, step)
+    only_new = unmatched_members(new.nodes, {j for _, j in pairs}, step)
     for kind, name, idx in groups(matched):
         # a module's time on each side: its matched nodes and those only one side holds (a changed graph)
         old_idx = [pairs[k][0] for k in idx] + only_old.get((kind, name), [])
@@ -293,17 +294,6 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
         against=against,
         pairs=len(old_runs),
     )
-
-
-def _unmatched(nodes: Sequence[NodeInfo], matched: set[int]) -> dict[tuple[Kind, str], list[int]]:
-    """The nodes outside ``matched``, by the aggregates they belong to."""
-    step = is_step(nodes)
-    out: dict[tuple[Kind, str], list[int]] = {}
-    for i, n in enumerate(nodes):
-        if i not in matched:
-            for key in group_keys(n, step):
-                out.setdefault(key, []).append(i)
-    return out
 
 
 def needs_more(c: Comparison) -> bool:
