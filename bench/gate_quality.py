@@ -80,6 +80,7 @@ from pytest_fxprof.store.baseline import BaselineError, BaselineStore, as_file
 BENCH = Path(__file__).resolve().parent
 
 MODELS = ("resnet18", "encoder", "mobilenet")  # as in bench/quality_models.py, which imports torch
+UNTUNED = ("regnet", "efficientnet")  # quality_models.UNTUNED: chosen on by no default, not run unless named
 STEP_MODELS = ("resnet18-step", "encoder-step")  # quality_models.STEP_MODELS: training steps
 STEP_CONDITIONS = ("none", "backward+25", "checkpoint")  # quality_models.STEP_CONDITIONS
 STEP_KINDS = {"backward+25": "backward", "checkpoint": "checkpoint"}
@@ -601,7 +602,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument(
         "--models",
         default=",".join(MODELS),
-        help=f"comma-separated models (default {','.join(MODELS)}; training steps: {','.join(STEP_MODELS)})",
+        help=f"comma-separated models (default {','.join(MODELS)}; also {','.join(UNTUNED)}; training steps: "
+        f"{','.join(STEP_MODELS)})",
     )
     parser.add_argument(
         "--conditions", default="", help="comma-separated prefixes of the conditions to run, e.g. node,total (all)"
@@ -611,7 +613,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--seed", type=int, default=0, help="seed of the shuffled test order (0)")
     ns = parser.parse_args(argv)
     models = [m.strip() for m in ns.models.split(",") if m.strip()]
-    known = (*MODELS, *STEP_MODELS)
+    known = (*MODELS, *UNTUNED, *STEP_MODELS)
     unknown = [m for m in models if m not in known]
     if unknown or not models:
         parser.error(f"--models: unknown {', '.join(unknown) or '(none given)'}; known: {', '.join(known)}")
@@ -681,7 +683,7 @@ def main() -> None:
 
 def write_tests(work: Path) -> dict[str, str]:
     """The generated test module, its conftest and an empty plan; the environment that points to the plan."""
-    cases = [(m, c) for m in (*MODELS, *STEP_MODELS) for c in conditions_of(m)]
+    cases = [(m, c) for m in (*MODELS, *UNTUNED, *STEP_MODELS) for c in conditions_of(m)]
     (work / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
     (work / "conftest.py").write_text(CONFTEST.format(bench=str(BENCH), env=PLAN_ENV), encoding="utf-8")
     (work / MODULE).write_text(TEST_MODULE.format(bench=str(BENCH), cases=cases), encoding="utf-8")

@@ -87,6 +87,9 @@ class Encoder(nn.Module):
 
 
 ZOO = ("convnext", "vit", "bert", "gpt2")
+
+UNTUNED = ("regnet", "efficientnet")
+"""torchvision models that no default was chosen on: RegNetY-400MF and EfficientNet-B0, batch 5 at 224 x 224."""
 """Models of the zoos users bring, random weights and small configurations (they need ``timm`` and
 ``transformers``, which the project does not install): timm's ConvNeXt-atto at batch 5 and ViT-tiny at batch 2
 (224 x 224), and transformers' BERT (2 layers, 256 wide, batch 4 of 128 tokens; captured by export) and GPT-2
@@ -94,7 +97,7 @@ ZOO = ("convnext", "vit", "bert", "gpt2")
 
 
 def build(name: str) -> tuple[nn.Module, torch.Tensor]:
-    """The model ``name`` (one of ``MODELS`` or ``ZOO``) in eval mode and its input, both from seed 0."""
+    """The model ``name`` (one of ``MODELS``, ``UNTUNED`` or ``ZOO``) in eval mode and its input, both from seed 0."""
     torch.manual_seed(0)
     model: nn.Module
     if name in ZOO:
@@ -108,8 +111,14 @@ def build(name: str) -> tuple[nn.Module, torch.Tensor]:
     elif name == "mobilenet":
         model = models.mobilenet_v3_small(weights=None)
         shape = (5, 3, 224, 224)
+    elif name == "regnet":
+        model = models.regnet_y_400mf(weights=None)
+        shape = (5, 3, 224, 224)
+    elif name == "efficientnet":
+        model = models.efficientnet_b0(weights=None)
+        shape = (5, 3, 224, 224)
     else:
-        raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+        raise ValueError(f"unknown model {name!r}; known: {', '.join((*MODELS, *UNTUNED))}")
     return model.eval(), torch.randn(*shape)
 
 

@@ -28,10 +28,12 @@ from pytest_fxprof.measure.sampling import (
     plugin_args,
     write_samples,
 )
+from pytest_fxprof.measure.turns import OFF, default_lock_path
 from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.session import (
     Confirm,
     FinishedTest,
+    OnBusy,
     OnFaster,
     OnGraphChange,
     OnMismatch,
@@ -78,6 +80,9 @@ _SETTING_HELP = {
     "passes": "Measured passes per profile (default 12)",
     "threads": "torch intra-op threads while profiling (default 1)",
     "processes": "Processes a baseline is recorded from: this one plus fresh ones (default 5)",
+    "history": "Recordings a baseline entry keeps when --fxprof-update refreshes it: the new one plus up to N-1 "
+    "earlier ones, newest first, while the environment, graph, setup and capture method stay the same (else the "
+    "history restarts, and the run says why); 1 keeps no history (default 5)",
     "engine": "How nodes are timed: compiled (timestamps compiled into the graph's code, almost free) or "
     "interpreter (torch.fx.Interpreter, the slower reference) (default compiled)",
     "capture": "How the model becomes graphs: auto (symbolic tracing, then with the submodule that broke it kept "
@@ -89,6 +94,11 @@ _SETTING_HELP = {
 _CHOICES: dict[str, tuple[type, str]] = {
     "on_missing": (OnMissing, "A test without a baseline under --fxprof: fail or skip (default fail)"),
     "on_mismatch": (OnMismatch, "A baseline from another environment: skip or fail (default skip)"),
+    "on_busy": (
+        OnBusy,
+        "A profile still measured on a busy machine after 2 more profiles under --fxprof (too noisy to decide): "
+        "skip or fail (default skip)",
+    ),
     "on_graph_change": (OnGraphChange, "Nodes added or removed since the baseline: warn or fail (default warn)"),
     "on_unused": (OnUnused, "Baselines whose test no longer exists: warn or fail (default warn)"),
     "on_faster": (
@@ -199,6 +209,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type="linelist",
         default=[],
     )
+    lock_help = (
+        "Measuring sections (profiles, confirmations, a recording's fresh processes, pairs against a revision) take "
+        "turns on the machine through this lock file, across xdist workers and pytest runs started at the same "
+        f"time; 'off' measures without turns (default: {default_lock_path()})"
+    )
+    group.addoption("--fxprof-lock", metavar="PATH", default=None, help=lock_help)
+    parser.addini("fxprof_lock", "Like --fxprof-lock, relative to the ini file ('off' measures without turns)")
     group.addoption("--fxprof-sample", metavar="REQUEST", default=None, help=argparse.SUPPRESS)
 
 
@@ -313,6 +330,17 @@ def _path_setting(config: pytest.Config, name: str, default: str | None) -> Path
     return base / str(ini)
 
 
+def _lock_path(config: pytest.Config) -> Path | None:
+    """The measuring lock's file (``--fxprof-lock``, ini ``fxprof_lock``; None for ``off``)."""
+    raw = config.getoption("fxprof_lock")
+    raw = config.getini("fxprof_lock") or None if raw is None else raw
+    if raw is not None and str(raw).strip() == OFF:
+        return None
+    if raw is not None and not str(raw).strip():
+        raise pytest.UsageError("--fxprof-lock is empty; give a lock file's path, or 'off' to measure without turns")
+    return _path_setting(config, "lock", None) or default_lock_path()
+
+
 def _settings(config: pytest.Config) -> Settings:
     settings = Settings()
     ini = {n: config.getini(f"fxprof_{n}") for n in SETTING_NAMES}
@@ -347,7 +375,9 @@ def pytest_configure(config: pytest.Config) -> None:
     mode = _mode(config)
     directory = _path_setting(config, "baseline_dir", "baselines")
     assert directory is not None
-    config.stash[RUN_KEY] = RunState(mode, BaselineStore(directory), _reactions(config))
+    config.stash[RUN_KEY] = run = RunState(mode, BaselineStore(directory), _reactions(config))
+    # a fresh process measures inside the turn of the process that started it
+    run.lock_path = _lock_path(config) if mode is not Mode.SAMPLE else None
     if mode is Mode.AGAINST:
         config.stash[AGAINST_KEY] = _against(config)
         config.stash[RUN_KEY].against = config.stash[AGAINST_KEY].label
@@ -526,6 +556,7 @@ def fxprof(request: pytest.FixtureRequest) -> Fxprof:
         sample_out=sample_out,
         sample_request=sample_request,
         against=config.stash.get(AGAINST_KEY, None),
+        turns=run.measuring_turns(),
     )
     item.stash[TEST_KEY] = state
     return Fxprof(state, refresh)
@@ -649,6 +680,9 @@ class _Final:
 
 _FINAL_KEY = pytest.StashKey[_Final]()
 
+WAIT_SHOWN_S = 0.5
+"""Less time waited for measuring turns than this is not worth a line in the summary (shown with ``-v``)."""
+
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     run = config.stash[RUN_KEY]
@@ -666,11 +700,19 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         )
     elif not records:
         tr.write_line("no test called the fxprof fixture")
-    from pytest_fxprof.views.terminal import profile_lines
+    from pytest_fxprof.views.terminal import busy_counts, profile_lines
 
     for record in records:
         for text, colour in profile_lines(record, verbose=config.getoption("verbose") > 0):
             tr.write_line(text, **({colour: True} if colour else {}))
+    busy_count = busy_counts(records)
+    if busy_count:
+        tr.write_line(busy_count, yellow=True)
+    if run.turns and run.lock_path and (run.waited_s >= WAIT_SHOWN_S or config.getoption("verbose") > 0):
+        tr.write_line(
+            f"measured one at a time on this machine: {run.turns} measuring turn(s), {run.waited_s:.1f} s spent "
+            f"waiting for other processes' turns (lock {run.lock_path})"
+        )
     for note in run.notes:
         tr.write_line(note, yellow=True)
     for test_id, keys in sorted(run.dropped.items()):

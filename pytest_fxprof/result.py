@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_fxprof.judge.hints import Hint, profile_hints
+from pytest_fxprof.records.disturbance import disturbance_to_json
 from pytest_fxprof.records.profile import ROLLUPS, Profile
 from pytest_fxprof.store.files import write_atomic
 from pytest_fxprof.views.frames import node_rows, rollup_rows, verdict_rows
@@ -59,6 +60,9 @@ class ProfileResult(Profile):
         - ``"module"`` or ``"op"``: one row per roll-up;
         - ``"verdict"``: one row per decision of the comparison (each node, each aggregate, the total),
           with its reason; empty when the profile was not compared.
+
+        Every table carries the profile's disturbance in ``attrs``: ``attrs["busy_machine"]`` is "measured on a
+        busy machine: <figures>" when the passes were disturbed ("" when not), ``attrs["disturbance"]`` every figure.
         """
         import pandas as pd
 
@@ -70,7 +74,11 @@ class ProfileResult(Profile):
             rows, columns = rollup_rows(self.rollup(by))
         else:
             raise ValueError(f"by must be 'node', 'module', 'op' or 'verdict', not {by!r}")
-        return pd.DataFrame(rows, columns=columns)
+        frame = pd.DataFrame(rows, columns=columns)
+        # how disturbed the passes were: "measured on a busy machine: ..." or "", and every figure
+        frame.attrs["busy_machine"] = self.disturbance.line
+        frame.attrs["disturbance"] = disturbance_to_json(self.disturbance)
+        return frame
 
     def to_csv(self, path: str | Path, by: str = "node") -> None:
         """Write ``to_dataframe(by)`` as CSV (no index column), whole or not at all."""

@@ -11,6 +11,7 @@ is reached only through ``measure.profiler``, imported when a profile is taken.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Sequence, Set
 from dataclasses import dataclass, field, replace
@@ -20,13 +21,16 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from pytest_fxprof.against.check import Against, AgainstError, check_test
 from pytest_fxprof.against.origin import foreign_modules
-from pytest_fxprof.judge.decision import compare
+from pytest_fxprof.judge.decision import compare, weak_baseline
 from pytest_fxprof.measure.lockstep import Barrier, lockstep_barrier
-from pytest_fxprof.measure.sampling import Relaunch, SampleJSON, SamplingError, sample, write_samples
+from pytest_fxprof.measure.sampling import BUSY_RETRIES, Relaunch, SampleJSON, SamplingError, sample, write_samples
+from pytest_fxprof.measure.turns import Turn, Turns
+from pytest_fxprof.records.disturbance import BUSY_LINE, Disturbance, disturbance_to_json, least_disturbed
 from pytest_fxprof.records.measurement import BaselineEntry, Run
-from pytest_fxprof.records.verdicts import Status
+from pytest_fxprof.records.verdicts import Comparison, Status
 from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.settings import Mode, Settings
+from pytest_fxprof.store import history
 from pytest_fxprof.store.baseline import (
     BaselineError,
     BaselineFile,
@@ -57,6 +61,11 @@ class OnMissing(StrEnum):
 
 
 class OnMismatch(StrEnum):
+    SKIP = "skip"
+    FAIL = "fail"
+
+
+class OnBusy(StrEnum):
     SKIP = "skip"
     FAIL = "fail"
 
@@ -94,6 +103,9 @@ class Reactions:
     unused: OnUnused = OnUnused.WARN
     faster: OnFaster = OnFaster.WARN
     confirm: Confirm = Confirm.FRESH
+    busy: OnBusy = OnBusy.SKIP
+    """A profile still measured on a busy machine after ``BUSY_RETRIES`` more: too noisy to decide, skipped or
+    failed."""
 
 
 @dataclass
@@ -120,6 +132,8 @@ class FinishedTest(TypedDict):
     notes: list[str]
     errors: list[str]
     failed_calls: int
+    turns: int
+    waited_s: float
 
 
 class WorkerPayload(TypedDict):
@@ -131,6 +145,11 @@ class WorkerPayload(TypedDict):
 
 SETUP_FIELDS = ("inputs:", "mode:")
 """How a mismatch of the test's setup (``Setup.differences``) begins."""
+
+
+def noisy(baseline: BaselineEntry, why: str) -> Comparison:
+    """The verdict of a profile measured on a busy machine: too noisy to decide, nothing judged, ``why``."""
+    return Comparison(Status.NOISY, (), 1.0, len(baseline.runs), (), None, (), (), noisy_reason=why)
 
 
 def rerecord_hint(test_id: str) -> str:
@@ -156,6 +175,7 @@ class TestState:
         sample_out: Path | None = None,
         sample_request: dict[str, Any] | None = None,
         against: Against | None = None,
+        turns: Turns | None = None,
     ) -> None:
         self.test_id = test_id
         self.mode = mode
@@ -168,6 +188,11 @@ class TestState:
         """In a fresh process: what its parent asked (``entry``: send whole entries; ``against``: check that
         this, the old side, imported no module of the working tree; ``lockstep``: pass for pass with a twin)."""
         self.against = against
+        self.turns = turns or Turns(None)
+        """The machine's measuring turns: every measuring section of this test takes one (``measure.turns``)."""
+        self.taken: dict[str, list[Turn]] = {}
+        """Each call's turns (its profile, its confirmation), and under ``""`` the test's own (the fresh processes
+        of a recording, the pairs against a revision)."""
         self._barriers: dict[str, Barrier] = {}
         """In a duet's process: each call's lock-step with its twin (whether it held, ``Barrier.alone_from``)."""
         self.results: dict[str, ProfileResult] = {}
@@ -179,6 +204,12 @@ class TestState:
         self.warnings: list[str] = []
         self.records: list[ProfileRecord] = []  # also handed to the run; what this test's pytest report carries
         self.failed_calls = 0  # counted by the caller, which sees every way a call can fail
+        self.notices: dict[str, list[str]] = {}
+        """Per call, what the gate saw but does not fail on or ask anything about (``notice_lines``)."""
+        self._confirmed_busy = Disturbance()
+        """The disturbance of the last confirmation (``_confirmation``)."""
+        self.busy_recorded: dict[str, list[Disturbance]] = {}
+        """When recording: per call, the disturbance of each process that stayed busy (this one's first)."""
 
     def _key(self, name: str | None, *, step: bool = False) -> str:
         if name is None and step:
@@ -245,25 +276,65 @@ class TestState:
             return ProfileResult.of(profiled)
 
         started = time.perf_counter()
-        result = measure()
-        if baseline is not None and key in baseline.entries:
+        taken = self.taken.setdefault(key, [])
+        measuring = self.mode in (Mode.CHECK, Mode.UPDATE)
+        with self.turns.turn("profile", taken) if measuring else contextlib.nullcontext():
+            result = measure()
+            if measuring:  # a profile measured on a busy machine is measured again, the least disturbed kept
+                result = self._calmer(key, result, measure)
+        if baseline is not None and key in baseline.entries and result.busy:  # nothing judged on disturbed numbers
+            why = f"{result.disturbance.line}; measured {1 + BUSY_RETRIES} times, every time busy"
+            result = replace(result, comparison=noisy(baseline.entries[key], why))
+        elif baseline is not None and key in baseline.entries:
             entry, policy, tolerances = baseline.entries[key], self.settings.policy(), self.settings.tolerances()
             comparison = compare(entry, result.entry(tolerances), policy)
             if comparison.status is Status.REGRESSION and self.reactions.confirm is not Confirm.OFF:
                 # a regression stands only if a second measurement shows it too
-                result = replace(result, confirmations=(self._confirmation(key, result, measure),))
+                with self.turns.turn("confirmation", taken):
+                    confirmation = self._confirmation(key, result, measure)
+                result = replace(result, confirmations=(confirmation,))
                 comparison = compare(entry, result.entry(tolerances, result.confirmations), policy)
+                if self._confirmed_busy.line:  # a confirmation on disturbed numbers confirms nothing, either way
+                    comparison = noisy(entry, f"the confirmation was {self._confirmed_busy.line}")
             result = replace(result, comparison=comparison)
         result = replace(result, seconds=time.perf_counter() - started)
         self.results[key] = result
         return result
 
+    def _calmer(self, key: str, result: ProfileResult, measure: Callable[[], ProfileResult]) -> ProfileResult:
+        """``result``, or where it was measured on a busy machine, the least disturbed of it and up to
+        ``BUSY_RETRIES`` more profiles taken in this process."""
+        tries = [result]
+        while tries[-1].busy and len(tries) <= BUSY_RETRIES:
+            again = measure()
+            if [n.info.key for n in again.nodes] != [n.info.key for n in result.nodes]:
+                raise SamplingError(
+                    f"fxprof: {self.label(key)}: measured again in this process (the first profile was measured on "
+                    "a busy machine), the model captured a different graph; the capture must be deterministic"
+                )
+            tries.append(again)
+        return tries[least_disturbed([t.disturbance for t in tries])]
+
     def _confirmation(self, key: str, result: ProfileResult, measure: Callable[[], ProfileResult]) -> Run:
-        """One more measurement: from a fresh process where the run can start one, else from this one."""
+        """One more measurement: from a fresh process where the run can start one, else from this one. Its
+        disturbance is left in ``_confirmed_busy``: a fresh process is started again up to ``BUSY_RETRIES`` times
+        where it was measured on a busy machine, one in this process measured again (``_calmer``)."""
+        self._confirmed_busy = Disturbance()
         if self.reactions.confirm is Confirm.FRESH and self.relaunch is not None:
             expected = {key: [n.info.key for n in result.nodes]}
+            seen: dict[str, list[Disturbance]] = {}
             try:
-                return sample(self.relaunch, self.test_id, self.settings.to_json(), 1, expected)[key][0]
+                got = sample(
+                    self.relaunch,
+                    self.test_id,
+                    self.settings.to_json(),
+                    1,
+                    expected,
+                    retries=BUSY_RETRIES,
+                    disturbances=seen,
+                )[key][0]
+                self._confirmed_busy = seen[key][0]
+                return got
             except SamplingError as exc:
                 self.warnings.append(
                     f"fxprof: {self.label(key)}: the confirmation in a fresh process failed, so it was measured "
@@ -275,6 +346,8 @@ class TestState:
                 f"fxprof: {self.label(key)}: measured again in this process, the model captured a different graph; "
                 "the capture must be deterministic (a model whose graph depends on state cannot be gated)"
             )
+        again = self._calmer(key, again, measure)
+        self._confirmed_busy = again.disturbance
         return again.run()
 
     def label(self, key: str) -> str:
@@ -324,6 +397,7 @@ class TestState:
                 max_pairs=self.settings.max_pairs,
                 budget_s=self.settings.budget_s,
                 schedule=self.settings.schedule,
+                turn=lambda: self.turns.turn("pairs", self.taken.setdefault("", [])),
             )
         except AgainstError as exc:
             outcome.failures.append(f"fxprof: {self.test_id} against {label}: {exc}")
@@ -373,19 +447,30 @@ class TestState:
         c = result.comparison
         text = (
             summary_line(self.label(key), c)
-            if status in ("pass", "regression", "mismatch")
+            if status in ("pass", "regression", "mismatch", "noisy")
             else f"{self.label(key)}: {status}" + (f" ({why})" if why else "")
         )
-        return {
-            "test_id": self.test_id,
-            "key": key,
-            "status": status,
-            "summary": text,
-            "report": profile_report(self.test_id, key, status, result, c),
-        }
+        report = profile_report(self.test_id, key, status, result, c)
+        # when this call's measuring (and the test's, shared by its calls) held the machine: never overlapping another's
+        report["measuring"] = [t.to_json() for t in (*self.taken.get(key, ()), *self.taken.get("", ()))]
+        report["notices"] = self.notices.get(key, [])
+        return {"test_id": self.test_id, "key": key, "status": status, "summary": text, "report": report}
+
+    def waited(self) -> tuple[int, float]:
+        """The turns this test took and the seconds it waited for them."""
+        turns = [t for taken in self.taken.values() for t in taken]
+        return len(turns), sum(t.waited_s for t in turns)
 
     def _judge(self, key: str, result: ProfileResult, outcome: Outcome) -> str:
         label, c = self.label(key), result.comparison
+        if c is not None and not c.against:  # a baseline recorded on a busy machine says so in every check
+            weak = self._weak(key)
+            if weak:
+                outcome.warnings.append(f"fxprof: {weak}")
+        if c is not None and c.status is Status.NOISY:
+            msg = f"fxprof: {label}: too noisy to decide: {c.noisy_reason}; run the check on a quieter machine"
+            (outcome.failures if self.reactions.busy is OnBusy.FAIL else outcome.skips).append(msg)
+            return "noisy"
         if c is None:
             msg = f"fxprof: no baseline for {label} in {self.store.directory}; {rerecord_hint(self.test_id)}"
             (outcome.failures if self.reactions.missing is OnMissing.FAIL else outcome.skips).append(msg)
@@ -419,11 +504,9 @@ class TestState:
             (outcome.failures if self.reactions.graph_change is OnGraphChange.FAIL else outcome.warnings).append(msg)
         if c.status is Status.REGRESSION:
             outcome.failures.append(regression_message(label, c))
-        notices = notice_lines(c)
-        if c.against and notices:  # one warning per profile: pairs can leave many small items undecided
-            outcome.warnings.append("\n".join([f"fxprof: {label}: {len(notices)} notice(s)", *notices]))
-        else:
-            outcome.warnings.extend(f"fxprof: {label}: {line}" for line in notices)
+        # what asks nothing of the user (a flag its confirmation cleared, a small node its aggregates gate, an item
+        # too noisy to decide) is no warning: the summary counts it, -v and the reports list it
+        self.notices[key] = notice_lines(c)
         improved = improvement_lines(c)
         if improved and self.reactions.faster is not OnFaster.IGNORE:
             msg = "\n".join([f"fxprof: {label} got faster than {c.reference}", *improved])
@@ -437,17 +520,60 @@ class TestState:
         if not self.results or not passed:
             return Outcome()
         extra: dict[str, list[Any]] = {key: [] for key in self.results}
+        seen: dict[str, list[Disturbance]] = {}
         count = self.settings.processes - 1
         if count > 0 and self.relaunch is not None:
             expected = {key: [n.info.key for n in r.nodes] for key, r in self.results.items()}
-            extra = sample(self.relaunch, self.test_id, self.settings.to_json(), count, expected)
+            with self.turns.turn("fresh processes", self.taken.setdefault("", [])):
+                extra = sample(
+                    self.relaunch,
+                    self.test_id,
+                    self.settings.to_json(),
+                    count,
+                    expected,
+                    retries=BUSY_RETRIES,
+                    disturbances=seen,
+                )
         self.pending = {key: r.entry(self.settings.tolerances(), tuple(extra[key])) for key, r in self.results.items()}
-        return Outcome()
+        return Outcome(warnings=self._recording_notes(seen))
+
+    def _recording_notes(self, seen: dict[str, list[Disturbance]]) -> list[str]:
+        """A warning per call whose processes stayed busy (kept, and noted in ``busy_recorded``), and per entry
+        whose bands came out too wide to catch a large node's slowdown (``weak_baseline``)."""
+        out = []
+        for key, result in self.results.items():
+            busy = [d for d in (result.disturbance, *seen.get(key, [])) if d.busy]
+            processes = 1 + len(seen.get(key, []))
+            if busy:
+                self.busy_recorded[key] = busy
+                worst = max(busy, key=lambda d: d.off_cpu_mean or 0.0)
+                out.append(
+                    f"fxprof: {self.label(key)}: {len(busy)} of {processes} processes were {BUSY_LINE} though each "
+                    f"was measured up to {BUSY_RETRIES} more times, and were kept (the worst: {worst.figures})"
+                )
+            if self.pending is not None and key in self.pending:
+                weak = weak_baseline(self.label(key), self.pending[key], self.settings.policy())
+                if weak:
+                    out.append(f"fxprof: {weak}")
+        return out
+
+    def _weak(self, key: str) -> str:
+        """The warning of a baseline entry recorded on a busy machine ("" where it was not, or there is none)."""
+        try:
+            baseline = self.baseline()
+        except BaselineError:
+            return ""
+        if baseline is None or key not in baseline.entries:
+            return ""
+        return weak_baseline(self.label(key), baseline.entries[key], self.settings.policy())
 
     def settle(self, run: RunState, passed: bool) -> None:
         """At the end of the test (teardown included): count its failed calls, and queue the recorded baseline,
         or say why not."""
         run.failed_calls += self.failed_calls
+        turns, waited = self.waited()
+        run.turns += turns
+        run.waited_s += waited
         if self.mode is not Mode.UPDATE or not self.results:
             return
         if self.pending is None or not passed:
@@ -467,9 +593,26 @@ class TestState:
             dropped = sorted(set(previous.entries) - set(self.pending))
             if dropped:
                 run.dropped[self.test_id] = dropped
-        run.queue_write(self.test_id, self.pending)
+        run.queue_write(self.test_id, self._with_history(run, previous, self.pending))
         for key, result in self.results.items():
             self._keep(run, self._record_of(key, "recorded", result))
+
+    def _with_history(
+        self, run: RunState, previous: BaselineFile | None, pending: dict[str, BaselineEntry]
+    ) -> dict[str, BaselineEntry]:
+        """The new entries, dated now, each keeping the earlier recordings of its previous entry where they are
+        comparable (``store.history.carry``); a note says where a history restarted and why."""
+        date, keep = history.now(), self.settings.history
+        out = {}
+        for key, entry in pending.items():
+            before = previous.entries.get(key) if previous is not None else None
+            out[key], why = history.carry(before, entry, keep, date)
+            if why and before is not None:
+                kept = len(before.recordings)
+                run.notes.append(
+                    f"{self.label(key)}: history restarted, {why}; its {kept} earlier recording(s) were not kept"
+                )
+        return out
 
     def _alone_from(self, key: str) -> int | None:
         barrier = self._barriers.get(key)
@@ -494,7 +637,11 @@ class TestState:
             write_samples(self.sample_out, data)
             return Outcome()
         samples: dict[str, SampleJSON] = {
-            key: {"nodes": [n.info.key for n in r.nodes], "run": run_to_json(r.run())}
+            key: {
+                "nodes": [n.info.key for n in r.nodes],
+                "run": run_to_json(r.run()),
+                "disturbance": disturbance_to_json(r.disturbance),
+            }
             for key, r in self.results.items()
         }
         write_samples(self.sample_out, samples)
@@ -520,6 +667,19 @@ class RunState:
         """Calls of the fixture that failed (and failed their tests)."""
         self.collected: set[str] = set()
         self.partial = False
+        self.turns = 0
+        """Measuring turns the run's tests took (``measure.turns``) ..."""
+        self.waited_s = 0.0
+        """... and the seconds they waited for other processes' turns to end."""
+        self.lock_path: Path | None = None
+        """The measuring lock's file (None: measured without turns)."""
+        self._turns: Turns | None = None
+
+    def measuring_turns(self) -> Turns:
+        """The machine's measuring turns, one for the whole run (re-entrant within this process)."""
+        if self._turns is None or self._turns.path != self.lock_path:
+            self._turns = Turns(self.lock_path)
+        return self._turns
 
     def add_record(self, record: ProfileRecord) -> None:
         """Keep ``record``; one of the same test and key from an earlier attempt at the test (a rerun plugin ran
@@ -542,6 +702,8 @@ class RunState:
             "notes": list(notes),
             "errors": list(errors),
             "failed_calls": test.failed_calls,
+            "turns": test.waited()[0],
+            "waited_s": test.waited()[1],
         }
 
     def merge_test(self, payload: FinishedTest) -> None:
@@ -556,6 +718,8 @@ class RunState:
         self.notes.extend(payload["notes"])
         self.errors.extend(payload["errors"])
         self.failed_calls += payload["failed_calls"]
+        self.turns += payload.get("turns", 0)
+        self.waited_s += payload.get("waited_s", 0.0)
 
     def payload(self) -> WorkerPayload:
         return {"collected": sorted(self.collected), "partial": self.partial}

@@ -13,9 +13,17 @@ from dataclasses import asdict, dataclass, fields, replace
 from enum import StrEnum
 from typing import Any
 
-from pytest_fxprof.judge.decision import DEFAULT_FLOOR_NS, NODE_TOLERANCE, TOTAL_TOLERANCE, Policy
+from pytest_fxprof.judge.decision import (
+    DEFAULT_FLOOR_NS,
+    HISTORY_NODE_TOLERANCE,
+    HISTORY_TOTAL_TOLERANCE,
+    NODE_TOLERANCE,
+    TOTAL_TOLERANCE,
+    Policy,
+)
 from pytest_fxprof.judge.paired import PAIRED_NODE_TOLERANCE, PAIRED_TOTAL_TOLERANCE, PairedPolicy
 from pytest_fxprof.records.measurement import Protocol, Tolerances
+from pytest_fxprof.store.history import DEFAULT_KEEP
 
 
 class Mode(StrEnum):
@@ -60,6 +68,9 @@ class Settings:
     pairs: int = 6
     budget_s: float = 150.0
     schedule: str = SCHEDULES[0]
+    history: int = DEFAULT_KEEP
+    """Recordings a baseline entry keeps when ``--fxprof-update`` refreshes it: the new one and up to
+    ``history - 1`` earlier ones (1: no history)."""
 
     def protocol(self) -> Protocol:
         return Protocol(warmup=self.warmup, passes=self.passes, threads=self.threads, processes=self.processes)
@@ -78,6 +89,9 @@ class Settings:
             node_tolerance=self._node(NODE_TOLERANCE),
             total_tolerance=self._total(TOTAL_TOLERANCE),
             floor_ns=self.floor_us * 1e3,
+            # a tolerance the user set holds whatever the baseline's history
+            history_node_tolerance=self._node(HISTORY_NODE_TOLERANCE),
+            history_total_tolerance=self._total(HISTORY_TOTAL_TOLERANCE),
         )
 
     def paired_policy(self) -> PairedPolicy:
@@ -118,6 +132,7 @@ _MINIMUM: dict[str, float] = {
     "floor_us": 0.0,
     "pairs": 2,
     "budget_s": 0.0,
+    "history": 1,
 }
 
 

@@ -25,6 +25,7 @@ from pytest_fxprof.records.measurement import (
     Environment,
     NodeInfo,
     Protocol,
+    Recording,
     Run,
     Setup,
     Tolerances,
@@ -37,6 +38,7 @@ from pytest_fxprof.store.baseline import (
     BaselineStore,
     as_file,
     entry_from_json,
+    entry_to_json,
     file_name,
     parse,
     read_baseline,
@@ -47,6 +49,7 @@ from pytest_fxprof.store.files import dumps, stale_temporaries, write_atomic
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = DATA / "baseline_v1.json"
+GOLDEN_V2 = DATA / "baseline_v2.json"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.json$")
 PATH = Path("baselines/some-test.json")
 
@@ -153,6 +156,22 @@ ROUND_TRIP = [
         ),
         id="setup-and-shapes",
     ),
+    pytest.param(
+        as_file(
+            "t::history",
+            {
+                "0": replace(
+                    make_entry(2, 2),
+                    recorded="2026-11-24T22:30:05Z",
+                    history=(
+                        Recording("2026-11-23T08:00:00Z", ENV, Protocol(4, 12, 1, 1), make_entry(2, 1).runs),
+                        Recording("", replace(ENV, python="3.12.1"), Protocol(4, 12, 1, 3), make_entry(2, 3).runs),
+                    ),
+                )
+            },
+        ),
+        id="history",
+    ),
 ]
 
 
@@ -257,9 +276,11 @@ def test_golden_file_parses() -> None:
     )
 
 
-def test_golden_file_renders_to_the_same_bytes() -> None:
+def test_golden_file_renders_to_the_same_bytes_but_the_version() -> None:
     text = GOLDEN.read_text(encoding="utf-8")
-    assert render(parse(text, GOLDEN)) == text
+    # a version 1 file is written as version 2 with every field kept: no date, no history, nothing else new
+    assert render(parse(text, GOLDEN)) == text.replace('"schema_version": 1,', f'"schema_version": {SCHEMA_VERSION},')
+    assert SCHEMA_VERSION == 2
 
 
 def test_a_file_from_before_the_clock_was_recorded_was_timed_on_the_wall_clock() -> None:
@@ -268,7 +289,7 @@ def test_a_file_from_before_the_clock_was_recorded_was_timed_on_the_wall_clock()
     assert older != text
     baseline = parse(older, GOLDEN)
     assert baseline.entries["forward"].environment.clock == "wall"
-    assert render(baseline) == text  # written again, it says so
+    assert render(baseline) == text.replace('"schema_version": 1,', '"schema_version": 2,')  # written again, it says so
 
 
 def test_a_file_from_before_engines_and_source_lines_was_timed_by_the_interpreter() -> None:
@@ -300,6 +321,148 @@ def test_golden_file_loads_from_a_store(tmp_path: Path) -> None:
     loaded = store.load(test_id)
     assert loaded is not None
     assert loaded == parse(GOLDEN.read_text(encoding="utf-8"), GOLDEN)
+
+
+# Version 2: the entry's date and its history ------------------------------------------------------
+
+
+def golden_v2_raw() -> dict[str, Any]:
+    raw: dict[str, Any] = json.loads(GOLDEN_V2.read_text(encoding="utf-8"))
+    return raw
+
+
+def test_a_version_1_file_reads_with_every_field_and_no_history() -> None:
+    entry = parse(GOLDEN.read_text(encoding="utf-8"), GOLDEN).entries["forward"]
+    assert (entry.recorded, entry.history) == ("", ())
+    assert entry.recordings == (Recording("", entry.environment, entry.protocol, entry.runs),)
+    # every field of version 1 is what the golden file's own test reads
+    assert entry.runs[0] == Run(152_340, 201_777, 498_812, (101_200, 40_315), (2_210, 905))
+    assert entry.capture == Capture(method="symbolic_trace", leaf_modules=("fc1",))
+    assert [n.source for n in entry.nodes] == ["models.py:14", "models.py:15"]
+
+
+def test_the_version_2_golden_file_parses() -> None:
+    v1 = parse(GOLDEN.read_text(encoding="utf-8"), GOLDEN).entries["forward"]
+    entry = parse(GOLDEN_V2.read_text(encoding="utf-8"), GOLDEN_V2).entries["forward"]
+    # the entry's own recording is the version 1 file's, now dated
+    assert replace(entry, recorded="", history=()) == v1
+    assert entry.recorded == "2026-11-24T22:30:05Z"
+    assert [r.date for r in entry.recordings] == ["2026-11-24T22:30:05Z", "2026-11-23T09:14:02Z", ""]
+    assert entry.recordings[0] == Recording(entry.recorded, entry.environment, entry.protocol, entry.runs)
+    older, oldest = entry.history
+    assert older.environment == replace(entry.environment, python="3.11.8")
+    assert older.protocol == entry.protocol
+    assert older.runs == (
+        Run(149_870, 198_120, 497_003, (99_870, 39_990), (1_950, 870)),
+        Run(151_002, 200_331, 500_876, (100_912, 40_101), (2_040, 1_002)),
+    )
+    assert oldest.protocol == Protocol(warmup=5, passes=20, threads=1, processes=1)
+    assert oldest.runs == (Run(153_411, 203_004, 501_230, (102_004, 40_877), (2_300, 940)),)
+
+
+def test_the_version_2_golden_file_renders_to_the_same_bytes() -> None:
+    text = GOLDEN_V2.read_text(encoding="utf-8")
+    assert render(parse(text, GOLDEN_V2)) == text
+    raw = json.loads(text, object_pairs_hook=_check_sorted)  # every object's keys sorted, history's too
+    assert list(raw["entries"]["forward"]["history"][0]) == ["date", "environment", "protocol", "runs"]
+
+
+def test_an_entry_without_a_date_or_history_writes_neither() -> None:
+    raw = json.loads(render(as_file("t::x", {"0": make_entry()})))
+    assert "recorded" not in raw["entries"]["0"]
+    assert "history" not in raw["entries"]["0"]
+    dated = json.loads(render(as_file("t::x", {"0": replace(make_entry(), recorded="2026-01-02T03:04:05Z")})))
+    assert dated["entries"]["0"]["recorded"] == "2026-01-02T03:04:05Z"
+    assert "history" not in dated["entries"]["0"]
+
+
+def test_history_survives_the_way_entries_travel_between_processes() -> None:
+    entry = parse(GOLDEN_V2.read_text(encoding="utf-8"), GOLDEN_V2).entries["forward"]
+    sent = json.loads(json.dumps(entry_to_json(entry)))  # what an xdist worker sends
+    assert entry_from_json(sent) == entry
+
+
+def _history(raw: dict[str, Any], i: int = 1) -> dict[str, Any]:
+    item: dict[str, Any] = _entry(raw)["history"][i]
+    return item
+
+
+BAD_HISTORY: list[Any] = [
+    pytest.param(
+        lambda r: _history(r)["runs"][0]["node_ns"].append(7),
+        "entries['forward'].history[1].runs[0].node_ns should be 2 non-negative integers (one per node)",
+        id="history-run-of-another-graph",
+    ),
+    pytest.param(
+        lambda r: _history(r, 0)["runs"][1].pop("reference_ns"),
+        "entries['forward'].history[0].runs[1].reference_ns is missing",
+        id="history-run-field-missing",
+    ),
+    pytest.param(
+        lambda r: _history(r).update(runs=[]), "entries['forward'].history[1].runs is empty", id="history-no-runs"
+    ),
+    pytest.param(
+        lambda r: _history(r).pop("environment"),
+        "entries['forward'].history[1].environment is missing",
+        id="history-no-environment",
+    ),
+    pytest.param(
+        lambda r: _history(r)["environment"].update(threads=0),
+        "entries['forward'].history[1].environment.threads should be at least 1, found 0",
+        id="history-threads-0",
+    ),
+    pytest.param(
+        lambda r: _history(r)["protocol"].update(passes="20"),
+        "entries['forward'].history[1].protocol.passes should be int, found str",
+        id="history-passes-str",
+    ),
+    pytest.param(
+        lambda r: _history(r).pop("date"), "entries['forward'].history[1].date is missing", id="history-no-date"
+    ),
+    pytest.param(
+        lambda r: _history(r, 0).update(date="2026-11-23 09:14"),
+        "entries['forward'].history[0].date is '2026-11-23 09:14', not a UTC date to the second such as "
+        "'2026-11-24T22:30:05Z' (or '')",
+        id="history-bad-date",
+    ),
+    pytest.param(
+        lambda r: _entry(r).update(recorded="yesterday"),
+        "entries['forward'].recorded is 'yesterday', not a UTC date",
+        id="bad-recorded",
+    ),
+    pytest.param(
+        lambda r: _entry(r).update(recorded=None),
+        "entries['forward'].recorded should be str, found NoneType",
+        id="recorded-null",
+    ),
+    pytest.param(
+        lambda r: _entry(r).update(history={}),
+        "entries['forward'].history should be list, found dict",
+        id="history-not-a-list",
+    ),
+    pytest.param(
+        lambda r: _entry(r)["history"].__setitem__(0, []),
+        "entries['forward'].history[0] should be an object",
+        id="history-item-not-an-object",
+    ),
+]
+
+
+@pytest.mark.parametrize(("mutate", "problem"), BAD_HISTORY)
+def test_a_malformed_history_is_one_clear_error(tmp_path: Path, mutate: Mutation, problem: str) -> None:
+    raw = golden_v2_raw()
+    mutate(raw)
+    exc = load_text(tmp_path, dumps(raw))
+    assert exc.problem.startswith("the file is not a pytest-fxprof baseline: ")
+    assert problem in exc.problem
+    assert "--fxprof-update" in str(exc)
+
+
+def test_an_empty_history_and_an_unknown_date_are_read() -> None:
+    raw = golden_v2_raw()
+    _entry(raw).update(history=[], recorded="")
+    entry = parse(dumps(raw), GOLDEN_V2).entries["forward"]
+    assert (entry.recorded, entry.history) == ("", ())
 
 
 # File names ---------------------------------------------------------------------------------------

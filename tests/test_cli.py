@@ -17,9 +17,10 @@ import pandas as pd
 import pytest
 
 from pytest_fxprof.cli import main
-from pytest_fxprof.records.measurement import BaselineEntry, Environment, NodeStats, Tolerances
+from pytest_fxprof.records.measurement import BaselineEntry, Environment, NodeStats, Run, Tolerances
 from pytest_fxprof.result import ProfileResult
-from pytest_fxprof.store.baseline import BaselineStore, as_file, file_name
+from pytest_fxprof.store.baseline import BaselineStore, as_file, file_name, read_baseline
+from pytest_fxprof.store.history import carry
 from pytest_fxprof.views.report import profile_report, write_report
 from tests.records_for_tests import BASE_NS, CAPTURE, ENV, MODEL, PROTOCOL
 
@@ -387,7 +388,7 @@ def _baseline_text(tmp_path: Path) -> str:
         ),
         pytest.param("[1, 2]", "neither a pytest-fxprof baseline", id="a-list"),
         pytest.param("conflict", "the file contains git merge-conflict markers. Resolve the conflict", id="conflict"),
-        pytest.param('{"schema_version": 7}', "it has schema version 7, newer than the 1", id="newer-baseline"),
+        pytest.param('{"schema_version": 7}', "it has schema version 7, newer than the 2", id="newer-baseline"),
         pytest.param(
             '{"report_version": 9, "profiles": []}', "it has report version 9, newer than the 1", id="newer-report"
         ),
@@ -643,3 +644,130 @@ def test_merge_refuses_overlapping_shards_and_mixed_modes(tmp_path: Path, capsys
     assert code == 2
     assert "checked against different revisions: main (1a2b3c4)" in err
     assert not (tmp_path / "out.json").exists()
+
+
+# History: fxprof show, fxprof prune --history, fxprof migrate ---------------------------------------
+
+DAYS = [f"2026-11-{d:02d}T12:00:00Z" for d in range(1, 8)]
+
+
+def with_history(dates: Sequence[str], env: Environment = ENV) -> BaselineEntry:
+    """An entry refreshed once per date (oldest first), every recording kept; the n-th is ``n`` percent slower."""
+    out: BaselineEntry | None = None
+    for i, date in enumerate(dates):
+        out, why = carry(out, entry(env=env) if i == 0 else replace(entry(env=env), runs=slower(i)), 99, date)
+        assert why == ""
+    assert out is not None
+    return out
+
+
+def slower(percent: int) -> tuple[Run, ...]:
+    return tuple(replace(r, total_ns=r.total_ns * (100 + percent) // 100) for r in entry().runs)
+
+
+def test_show_lists_the_recordings_newest_first(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_baseline(tmp_path, {"call0": with_history(DAYS[:3])})
+    code, out, err = run(capsys, "show", path)
+    assert (code, err) == (0, "")
+    assert "recordings: 3, newest first" in out
+    rows = [line.split() for line in out.splitlines() if line.startswith("2026-11-")]
+    assert [(r[0], r[1], r[2]) for r in rows] == [(DAYS[2], "latest", "5"), (DAYS[1], "-1", "5"), (DAYS[0], "-2", "5")]
+    # the totals' medians: 1 ms, 1 % and 2 % slower
+    assert [" ".join(r[3:5]) for r in rows] == ["1.02 ms", "1.01 ms", "1.00 ms"]
+    assert all(
+        f"torch {ENV.torch}; python {ENV.python}; cpu {ENV.cpu}; 1 thread(s); cpu" in line
+        for line in out.splitlines()
+        if line.startswith("2026-11-")
+    )
+
+
+def test_show_of_a_version_1_entry_lists_its_one_undated_recording(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "show", Path(__file__).parent / "data" / "baseline_v1.json")
+    assert code == 0
+    assert "recordings: 1, newest first" in out
+    assert any(line.startswith("unknown  latest") for line in out.splitlines()), out
+
+
+def test_prune_history_lists_then_trims_with_yes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    directory = tmp_path / "perf"
+    long = write_baseline(directory, {"call0": with_history(DAYS[:5]), "short": with_history(DAYS[:2])})
+    short = write_baseline(directory, {"call0": with_history(DAYS[:2])}, test_id="tests/test_other.py::test_x")
+    before = {p: p.read_bytes() for p in (long, short)}
+
+    code, out, err = run(capsys, "prune", "--history", "2", "--baseline-dir", directory)
+    assert (code, err) == (0, "")
+    assert f"1 entry in 1 file(s) hold more than 2 recording(s):\n  {long}\n" in out
+    assert f"{TEST_ID} [call0]: 5 -> 2 recording(s), dropping {DAYS[2]}, {DAYS[1]}, {DAYS[0]}" in out
+    assert f"to trim these 1 file(s): fxprof prune --history 2 --yes --baseline-dir {directory}" in out
+    assert {p: p.read_bytes() for p in (long, short)} == before  # without --yes, nothing is written
+
+    code, out, _ = run(capsys, "prune", "--history", "2", "--yes", "--baseline-dir", directory)
+    assert code == 0
+    assert "trimmed 1 entry in 1 file(s)" in out
+    trimmed = BaselineStore(directory).load(TEST_ID)
+    assert trimmed is not None
+    assert [r.date for r in trimmed.entries["call0"].recordings] == [DAYS[4], DAYS[3]]
+    assert [r.date for r in trimmed.entries["short"].recordings] == [DAYS[1], DAYS[0]]
+    assert trimmed.entries["call0"].runs == with_history(DAYS[:5]).runs  # the latest recording is untouched
+    assert short.read_bytes() == before[short]
+    assert not list(directory.glob(".*.tmp"))
+
+    code, out, _ = run(capsys, "prune", "--history", "1", "--yes", "--baseline-dir", directory)
+    assert code == 0
+    assert "trimmed 3 entries in 2 file(s)" in out
+    assert all(e.history == () for p in (long, short) for e in read_baseline(p).entries.values())
+    code, out, _ = run(capsys, "prune", "--history", "1", "--baseline-dir", directory)
+    assert "nothing to trim" in out
+
+
+def test_prune_history_never_rewrites_an_unreadable_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_baseline(tmp_path, {"call0": with_history(DAYS[:3])})
+    newer = tmp_path / "newer.json"
+    newer.write_text('{"schema_version": 99}', encoding="utf-8")
+    code, out, err = run(capsys, "prune", "--history", "1", "--yes", "--baseline-dir", tmp_path)
+    assert code == 2
+    assert f"{newer}: it has schema version 99" in out
+    assert "cannot be read as baselines (listed above). Fix them, or delete them by hand" in err
+    assert newer.read_text(encoding="utf-8") == '{"schema_version": 99}'
+    assert read_baseline(path).entries["call0"].history == ()  # the readable file was trimmed
+
+
+def test_prune_history_takes_no_collection_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "prune", "--history", "2", "--baseline-dir", tmp_path, "--", "-k", "x")
+    assert code == 2
+    assert "--history trims the baselines' histories without collecting tests" in err
+    code, _, err = run(capsys, "prune", "--history", "0", "--baseline-dir", tmp_path)
+    assert code == 2
+    assert "--history: must be at least 1, not 0" in err
+
+
+def test_migrate_rewrites_version_1_files_keeping_every_value(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    golden = Path(__file__).parent / "data" / "baseline_v1.json"
+    old = tmp_path / golden.name
+    old.write_bytes(golden.read_bytes())
+    current = write_baseline(tmp_path, {"call0": with_history(DAYS[:2])})
+    current_bytes = current.read_bytes()
+    unknown = tmp_path / "unknown.json"
+    raw = json.loads(golden.read_text(encoding="utf-8"))
+    raw["entries"]["forward"]["note"] = "hand-written"
+    unknown.write_text(json.dumps(raw), encoding="utf-8")
+
+    code, out, _ = run(capsys, "migrate", tmp_path, "--dry-run")
+    assert code == 2
+    assert f"would rewrite 1 file(s) in schema version 2:\n  {old} (version 1)" in out
+    assert old.read_bytes() == golden.read_bytes()
+
+    code, out, err = run(capsys, "migrate", tmp_path)
+    assert code == 2  # the file with a field this version does not know is refused, and said so
+    assert f"{unknown}: rewriting it would lose entries['forward']['note']" in out
+    assert "1 file(s) in it could not be migrated" in err
+    assert f"1 baseline file(s) in {tmp_path} are in schema version 2 already" in out
+    assert json.loads(unknown.read_text(encoding="utf-8")) == raw
+    assert current.read_bytes() == current_bytes
+    migrated = old.read_text(encoding="utf-8")
+    assert migrated == golden.read_text(encoding="utf-8").replace('"schema_version": 1,', '"schema_version": 2,')
+    assert read_baseline(old) == read_baseline(golden)

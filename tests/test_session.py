@@ -36,6 +36,8 @@ def finished(test_id: str, *records: ProfileRecord) -> FinishedTest:
         "notes": [],
         "errors": [],
         "failed_calls": 0,
+        "turns": 1,
+        "waited_s": 0.5,
     }
 
 
@@ -45,6 +47,7 @@ def test_records_from_workers_merge_the_same_way(tmp_path: Path) -> None:
     controller.merge_test(finished("t.py::a", record("t.py::a", "call0", "pass")))  # run again
     controller.merge_test(finished("t.py::b", record("t.py::b", "call0", "pass")))
     assert [(r["test_id"], r["status"]) for r in controller.records] == [("t.py::a", "pass"), ("t.py::b", "pass")]
+    assert (controller.turns, controller.waited_s) == (3, 1.5)  # every test's measuring turns and their waits
 
 
 def test_a_worker_that_crashed_makes_the_run_partial_and_says_what_was_kept(tmp_path: Path) -> None:

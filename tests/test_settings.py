@@ -6,12 +6,12 @@ import re
 
 import pytest
 
-from pytest_fxprof.judge.decision import DEFAULT_FLOOR_NS, SPREAD_K, Policy
+from pytest_fxprof.judge.decision import DEFAULT_FLOOR_NS, HISTORY_NODE_TOLERANCE, SPREAD_K, Policy
 from pytest_fxprof.judge.paired import PairedPolicy
 from pytest_fxprof.records.measurement import Protocol, Tolerances
 from pytest_fxprof.settings import KINDS, SETTING_NAMES, TEXT_CHOICES, Mode, Settings, SettingsError, apply, from_json
 
-INT_SETTINGS = ("warmup", "passes", "threads", "processes", "pairs")
+INT_SETTINGS = ("warmup", "passes", "threads", "processes", "pairs", "history")
 FLOAT_SETTINGS = ("node_tolerance", "total_tolerance", "floor_us", "budget_s")
 
 
@@ -159,6 +159,7 @@ def test_values_coerce(name: str, value: object, expected: float) -> None:
         ("passes", "0", "must be at least 1, not '0'"),
         ("threads", 0, "must be at least 1, not 0"),
         ("processes", 0, "must be at least 1, not 0"),
+        ("history", 0, "must be at least 1, not 0"),
         ("node_tolerance", -0.1, "must be at least 0, not -0.1"),
         ("total_tolerance", "-0.5", "must be at least 0, not '-0.5'"),
         ("floor_us", -1.0, "must be at least 0, not -1.0"),
@@ -183,7 +184,14 @@ def test_settings_error_is_a_value_error() -> None:
 
 def test_policy_tolerances_and_protocol_follow_settings() -> None:
     s = apply(Settings(), {"node_tolerance": "0.5", "total_tolerance": 0.25, "floor_us": "50", "passes": 3}, "ini")
-    assert s.policy() == Policy(node_tolerance=0.5, total_tolerance=0.25, floor_ns=50_000)
+    assert s.policy() == Policy(
+        node_tolerance=0.5,
+        total_tolerance=0.25,
+        floor_ns=50_000,
+        history_node_tolerance=0.5,  # the user's tolerance holds whatever the baseline's history
+        history_total_tolerance=0.25,
+    )
+    assert Settings().policy().history_node_tolerance == HISTORY_NODE_TOLERANCE
     assert s.tolerances() == Tolerances(node=0.5, total=0.25)
     assert s.protocol() == Protocol(warmup=4, passes=3, threads=1, processes=5)
 
@@ -204,6 +212,7 @@ def test_json_round_trip() -> None:
         "pairs": 6,
         "budget_s": 150.0,
         "schedule": "auto",
+        "history": 5,
     }
     assert from_json(raw) == s
 

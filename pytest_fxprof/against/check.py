@@ -10,14 +10,16 @@ Must not import torch or pytest.
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from pytest_fxprof.against.revision import Revision
-from pytest_fxprof.against.rounds import Pairs, Side, SideFailedError, machine_lock, measure_pairs
+from pytest_fxprof.against.rounds import Pairs, Side, SideFailedError, measure_pairs
 from pytest_fxprof.judge.paired import MIN_PAIRS, PairedPolicy, compare_pairs, needs_more
 from pytest_fxprof.measure.sampling import Child, Relaunch, tail
 from pytest_fxprof.records.measurement import BaselineEntry, iqr_int, median_int
@@ -278,10 +280,11 @@ def check_test(
     max_pairs: int,
     budget_s: float,
     schedule: str = "auto",
+    turn: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
 ) -> TestOutcome:
     """Measure ``test_id`` in pairs of old and new processes and judge each call of ``profiles`` (this
     process's unmeasured profiles of the test's calls, keyed as the calls are), on ``schedule``
-    (``settings.SCHEDULES``)."""
+    (``settings.SCHEDULES``), the pairs measured in the machine's measuring ``turn`` (``measure.turns``)."""
     old_side, new_side = against.sides(new)
     duet = duet_for(schedule, profiles.values())
     label = against.label
@@ -306,7 +309,7 @@ def check_test(
 
     request = {"test_id": test_id, "settings": settings, "entry": True, "calls": list(profiles)}
     try:
-        with machine_lock():
+        with turn():
             got = measure_pairs(
                 old_side,
                 new_side,

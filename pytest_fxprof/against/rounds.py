@@ -1,7 +1,7 @@
 """The rounds of an A/B check: old and new sides measured in pairs of fresh processes.
 
-Owns ``Side`` (how to start one side's process), ``measure_pairs`` (the schedule) and ``machine_lock`` (one
-test measures at a time on a machine, whatever runs beside it).
+Owns ``Side`` (how to start one side's process) and ``measure_pairs`` (the schedule). The caller measures the
+pairs in the machine's measuring turn (``measure.turns``), so that one test measures at a time on a machine.
 
 A pair is a duet (both processes at once, in lock-step: ``measure.lockstep``) or one process after the other.
 One after the other, the order is balanced: pair 1 runs old then new, pair 2 new then old, and so on
@@ -17,12 +17,11 @@ Must not import torch or pytest.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -223,14 +222,3 @@ def measure_pairs(
             break
     got.seconds = clock() - began
     return got
-
-
-@contextlib.contextmanager
-def machine_lock(timeout_s: float | None = None) -> Iterator[None]:
-    """Hold the machine's A/B lock: one test's pairs at a time, across xdist workers and concurrent runs (of
-    this user, with this temporary directory), so that no two tests' processes slow each other down."""
-    from filelock import FileLock
-
-    path = Path(tempfile.gettempdir()) / f"fxprof-against-{os.getuid() if hasattr(os, 'getuid') else 0}.lock"
-    with FileLock(str(path), timeout=-1 if timeout_s is None else timeout_s):
-        yield

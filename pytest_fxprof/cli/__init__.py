@@ -2,8 +2,9 @@
 
 ``fxprof show`` prints the per-node table of a baseline file (``show``), ``fxprof diff`` judges one file's
 profiles against another's with the gate's own decision and policy (``diff``), and ``fxprof prune`` removes
-the baselines of tests that no longer exist (``prune``), and ``fxprof merge`` makes one report of several
-shards' (``merge``); what they share (exit codes, errors, reading files)
+the baselines of tests that no longer exist or trims their history (``prune``), ``fxprof merge`` makes one
+report of several shards' (``merge``), and ``fxprof migrate`` rewrites older baseline files in the current
+schema version (``migrate``); what they share (exit codes, errors, reading files)
 is ``inputs``. This module owns the command line that dispatches to them and its exit codes (0: nothing to
 report, 1: a regression found, 2: a usage error or an input that cannot be read, 141: the reader closed the
 pipe). The commands decide nothing themselves and write files only through ``store.files.write_atomic``.
@@ -18,7 +19,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from pytest_fxprof.cli import diff, merge, prune, show
+from pytest_fxprof.cli import diff, merge, migrate, prune, show
 from pytest_fxprof.cli.inputs import EXIT_BROKEN_PIPE, EXIT_USAGE, PROG, CliError
 
 
@@ -26,11 +27,12 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog=PROG,
         description="Read pytest-fxprof baselines and reports: show a baseline, diff two profiles as the gate "
-        "judges them, prune the baselines of deleted tests, merge the reports of a run's shards.",
+        "judges them, prune the baselines of deleted tests (or their history), merge the reports of a run's shards, "
+        "migrate older baseline files to the current schema.",
         epilog="Exit codes: 0 nothing to report, 1 a regression found (diff), 2 a usage error or unreadable input.",
     )
     sub = top.add_subparsers(title="commands", metavar="COMMAND")
-    for command in (show, diff, prune, merge):
+    for command in (show, diff, prune, merge, migrate):
         command.add_parser(sub)
     return top
 

@@ -4,7 +4,9 @@ Owns the collection it relies on (``pytest --collect-only`` in a subprocess, whi
 plugin for its one hook, so that the rootdir is known) and the refusals that keep it from removing a live
 baseline: a failed, empty or deselecting collection, or a directory none of whose baselines belongs to a
 collected test. Applies the plugin's own rule for unused baselines (``session.why_unused``), lists what it
-found, and removes only with ``--yes``, never an unreadable file.
+found, and removes only with ``--yes``, never an unreadable file. With ``--history N`` it instead trims every
+baseline's history to N recordings in all (``store.history.trim``), which needs no collection: it lists what it
+would drop and rewrites the files (atomically, each where it lies) only with ``--yes``.
 
 Must not import torch. Must not import pytest at module level.
 """
@@ -21,10 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_fxprof.cli.inputs import DEFAULT_BASELINE_DIR, EXIT_OK, PROG, CliError, error
+from pytest_fxprof.cli.inputs import DEFAULT_BASELINE_DIR, EXIT_OK, PROG, CliError, count_arg, error
 from pytest_fxprof.session import why_unused
-from pytest_fxprof.store.baseline import SUFFIX, BaselineError, read_baseline
-from pytest_fxprof.store.files import TEMPORARY, stale_temporaries
+from pytest_fxprof.store.baseline import SUFFIX, BaselineError, BaselineFile, read_baseline, render
+from pytest_fxprof.store.files import TEMPORARY, stale_temporaries, write_atomic
+from pytest_fxprof.store.history import trim
 
 if TYPE_CHECKING:
     import pytest
@@ -38,7 +41,9 @@ def add_parser(sub: Any) -> None:
         "baselines whose test was not collected although its test file collected other tests, or whose test "
         "file is gone. Removes them only with --yes. Refuses if the collection fails, collects nothing or "
         "deselects tests, or if none of the directory's baselines belongs to a collected test (another project's "
-        "directory); never removes an unreadable baseline.",
+        "directory); never removes an unreadable baseline. With --history N, it removes no baseline and collects "
+        "nothing: it trims every baseline's history to N recordings per entry in all (the latest and the N-1 "
+        "newest before it), and rewrites the files only with --yes.",
     )
     p.add_argument(
         "--baseline-dir",
@@ -47,6 +52,13 @@ def add_parser(sub: Any) -> None:
         help="The baseline directory (default: baselines)",
     )
     p.add_argument("--yes", action="store_true", help="Remove what was found (without it, only list it)")
+    p.add_argument(
+        "--history",
+        type=count_arg,
+        metavar="N",
+        help="Instead of removing baselines, keep at most N recordings per entry (the latest and the N-1 newest "
+        "earlier ones; 1 drops every entry's history); collects no tests",
+    )
     p.add_argument("pytest_args", nargs="*", metavar="PYTEST_ARGS", help="Arguments for pytest's collection, after --")
     p.set_defaults(run=run)
 
@@ -55,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
     directory = Path(args.baseline_dir)
     if not directory.is_dir():
         raise error(directory, "no such directory", "Pass the baseline directory with --baseline-dir")
+    if args.history is not None:
+        return trim_histories(args, directory)
     if not any(directory.glob(f"*{SUFFIX}")) and not any(directory.glob(".*.tmp")):
         print(f"no baselines in {directory}; nothing to prune")
         return EXIT_OK
@@ -83,6 +97,75 @@ def run(args: argparse.Namespace) -> int:
             "Fix them, or delete them by hand: prune never removes a file it cannot read",
         )
     return EXIT_OK
+
+
+def trim_histories(args: argparse.Namespace, directory: Path) -> int:
+    """``prune --history N``: list every entry holding more than N recordings, and trim them with ``--yes``."""
+    keep: int = args.history
+    if args.pytest_args:
+        raise CliError(
+            f"--history trims the baselines' histories without collecting tests, so it takes no pytest arguments "
+            f"(got {shlex.join(args.pytest_args)}); run it without them, and fxprof prune without --history to "
+            "remove the baselines of deleted tests"
+        )
+    trimmed: list[tuple[Path, BaselineFile, list[str]]] = []
+    unreadable: list[tuple[Path, str]] = []
+    for path in sorted(directory.glob(f"*{SUFFIX}")):
+        try:
+            baseline = read_baseline(path)
+        except BaselineError as exc:
+            unreadable.append((path, exc.problem))
+            continue
+        except OSError as exc:
+            unreadable.append((path, f"cannot be read ({exc})"))
+            continue
+        lines, entries = [], {}
+        for key, entry in baseline.entries.items():
+            entries[key] = kept = trim(entry, keep)
+            dropped = entry.recordings[len(kept.recordings) :]
+            if dropped:
+                dates = ", ".join(r.date or "undated" for r in dropped)
+                lines.append(
+                    f"{baseline.test_id} [{key}]: {len(entry.recordings)} -> {len(kept.recordings)} recording(s), "
+                    f"dropping {dates}"
+                )
+        if lines:
+            trimmed.append((path, BaselineFile(baseline.test_id, entries), lines))
+    entries_trimmed = sum(len(lines) for _, _, lines in trimmed)
+    if not trimmed:
+        print(f"no baseline in {directory} holds more than {keep} recording(s) per entry; nothing to trim")
+    else:
+        print(f"{_entries(entries_trimmed)} in {len(trimmed)} file(s) hold more than {keep} recording(s):")
+        for path, _, lines in trimmed:
+            print(f"  {path}")
+            print("\n".join(f"    {line}" for line in lines))
+        if not args.yes:
+            print(f"nothing was written; to trim these {len(trimmed)} file(s): {_trim_hint(args)}")
+        else:
+            for path, baseline, _ in trimmed:
+                write_atomic(path, render(baseline))
+            print(f"trimmed {_entries(entries_trimmed)} in {len(trimmed)} file(s)")
+    if unreadable:
+        print(f"{len(unreadable)} unreadable (fix or delete by hand; never rewritten here):")
+        print("\n".join(f"  {path}: {problem}" for path, problem in unreadable))
+        raise error(
+            directory,
+            f"{len(unreadable)} file(s) in it cannot be read as baselines (listed above)",
+            "Fix them, or delete them by hand: prune never rewrites a file it cannot read",
+        )
+    return EXIT_OK
+
+
+def _entries(count: int) -> str:
+    return f"{count} entry" if count == 1 else f"{count} entries"
+
+
+def _trim_hint(args: argparse.Namespace) -> str:
+    """The command that trims what this run listed, quoted for a POSIX shell."""
+    parts = [PROG, "prune", "--history", str(args.history), "--yes"]
+    if args.baseline_dir != DEFAULT_BASELINE_DIR:
+        parts += ["--baseline-dir", args.baseline_dir]
+    return shlex.join(parts)
 
 
 OUTPUT_TAIL = 40

@@ -1,7 +1,8 @@
 """``fxprof show``: the per-node table of a baseline file.
 
-Owns the command's arguments and output: each entry's environment, capture and protocol, and per node the
-median across the recorded processes, the spread across them, its share, module, target and source line.
+Owns the command's arguments and output: each entry's environment, capture and protocol, per node the
+median across the recorded processes, the spread across them, its share, module, target and source line, and
+below them the entry's recordings (its own and its history), newest first.
 
 Must not import torch or pytest.
 """
@@ -21,7 +22,14 @@ from pytest_fxprof.cli.inputs import (
     resolve_baseline,
     write_csv,
 )
-from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, iqr_int, is_step, median_int
+from pytest_fxprof.judge.decision import (
+    HISTORY_NODE_TOLERANCE,
+    HISTORY_TOTAL_TOLERANCE,
+    MIN_RECORDINGS,
+    Policy,
+    weak_baseline,
+)
+from pytest_fxprof.records.measurement import BaselineEntry, Environment, NodeInfo, iqr_int, is_step, median_int
 from pytest_fxprof.records.units import fmt_ns
 from pytest_fxprof.store.baseline import BaselineFile
 from pytest_fxprof.views.render import grid
@@ -35,7 +43,9 @@ def add_parser(sub: Any) -> None:
         help="Print the per-node table of a baseline file",
         description="Print each entry of a baseline file: the environment, capture and protocol it was recorded "
         "with, and per node the median across the recorded processes, the spread across them (interquartile "
-        "range / median), its share of the summed node time, its module, target and source line.",
+        "range / median), its share of the summed node time, its module, target and source line; then the "
+        "entry's recordings, newest first (the latest and the earlier ones --fxprof-update kept, see "
+        "--fxprof-history): date, processes, environment and the median of the total.",
     )
     p.add_argument(
         "baseline",
@@ -60,8 +70,12 @@ def run(args: argparse.Namespace) -> int:
     entries = _entries(path, baseline, args.key)
     blocks = []
     for key, entry in entries.items():
-        lines = [f"{baseline.test_id} [{key}]  ({path})", *entry_header(entry), ""]
+        label = f"{baseline.test_id} [{key}]"
+        lines = [f"{label}  ({path})", *entry_header(entry), bands_line(entry)]
+        weak = weak_baseline(label, entry, Policy())
+        lines += [f"warning: {weak}", ""] if weak else [""]
         lines += entry_table(entry, args.sort, args.limit)
+        lines += ["", *recording_lines(entry)]
         blocks.append("\n".join(lines))
     print("\n\n".join(blocks) if blocks else f"{path}: no entries ({baseline.test_id})")
     if args.csv is not None:
@@ -111,6 +125,22 @@ def node_rows(entry: BaselineEntry, sort: str = "time") -> list[NodeRow]:
 
 def _fmt_spread(spread: float | None) -> str:
     return "-" if spread is None else f"{spread:.0%}"
+
+
+def bands_line(entry: BaselineEntry) -> str:
+    """How the gate sets this entry's bands: from its recording's processes and the default tolerances, or learnt
+    from the drift between its recordings (``judge.decision.MIN_RECORDINGS``)."""
+    held = len(entry.recordings)
+    if held >= MIN_RECORDINGS:
+        return (
+            f"bands: learnt from {held} recordings (the spread within them and the drift between them; "
+            f"smallest node band +{HISTORY_NODE_TOLERANCE:.0%}, total +{HISTORY_TOTAL_TOLERANCE:.0%})"
+        )
+    more = MIN_RECORDINGS - held
+    return (
+        f"bands: from {held} recording(s) and the default tolerances; {more} more recording(s) with "
+        "--fxprof-update (the history) will learn the runner's drift"
+    )
 
 
 def entry_header(entry: BaselineEntry) -> list[str]:
@@ -167,6 +197,34 @@ def entry_table(entry: BaselineEntry, sort: str, limit: int | None) -> list[str]
         "recorded process(es); share of the summed node medians"
     )
     return lines
+
+
+def environment_summary(env: Environment) -> str:
+    """What a recording's environment must match on, in one line (``torch 2.4.1; cpu ...; 1 thread(s); cpu``)."""
+    return f"torch {env.torch}; python {env.python}; cpu {env.cpu}; {env.threads} thread(s); {env.device}"
+
+
+def recording_lines(entry: BaselineEntry) -> list[str]:
+    """The entry's recordings, newest first: date, processes, the medians of the plain forward and of the reference
+    workload, environment."""
+    recordings = entry.recordings
+    cells = [
+        [
+            r.date or "unknown",
+            "latest" if i == 0 else f"-{i}",
+            str(len(r.runs)),
+            fmt_ns(median_int([run.total_ns for run in r.runs])),
+            fmt_ns(median_int([run.reference_ns for run in r.runs])),
+            environment_summary(r.environment),
+        ]
+        for i, r in enumerate(recordings)
+    ]
+    header = ["date", "recording", "processes", "total", "reference", "environment"]
+    return [
+        f"recordings: {len(recordings)}, newest first (total: the plain forward's median over the processes; "
+        "reference: the fixed workload's, the machine's speed at the time)",
+        *grid(header, cells, right={2, 3, 4}),
+    ]
 
 
 SHOW_COLUMNS = [

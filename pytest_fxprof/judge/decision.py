@@ -20,19 +20,23 @@ The rules, in order:
    because the rest of the model sped up more than it did (``Policy.divisor``).
 4. Each node's band is the largest of the node tolerance, ``Policy.spread_k`` between-process
    deviations (estimated from the baseline's processes and shrunk toward nodes of similar size,
-   ``PRIOR_WEIGHT``) and the absolute floor (``floor_ns``, or ``FLOOR_SHARE`` of the model's time if
-   larger). A node is slower when its normalised ratio exceeds ``1 + band``; faster when, divided by
-   its factor only where that is below 1, it is below ``1 / (1 + band)`` and gained more than the
-   floor. Only a node of ``GATING_NS`` or ``GATING_SHARE`` of the summed node time fails a test alone;
-   a smaller one is a warning, and its slowdown is caught by the aggregates it belongs to. A band set
-   by the measured spread wider than ``NOISY_BAND`` cannot decide anything: the item is reported as
-   too noisy, never passed or failed on it. A tolerance or floor band is applied as it is.
+   ``PRIOR_WEIGHT``; with a history of recordings, the drift between recordings is added to the spread
+   within them, and from ``MIN_RECORDINGS`` recordings on the smaller ``HISTORY_NODE_TOLERANCE`` applies,
+   since the bands then hold the drift the runner showed) and the absolute floor (``floor_ns``, or
+   ``FLOOR_SHARE`` of the model's time if larger). A node is slower when its normalised ratio exceeds
+   ``1 + band``; faster when, divided by its factor only where that is below 1, it is below
+   ``1 / (1 + band)`` and gained more than the floor. Only a node of ``GATING_NS`` or ``GATING_SHARE``
+   of the summed node time fails a test alone; a smaller one is a warning, and its slowdown is caught by
+   the aggregates it belongs to. A band set by the measured spread wider than ``NOISY_BAND`` cannot
+   decide anything: the item is reported as too noisy, never passed or failed on it. A tolerance or floor
+   band is applied as it is.
 5. *Aggregates* sum nodes that carry less noise together than alone: every operator type (all
    ``BatchNorm2d``, all ``add``) and every module subtree up to ``SUBTREE_DEPTH`` levels (``layer3``,
    ``layer3.0``). Their members are divided by speed factors taken from peers *outside* the aggregate,
    so a slowdown of every BatchNorm is not mistaken for a machine that slows small ops. Bands as in 4.
 6. The total is the instrumented pass divided by the reference workload, banded by the larger of the
-   total tolerance and ``spread_k`` deviations (no floor, no speed factor). It catches slowdowns spread
+   total tolerance (``HISTORY_TOTAL_TOLERANCE`` from ``MIN_RECORDINGS`` recordings on) and ``spread_k``
+   deviations, within and between recordings (no floor, no speed factor). It catches slowdowns spread
    over every node, which 3 and 5 cancel by design.
 7. A current entry may hold several measurements (a confirmation re-measures a flagged profile). Each
    item is slower only if *every* measurement says so, faster only if every one does; the verdict
@@ -45,7 +49,7 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from difflib import SequenceMatcher
 
 from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, Run, is_step
@@ -118,6 +122,18 @@ MIN_PEERS = 8
 MACHINE_FACTOR_LIMIT = 2.0
 """A reference workload this many times faster or slower than in the baseline means another machine."""
 
+MIN_RECORDINGS = 3
+"""A baseline that holds at least this many recordings (its own and its history, ``--fxprof-history``) has
+bands learnt from the drift between them: ``HISTORY_NODE_TOLERANCE`` and ``HISTORY_TOTAL_TOLERANCE`` replace
+the default tolerances, which exist to hold a drift that one recording cannot show."""
+
+HISTORY_NODE_TOLERANCE = 0.05
+"""Smallest band of a node or aggregate whose baseline has ``MIN_RECORDINGS`` recordings (+5 %); the spread
+within and between recordings sets it wider where the runner drifts more (BENCHMARKS.md, baseline history)."""
+
+HISTORY_TOTAL_TOLERANCE = 0.03
+"""Smallest band of the total whose baseline has ``MIN_RECORDINGS`` recordings (+3 %)."""
+
 
 @dataclass(frozen=True)
 class Policy:
@@ -130,6 +146,16 @@ class Policy:
     floor_share: float = FLOOR_SHARE
     drift_doubt: float = DRIFT_DOUBT
     faster_credit: float = FASTER_CREDIT
+    history_node_tolerance: float = HISTORY_NODE_TOLERANCE
+    """The node tolerance of a baseline with ``MIN_RECORDINGS`` recordings (a user's own tolerance replaces both)."""
+    history_total_tolerance: float = HISTORY_TOTAL_TOLERANCE
+
+    def learnt(self, recordings: int) -> Policy:
+        """The policy for a baseline of ``recordings`` recordings: from ``MIN_RECORDINGS`` on, its tolerances are
+        the history's, since the bands then hold the drift between recordings."""
+        if recordings < MIN_RECORDINGS:
+            return self
+        return replace(self, node_tolerance=self.history_node_tolerance, total_tolerance=self.history_total_tolerance)
 
     def divisor(self, factor: float) -> float:
         """What an item's time is divided by before the slower test, given its peers' speed factor.
@@ -223,18 +249,54 @@ def centres_of(runs: Sequence[Run]) -> list[float]:
     return [float(statistics.median(run.node_ns[i] for run in runs)) for i in range(len(runs[0].node_ns))]
 
 
-def node_noise(runs: Sequence[Run], peers: Peers | None = None) -> list[NodeNoise]:
-    """Per node: the centre across baseline processes and the shrunk between-process deviation."""
+def node_noise(
+    runs: Sequence[Run], peers: Peers | None = None, history: Sequence[Sequence[Run]] = ()
+) -> list[NodeNoise]:
+    """Per node: the centre across baseline processes and the shrunk deviation a new process shows from it.
+
+    With one recording, the deviation between its processes. With ``history`` (earlier recordings of the same
+    nodes, each its processes' runs), the spread within recordings (pooled) and the drift between them
+    (their centres' deviation), each shrunk toward nodes of similar size, added as variances: a new check is
+    a new process on another day. Every time is divided by its peers' speed factor first, as the comparison
+    divides, so that the band holds what the factors leave."""
     centres = centres_of(runs)
-    if len(runs) < 2:
+    recordings = [list(runs), *(list(h) for h in history)]
+    dof = sum(len(r) - 1 for r in recordings)
+    if dof < 1 and len(recordings) < 2:
         return [NodeNoise(c, None) for c in centres]
     peers = peers or Peers(centres)
-    # the same peer factors the comparison divides by, so that the band holds what they leave
-    factors = [peers.factors([float(t) for t in run.node_ns]) for run in runs]
-    own: list[float] = []
-    for i in range(len(centres)):
-        logs = [math.log(max(run.node_ns[i], 1) / max(f[i], 1e-9)) for run, f in zip(runs, factors, strict=True)]
-        own.append(statistics.stdev(logs))
+    within = _shrunk(centres, *_pooled_spread(recordings, peers)) if dof else [0.0] * len(centres)
+    between = [0.0] * len(centres)
+    if len(recordings) >= 2:
+        kept = [centres_of(r) for r in recordings]
+        factors = [peers.factors(c) for c in kept]
+        own = [
+            statistics.stdev(math.log(max(c[i], 1.0) / max(f[i], 1e-9)) for c, f in zip(kept, factors, strict=True))
+            for i in range(len(centres))
+        ]
+        between = _shrunk(centres, own, len(recordings) - 1)
+    return [NodeNoise(c, math.hypot(w, b)) for c, w, b in zip(centres, within, between, strict=True)]
+
+
+def _pooled_spread(recordings: Sequence[Sequence[Run]], peers: Peers) -> tuple[list[float], int]:
+    """Per node, the deviation between processes of one recording, pooled over the recordings; its degrees of
+    freedom."""
+    squares = [0.0] * len(peers.centres)
+    dof = 0
+    for runs in recordings:
+        if len(runs) < 2:
+            continue
+        factors = [peers.factors([float(t) for t in run.node_ns]) for run in runs]
+        for i in range(len(squares)):
+            logs = [math.log(max(run.node_ns[i], 1) / max(f[i], 1e-9)) for run, f in zip(runs, factors, strict=True)]
+            squares[i] += (len(logs) - 1) * statistics.variance(logs)
+        dof += len(runs) - 1
+    return [math.sqrt(q / dof) for q in squares], dof
+
+
+def _shrunk(centres: Sequence[float], own: Sequence[float], dof: int) -> list[float]:
+    """Each node's deviation (``dof`` degrees of freedom) shrunk toward the median of its size class and the
+    classes beside it."""
     by_class: dict[int, list[float]] = defaultdict(list)
     for c, s in zip(centres, own, strict=True):
         by_class[size_class(c)].append(s)
@@ -242,8 +304,21 @@ def node_noise(runs: Sequence[Run], peers: Peers | None = None) -> list[NodeNois
     for c, s in zip(centres, own, strict=True):
         cls = size_class(c)
         neighbours = by_class[cls] + by_class.get(cls - 1, []) + by_class.get(cls + 1, [])
-        out.append(NodeNoise(c, shrink(s, len(runs) - 1, statistics.median(neighbours))))
+        out.append(shrink(s, dof, statistics.median(neighbours)))
     return out
+
+
+def spread_of(groups: Sequence[Sequence[float]]) -> tuple[float | None, int]:
+    """The deviation (log scale) of a new value from groups of positive values taken at different times (a
+    baseline's recordings, newest first): the spread within groups (pooled) and between their medians, added as
+    variances; and the degrees of freedom within. None when there is only one value."""
+    logs = [[math.log(max(v, 1e-12)) for v in g] for g in groups if g]
+    dof = sum(len(g) - 1 for g in logs)
+    within = math.sqrt(sum((len(g) - 1) * statistics.variance(g) for g in logs if len(g) > 1) / dof) if dof else 0.0
+    if len(logs) < 2:
+        return (within if dof else None), dof
+    between = statistics.stdev(statistics.median(g) for g in logs)
+    return math.hypot(within, between), dof
 
 
 def band_for(
@@ -371,17 +446,26 @@ def unmatched_time(
 
 
 def _aggregate_sigma(
-    runs: Sequence[Run], idx: Sequence[int], peers: Peers, noise: Sequence[NodeNoise], members: frozenset[int]
+    recordings: Sequence[Sequence[Run]],
+    idx: Sequence[int],
+    peers: Peers,
+    noise: Sequence[NodeNoise],
+    members: frozenset[int],
 ) -> float | None:
+    """An aggregate's deviation across the baseline's processes, within and between its ``recordings``, shrunk
+    toward what its members' own deviations give together."""
     centre = sum(noise[i].centre_ns for i in idx) or 1.0
-    if len(runs) < 2:
+
+    def value(run: Run) -> float:
+        # divided by the full factors, as node_noise does: the spread that drift leaves
+        return _aggregate_ns([float(t) for t in run.node_ns], idx, peers, members, Policy())[2] / centre
+
+    own, dof = spread_of([[value(run) for run in runs] for runs in recordings])
+    if own is None:
         return None
-    # divided by the full factors, as node_noise does: the spread that drift leaves
-    values = [_aggregate_ns([float(t) for t in run.node_ns], idx, peers, members, Policy())[2] / centre for run in runs]
-    own = statistics.stdev(math.log(max(v, 1e-12)) for v in values)
     # the members' own deviations, as if independent: what the sum would carry at the least
     prior = math.sqrt(sum((noise[i].centre_ns * (noise[i].sigma or 0.0)) ** 2 for i in idx)) / centre
-    return shrink(own, len(runs) - 1, prior)
+    return shrink(own, max(dof, len(recordings) - 1), prior)
 
 
 def _aggregate_ns(
@@ -407,19 +491,21 @@ def _aggregate_ns(
 # Comparing ----------------------------------------------------------------------------------------------
 
 
-def _judge_total(baseline: Sequence[Run], runs: Sequence[Run], policy: Policy) -> TotalVerdict:
+def _judge_total(recordings: Sequence[Sequence[Run]], runs: Sequence[Run], policy: Policy) -> TotalVerdict:
+    """The total against the baseline's newest recording (``recordings[0]``), banded by the spread within and
+    between ``recordings``."""
+    baseline = recordings[0]
     # Divide by the reference workload only when every run has one; otherwise compare raw passes.
-    use_ref = all(r.reference_ns > 0 for r in (*baseline, *runs))
+    use_ref = all(r.reference_ns > 0 for r in (*(r for rs in recordings for r in rs), *runs))
 
     def timed(run: Run) -> float:
         return float(run.instrumented_ns or run.total_ns)
 
     def per_ref(run: Run) -> float:
-        return timed(run) / run.reference_ns if use_ref else timed(run)
+        return max(timed(run) / run.reference_ns if use_ref else timed(run), 1e-12)
 
-    base_norm = [max(per_ref(r), 1e-12) for r in baseline]
-    centre = float(statistics.median(base_norm))
-    sigma = statistics.stdev(math.log(v) for v in base_norm) if len(base_norm) > 1 else None
+    centre = float(statistics.median(per_ref(r) for r in baseline))
+    sigma, _ = spread_of([[per_ref(r) for r in rs] for rs in recordings])
     band, source = band_for(policy.total_tolerance, sigma, k=policy.spread_k)
     ratios = [per_ref(r) / centre for r in runs]
     ref_centre = statistics.median(r.reference_ns for r in baseline)
@@ -456,10 +542,15 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
 
     pairs, added, removed = align(baseline.nodes, current.nodes)
     base_idx = [i for i, _ in pairs]
-    sub_runs = [Run(r.total_ns, r.instrumented_ns, r.reference_ns, *_pick(r, base_idx)) for r in baseline.runs]
+    recordings = [
+        [Run(r.total_ns, r.instrumented_ns, r.reference_ns, *_pick(r, base_idx)) for r in rec.runs]
+        for rec in baseline.recordings
+    ]
+    sub_runs = recordings[0]
+    policy = policy.learnt(len(recordings))
     centres = centres_of(sub_runs) if pairs else []
     peers = Peers(centres)
-    noise = node_noise(sub_runs, peers) if pairs else []
+    noise = node_noise(sub_runs, peers, recordings[1:]) if pairs else []
     measured = [[float(run.node_ns[j]) for _, j in pairs] for run in current.runs]
     speed = weighted_median([n / c if c else 1.0 for n, c in zip(measured[0], centres, strict=True)], centres)
     factors = [peers.factors(m) for m in measured]
@@ -488,7 +579,7 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
             kind,
             name,
             idx,
-            runs=sub_runs,
+            recordings=recordings,
             measured=measured,
             peers=peers,
             noise=noise,
@@ -500,7 +591,7 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
         )
         for kind, name, idx in groups([baseline.nodes[i] for i in base_idx])
     )
-    total = _judge_total(baseline.runs, current.runs, policy)
+    total = _judge_total([rec.runs for rec in baseline.recordings], current.runs, policy)
     return Comparison(
         status=Status.REGRESSION if regressed(total, verdicts, aggregates) else Status.PASS,
         mismatches=(),
@@ -513,6 +604,7 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
         aggregates=aggregates,
         measurements=len(current.runs),
         graphs=(baseline.capture.graphs, current.capture.graphs),
+        recordings=len(recordings),
     )
 
 
@@ -525,7 +617,7 @@ def _judge_aggregate(
     name: str,
     idx: list[int],
     *,
-    runs: Sequence[Run],
+    recordings: Sequence[Sequence[Run]],
     measured: Sequence[Sequence[float]],
     peers: Peers,
     noise: Sequence[NodeNoise],
@@ -541,7 +633,7 @@ def _judge_aggregate(
     members = frozenset(idx)
     gone, new = unmatched or (0.0, [0.0] * len(measured))
     centre = max(sum(noise[i].centre_ns for i in idx) + gone, 1.0)
-    sigma = _aggregate_sigma(runs, idx, peers, noise, members)
+    sigma = _aggregate_sigma(recordings, idx, peers, noise, members)
     band, source = band_for(policy.node_tolerance, sigma, k=policy.spread_k, floor=floor_ns / centre)
     sums = [_aggregate_ns(m, idx, peers, members, policy) for m in measured]
     ratios = [(s[0] + extra / policy.divisor(s[3])) / centre for s, extra in zip(sums, new, strict=True)]
@@ -551,3 +643,60 @@ def _judge_aggregate(
     verdict = judge(ratios, band, source, scale_ns=centre, faster=quick, sigma=sigma, floor=floor_ns / centre)
     divisor = policy.divisor(sums[0][3])
     return AggregateVerdict(kind, name, infos, centre, raw, sums[0][3], verdict, divisor, tuple(idx))
+
+
+# A weak baseline ----------------------------------------------------------------------------------------
+
+WEAK_BAND = 0.20
+"""A baseline whose processes spread so much that a band set by that spread exceeds +20 % on a node that can fail
+a test alone, or on the total, cannot catch a +25 % slowdown of a large node: it was recorded on a busy machine
+(a baseline recorded beside two other jobs gave its largest node +27 %, and +25 % on it was missed 5 times in 5),
+and every view that uses it says so (``weak_baseline``)."""
+
+
+def widest_band(entry: BaselineEntry, policy: Policy) -> tuple[float, str] | None:
+    """The widest band that the measured spread of ``entry``'s own processes (its newest recording: what a busy
+    machine disturbed when it was recorded, not the drift its history shows) sets, among the nodes that can fail a
+    test alone (``GATING_NS``, ``GATING_SHARE``) and the total, with what it belongs to (a node's name or
+    ``total``), by the noise model ``compare`` uses (``node_noise``, ``band_for``, ``spread_of``); None where no band
+    is set by the spread (one process, or every band a tolerance or floor)."""
+    if not entry.runs:
+        raise ValueError("widest_band needs a baseline entry with at least one run")
+    widest: tuple[float, str] | None = None
+
+    def consider(band: float, source: BandSource, what: str) -> None:
+        nonlocal widest
+        if source is BandSource.SPREAD and (widest is None or band > widest[0]):
+            widest = (band, what)
+
+    noise = node_noise(entry.runs)
+    busy = sum(n.centre_ns for n in noise) or 1.0
+    model_ns = float(statistics.median(r.total_ns for r in entry.runs))
+    floor_ns = max(policy.floor_ns, policy.floor_share * model_ns)
+    for info, n in zip(entry.nodes, noise, strict=True):
+        c = max(n.centre_ns, 1.0)
+        if c >= GATING_NS or c / busy >= GATING_SHARE:
+            consider(*band_for(policy.node_tolerance, n.sigma, k=policy.spread_k, floor=floor_ns / c), info.name)
+    use_ref = all(r.reference_ns > 0 for r in entry.runs)
+    totals = [
+        max(float(r.instrumented_ns or r.total_ns) / (r.reference_ns if use_ref else 1), 1e-12) for r in entry.runs
+    ]
+    sigma, _ = spread_of([totals])
+    if sigma is not None:
+        consider(*band_for(policy.total_tolerance, sigma, k=policy.spread_k), "total")
+    return widest
+
+
+def weak_baseline(label: str, entry: BaselineEntry, policy: Policy, limit: float = WEAK_BAND) -> str:
+    """The warning of a baseline recorded on a busy machine ("<label>: recorded on a busy machine: bands up to
+    +27 % (layer1.0.conv1); record again ...") where the widest band ``widest_band`` finds exceeds ``limit``,
+    else "": the one wording of the recording's warning,
+    ``fxprof show`` and every check that uses the baseline."""
+    widest = widest_band(entry, policy)
+    if widest is None or widest[0] <= limit:
+        return ""
+    band, what = widest
+    return (
+        f"{label}: recorded on a busy machine: bands up to +{band:.0%} ({what}); record again on a quieter machine "
+        "or with more processes (--fxprof-processes)"
+    )

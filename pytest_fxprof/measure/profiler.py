@@ -47,6 +47,8 @@ from pytest_fxprof.measure.machine import (
     tune_allocator,
 )
 from pytest_fxprof.measure.setup import setup_of
+from pytest_fxprof.records.disturbance import OFF_CPU_LIMIT as OFF_CPU_LIMIT  # noqa: PLC0414 - re-exported
+from pytest_fxprof.records.disturbance import disturbance_of
 from pytest_fxprof.records.measurement import NodeInfo, NodeStats, Protocol, iqr_int, median_int
 from pytest_fxprof.records.profile import Profile
 
@@ -202,7 +204,8 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
             i += 1
         if barrier is not None:
             barrier(-1)
-        samples.choose(passes)
+        measured_off_cpu = list(samples.off_cpu)
+        picked = samples.choose(passes)
     medians = [median_int(s) for s in samples.nodes]
     busy = sum(medians) or 1
     stats = tuple(
@@ -240,6 +243,14 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
         capture=captured.capture,
         measured=measured,
         setup=setup,
+        disturbance=disturbance_of(
+            measured_off_cpu if watch else None,
+            picked if measured else [],
+            passes,
+            # the nodes' sum against the pass tells a neighbour's time slices only where the clocks differ, on the CPU
+            samples.nodes if measured and device.type != "cuda" else [],
+            samples.instrumented,
+        ),
     )
 
 
@@ -287,11 +298,6 @@ def _node_timer(
     return clock_name, ClockTimer(clock)
 
 
-OFF_CPU_LIMIT = 0.01
-"""A pass whose thread was off the CPU (preempted by a neighbour) for more than this share of its wall time
-is measured again, where nodes are stamped on the wall clock and passes on the thread's CPU clock."""
-
-
 PREEMPTED_NS = 50_000
 """Less time than this off the CPU in a pass is the clocks' own cost, not a neighbour's time slice."""
 
@@ -328,14 +334,16 @@ class _Samples:
         """Whether ``wanted`` kept passes ran with the thread on the CPU throughout."""
         return sum(f <= OFF_CPU_LIMIT for f in self.off_cpu) >= wanted
 
-    def choose(self, wanted: int) -> None:
-        """Keep the node times, instrumented totals and reference times of the passes ``chosen_passes`` picks."""
+    def choose(self, wanted: int) -> list[int]:
+        """Keep the node times, instrumented totals and reference times of the passes ``chosen_passes`` picks;
+        return the passes picked."""
         picked = chosen_passes(self.off_cpu, wanted)
         self.nodes = [[s[i] for i in picked] for s in self.nodes]
         self.host = [[s[i] for i in picked] if s else s for s in self.host]
         self.instrumented = [self.instrumented[i] for i in picked]
         if self.references:  # none in an unmeasured profile
             self.references = [self.references[i] for i in picked]
+        return picked
 
     def keep(self, whole: int, times: PassTimes, off_cpu: float = 0.0) -> None:
         self.instrumented.append(whole)

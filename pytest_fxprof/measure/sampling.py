@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
+from pytest_fxprof.records.disturbance import Disturbance, DisturbanceJSON, disturbance_from_json, least_disturbed
 from pytest_fxprof.records.measurement import Run
 from pytest_fxprof.store.baseline import RunJSON, run_from_json
 from pytest_fxprof.store.files import loads
@@ -44,6 +45,13 @@ class SampleRequest(TypedDict):
 class SampleJSON(TypedDict):
     nodes: list[str]
     run: RunJSON
+    disturbance: NotRequired[DisturbanceJSON]
+    """How disturbed the child's profile was (absent from an older child: none measured)."""
+
+
+BUSY_RETRIES = 2
+"""A fresh process whose profile was measured on a busy machine (``Disturbance.busy``) is started again up to this
+many times; the least disturbed is kept, and its disturbance tells the caller whether it stayed busy."""
 
 
 def plugin_args(args: Sequence[str]) -> tuple[str, ...]:
@@ -218,35 +226,68 @@ def sample(
     settings: dict[str, Any],
     count: int,
     expected: Mapping[str, Sequence[str]],
+    *,
+    retries: int = 0,
+    disturbances: dict[str, list[Disturbance]] | None = None,
 ) -> dict[str, list[Run]]:
     """``count`` runs per ``fxprof`` call of ``test_id``, each from a fresh process.
 
     ``expected`` maps each call's key to its node keys; a child whose graph differs is an error
-    (a capture that depends on the process cannot be baselined).
+    (a capture that depends on the process cannot be baselined). A process whose profile of any call was
+    measured on a busy machine is started again up to ``retries`` times, and the least disturbed of its tries
+    kept; ``disturbances``, where given, receives each kept run's disturbance, per call, in the runs' order.
     """
+    if retries < 0:
+        raise ValueError(f"retries must be 0 or more, not {retries}")
     runs: dict[str, list[Run]] = {key: [] for key in expected}
     for i in range(1, count + 1):
-        with tempfile.TemporaryDirectory(prefix="fxprof-") as tmp:
-            proc, out = start(relaunch, test_id, {"test_id": test_id, "settings": settings}, Path(tmp))
-            child = finish(proc, out)
-        where = f"fresh process {i} of {count} for {test_id}"
-        if child.returncode != 0 or child.data is None:
-            why = f"exit {child.returncode}" + (f", {child.problem}" if child.problem else "")
-            raise SamplingError(f"{where} failed ({why}); command: {' '.join(child.command)}\n{tail(child.output)}")
-        data = child.data
-        for key, node_keys in expected.items():
-            got = data.get(key)
-            if got is None:
-                raise SamplingError(f"{where} made no fxprof call {key!r}; calls must not depend on the process")
-            if list(got["nodes"]) != list(node_keys):
-                raise SamplingError(
-                    f"{where} captured a different graph for {key!r}; the capture must be deterministic"
-                )
-            try:
-                runs[key].append(run_from_json(got["run"], f"{key}.run", len(node_keys)))
-            except ValueError as exc:
-                raise SamplingError(f"{where} sent a malformed profile: {exc}") from None
+        tries: list[tuple[dict[str, Run], dict[str, Disturbance]]] = []
+        while not tries or (len(tries) <= retries and any(d.busy for d in tries[-1][1].values())):
+            tries.append(_one_sample(relaunch, test_id, settings, expected, f"fresh process {i} of {count}"))
+        kept = [max(tries_d.values(), key=_busiest) if tries_d else Disturbance() for _, tries_d in tries]
+        got, seen = tries[least_disturbed(kept)]
+        for key in expected:
+            runs[key].append(got[key])
+            if disturbances is not None:
+                disturbances.setdefault(key, []).append(seen[key])
     return runs
+
+
+def _busiest(d: Disturbance) -> tuple[int, float]:
+    return (int(d.busy), d.off_cpu_mean or 0.0)
+
+
+def _one_sample(
+    relaunch: Relaunch,
+    test_id: str,
+    settings: dict[str, Any],
+    expected: Mapping[str, Sequence[str]],
+    which: str,
+) -> tuple[dict[str, Run], dict[str, Disturbance]]:
+    """One fresh process's run and disturbance per call (``sample``)."""
+    runs: dict[str, Run] = {}
+    seen: dict[str, Disturbance] = {}
+    with tempfile.TemporaryDirectory(prefix="fxprof-") as tmp:
+        proc, out = start(relaunch, test_id, {"test_id": test_id, "settings": settings}, Path(tmp))
+        child = finish(proc, out)
+    where = f"{which} for {test_id}"
+    if child.returncode != 0 or child.data is None:
+        why = f"exit {child.returncode}" + (f", {child.problem}" if child.problem else "")
+        raise SamplingError(f"{where} failed ({why}); command: {' '.join(child.command)}\n{tail(child.output)}")
+    data = child.data
+    for key, node_keys in expected.items():
+        got = data.get(key)
+        if got is None:
+            raise SamplingError(f"{where} made no fxprof call {key!r}; calls must not depend on the process")
+        if list(got["nodes"]) != list(node_keys):
+            raise SamplingError(f"{where} captured a different graph for {key!r}; the capture must be deterministic")
+        try:
+            runs[key] = run_from_json(got["run"], f"{key}.run", len(node_keys))
+            raw = got.get("disturbance")
+            seen[key] = disturbance_from_json(raw, key) if raw is not None else Disturbance()
+        except ValueError as exc:
+            raise SamplingError(f"{where} sent a malformed profile: {exc}") from None
+    return runs, seen
 
 
 def write_samples(path: Path, samples: Mapping[str, Any]) -> None:

@@ -183,11 +183,24 @@ def _changed(before: str, now: str) -> str:
 
 
 @dataclass(frozen=True)
+class Recording:
+    """One recording of a baseline entry: when (``date``, UTC ISO 8601 to the second, ``2026-11-24T22:30:05Z``;
+    "" when unknown), where, how, and its runs (one per fresh process, aligned with the entry's nodes)."""
+
+    date: str
+    environment: Environment
+    protocol: Protocol
+    runs: tuple[Run, ...]
+
+
+@dataclass(frozen=True)
 class BaselineEntry:
     """Everything recorded for one ``fxprof`` call of one test.
 
     ``setup`` and ``shapes`` (each node's output, aligned with ``nodes``) are None and empty in files recorded
-    before they were: such an entry is compared without them."""
+    before they were: such an entry is compared without them. ``recorded`` is the date of ``runs`` ("" when
+    unknown) and ``history`` the earlier recordings of the same environment, graph, setup and capture method,
+    newest first, not including the entry's own (``recordings`` gives all of them)."""
 
     capture: Capture
     environment: Environment
@@ -197,6 +210,18 @@ class BaselineEntry:
     runs: tuple[Run, ...]
     setup: Setup | None = None
     shapes: tuple[str, ...] = ()
+    recorded: str = ""
+    history: tuple[Recording, ...] = ()
+
+    @property
+    def own_recording(self) -> Recording:
+        """The entry's own recording (its ``runs``), as a ``Recording``."""
+        return Recording(date=self.recorded, environment=self.environment, protocol=self.protocol, runs=self.runs)
+
+    @property
+    def recordings(self) -> tuple[Recording, ...]:
+        """Every recording the entry holds, newest first: its own, then ``history``."""
+        return (self.own_recording, *self.history)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from pytest_fxprof.records.disturbance import Disturbance
 from pytest_fxprof.records.measurement import (
     BaselineEntry,
     Capture,
@@ -128,6 +129,14 @@ class Profile:
     seconds: float = 0.0
     comparison: Comparison | None = field(default=None, compare=False)
     setup: Setup | None = None
+    disturbance: Disturbance = field(default=Disturbance(), compare=False)
+    """How disturbed the kept passes were (``records.disturbance``); ``disturbance.busy``: measured on a busy
+    machine, ``disturbance.line`` says so with the figures."""
+
+    @property
+    def busy(self) -> bool:
+        """Whether the profile was measured on a busy machine (``disturbance.busy``)."""
+        return self.disturbance.busy
 
     @property
     def total_ns(self) -> int:

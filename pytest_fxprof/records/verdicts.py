@@ -28,6 +28,9 @@ class Status(StrEnum):
     PASS = "pass"  # noqa: S105 - a verdict, not a password
     REGRESSION = "regression"
     MISMATCH = "mismatch"
+    NOISY = "noisy"
+    """Measured on a busy machine, and again within the budget: too noisy to decide, nothing judged
+    (``Comparison.noisy_reason`` says why)."""
 
 
 class BandSource(StrEnum):
@@ -184,6 +187,11 @@ class Comparison:
     """Against a revision: the old side, as ``REF (short sha)``; empty against a baseline."""
     pairs: int = 0
     """Against a revision: how many pairs of old and new processes were measured."""
+    noisy_reason: str = ""
+    """With ``Status.NOISY``: why the profile is too noisy to decide (the busy machine's figures)."""
+    recordings: int = 1
+    """How many recordings of the baseline set the bands (``--fxprof-history``): from ``MIN_RECORDINGS`` on, they
+    are learnt from the drift between recordings (``judge.decision``)."""
 
     @property
     def reference(self) -> str:

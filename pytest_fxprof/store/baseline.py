@@ -4,6 +4,11 @@ Owns the on-disk format (``SCHEMA_VERSION``) and the mapping from test id to fil
 with sorted keys, integers for times, two-space indentation and a trailing newline (``files.dumps``), so
 recording the same data twice gives the same bytes and a refresh diffs readably, and atomically
 (``files.write_atomic``). Must not import torch, pytest or pandas.
+
+Schema versions: 1, the entry's own recording only; 2 adds an entry's ``recorded`` (the date of its runs) and
+``history`` (its earlier recordings, newest first, each ``date``, ``environment``, ``protocol`` and ``runs``),
+both left out when empty, so that a version 1 file reads as it always has and is written as version 2 by the
+next ``--fxprof-update`` with every field kept.
 """
 
 from __future__ import annotations
@@ -27,13 +32,16 @@ from pytest_fxprof.records.measurement import (
     Environment,
     NodeInfo,
     Protocol,
+    Recording,
     Run,
     Setup,
     Tolerances,
 )
 from pytest_fxprof.store.files import TooLargeError, dumps, loads, read_text, stale_temporaries, write_atomic
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+DATE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+"""A recording's date: UTC, ISO 8601 to the second (``2026-11-24T22:30:05Z``)."""
 SUFFIX = ".json"
 MAX_SLUG = 80
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -81,6 +89,13 @@ class SetupJSON(TypedDict):
     mode: str
 
 
+class RecordingJSON(TypedDict):
+    date: str
+    environment: dict[str, Any]
+    protocol: dict[str, int]
+    runs: list[RunJSON]
+
+
 class EntryJSON(TypedDict):
     capture: dict[str, Any]
     environment: dict[str, Any]
@@ -89,6 +104,8 @@ class EntryJSON(TypedDict):
     nodes: list[NodeJSON]
     runs: list[RunJSON]
     setup: NotRequired[SetupJSON]
+    recorded: NotRequired[str]
+    history: NotRequired[list[RecordingJSON]]
 
 
 class FileJSON(TypedDict):
@@ -105,8 +122,39 @@ class BaselineFile:
     entries: Mapping[str, BaselineEntry]
 
 
+def environment_to_json(env: Environment) -> dict[str, Any]:
+    return {
+        "torch": env.torch,
+        "python": env.python,
+        "platform": env.platform,
+        "cpu": env.cpu,
+        "threads": env.threads,
+        "device": env.device,
+        "allocator": env.allocator,
+        "clock": env.clock,
+        "engine": env.engine,
+    }
+
+
+def protocol_to_json(protocol: Protocol) -> dict[str, int]:
+    return {
+        "warmup": protocol.warmup,
+        "passes": protocol.passes,
+        "threads": protocol.threads,
+        "processes": protocol.processes,
+    }
+
+
+def recording_to_json(recording: Recording) -> RecordingJSON:
+    return {
+        "date": recording.date,
+        "environment": environment_to_json(recording.environment),
+        "protocol": protocol_to_json(recording.protocol),
+        "runs": [run_to_json(r) for r in recording.runs],
+    }
+
+
 def entry_to_json(entry: BaselineEntry) -> EntryJSON:
-    env = entry.environment
     out: EntryJSON = {
         "capture": {
             "method": entry.capture.method,
@@ -114,29 +162,18 @@ def entry_to_json(entry: BaselineEntry) -> EntryJSON:
             "graphs": entry.capture.graphs,
             "detail": entry.capture.detail,
         },
-        "environment": {
-            "torch": env.torch,
-            "python": env.python,
-            "platform": env.platform,
-            "cpu": env.cpu,
-            "threads": env.threads,
-            "device": env.device,
-            "allocator": env.allocator,
-            "clock": env.clock,
-            "engine": env.engine,
-        },
-        "protocol": {
-            "warmup": entry.protocol.warmup,
-            "passes": entry.protocol.passes,
-            "threads": entry.protocol.threads,
-            "processes": entry.protocol.processes,
-        },
+        "environment": environment_to_json(entry.environment),
+        "protocol": protocol_to_json(entry.protocol),
         "tolerances": {"node": entry.tolerances.node, "total": entry.tolerances.total},
         "nodes": [_node_json(n, entry.shapes[i] if entry.shapes else None) for i, n in enumerate(entry.nodes)],
         "runs": [run_to_json(r) for r in entry.runs],
     }
     if entry.setup is not None:
         out["setup"] = {"inputs": list(entry.setup.inputs), "mode": entry.setup.mode}
+    if entry.recorded:  # left out when unknown (an entry of a version 1 file), as is an empty history
+        out["recorded"] = entry.recorded
+    if entry.history:
+        out["history"] = [recording_to_json(r) for r in entry.history]
     return out
 
 
@@ -230,10 +267,73 @@ def _run_from_json(raw: object, where: str, count: int) -> Run:
     return run
 
 
+def _environment_from_json(raw: object, where: str) -> Environment:
+    env = _get(raw, "environment", dict, where)
+    w_env = f"{where}.environment"
+    return Environment(
+        torch=_get(env, "torch", str, w_env),
+        python=_get(env, "python", str, w_env),
+        platform=_get(env, "platform", str, w_env),
+        cpu=_get(env, "cpu", str, w_env),
+        threads=_count(env, "threads", w_env, minimum=1),
+        device=_get(env, "device", str, w_env),
+        allocator=_get(env, "allocator", str, w_env),
+        # files written before the clock was recorded were timed on the wall clock
+        clock=_get(env, "clock", str, w_env) if "clock" in env else "wall",
+        # and before the engine was, by the interpreter
+        engine=_get(env, "engine", str, w_env) if "engine" in env else "interpreter",
+    )
+
+
+def _protocol_from_json(raw: object, where: str) -> Protocol:
+    proto = _get(raw, "protocol", dict, where)
+    return Protocol(
+        warmup=_count(proto, "warmup", f"{where}.protocol"),
+        passes=_count(proto, "passes", f"{where}.protocol", minimum=1),
+        threads=_count(proto, "threads", f"{where}.protocol", minimum=1),
+        processes=_count(proto, "processes", f"{where}.protocol", minimum=1),
+    )
+
+
+def _runs_from_json(raw: object, where: str, count: int) -> tuple[Run, ...]:
+    runs_raw = _get(raw, "runs", list, where)
+    if not runs_raw:
+        raise _ShapeError(f"{where}.runs is empty")
+    return tuple(_run_from_json(r, f"{where}.runs[{i}]", count) for i, r in enumerate(runs_raw))
+
+
+def _date(raw: object, key: str, where: str) -> str:
+    value: str = _get(raw, key, str, where)
+    if value and not DATE.match(value):
+        raise _ShapeError(
+            f"{where}.{key} is {value!r}, not a UTC date to the second such as '2026-11-24T22:30:05Z' (or '')"
+        )
+    return value
+
+
+def _history_from_json(raw: object, where: str, count: int) -> tuple[Recording, ...]:
+    if not isinstance(raw, dict) or "history" not in raw:  # version 1 files, and entries without history
+        return ()
+    out = []
+    for i, item in enumerate(_get(raw, "history", list, where)):
+        w = f"{where}.history[{i}]"
+        if not isinstance(item, dict):
+            raise _ShapeError(f"{w} should be an object")
+        out.append(
+            Recording(
+                date=_date(item, "date", w),
+                environment=_environment_from_json(item, w),
+                protocol=_protocol_from_json(item, w),
+                runs=_runs_from_json(item, w, count),
+            )
+        )
+    return tuple(out)
+
+
 def _entry_from_json(raw: object, where: str) -> BaselineEntry:
     cap = _get(raw, "capture", dict, where)
-    env = _get(raw, "environment", dict, where)
-    proto = _get(raw, "protocol", dict, where)
+    environment = _environment_from_json(raw, where)
+    protocol = _protocol_from_json(raw, where)
     tol = _get(raw, "tolerances", dict, where)
     nodes_raw = _get(raw, "nodes", list, where)
     nodes = []
@@ -254,11 +354,8 @@ def _entry_from_json(raw: object, where: str) -> BaselineEntry:
         setup = Setup(
             inputs=_strings(raw_setup, "inputs", f"{where}.setup"), mode=_get(raw_setup, "mode", str, f"{where}.setup")
         )
-    runs_raw = _get(raw, "runs", list, where)
-    if not runs_raw:
-        raise _ShapeError(f"{where}.runs is empty")
-    runs = [_run_from_json(r, f"{where}.runs[{i}]", len(nodes)) for i, r in enumerate(runs_raw)]
-    w_env = f"{where}.environment"
+    runs = _runs_from_json(raw, where, len(nodes))
+    recorded = _date(raw, "recorded", where) if isinstance(raw, dict) and "recorded" in raw else ""
     return BaselineEntry(
         capture=Capture(
             method=_get(cap, "method", str, f"{where}.capture"),
@@ -267,33 +364,18 @@ def _entry_from_json(raw: object, where: str) -> BaselineEntry:
             graphs=_count(cap, "graphs", f"{where}.capture", minimum=1) if "graphs" in cap else 1,
             detail=_get(cap, "detail", str, f"{where}.capture") if "detail" in cap else "",
         ),
-        environment=Environment(
-            torch=_get(env, "torch", str, w_env),
-            python=_get(env, "python", str, w_env),
-            platform=_get(env, "platform", str, w_env),
-            cpu=_get(env, "cpu", str, w_env),
-            threads=_count(env, "threads", w_env, minimum=1),
-            device=_get(env, "device", str, w_env),
-            allocator=_get(env, "allocator", str, w_env),
-            # files written before the clock was recorded were timed on the wall clock
-            clock=_get(env, "clock", str, w_env) if isinstance(env, dict) and "clock" in env else "wall",
-            # and before the engine was, by the interpreter
-            engine=_get(env, "engine", str, w_env) if isinstance(env, dict) and "engine" in env else "interpreter",
-        ),
-        protocol=Protocol(
-            warmup=_count(proto, "warmup", f"{where}.protocol"),
-            passes=_count(proto, "passes", f"{where}.protocol", minimum=1),
-            threads=_count(proto, "threads", f"{where}.protocol", minimum=1),
-            processes=_count(proto, "processes", f"{where}.protocol", minimum=1),
-        ),
+        environment=environment,
+        protocol=protocol,
         tolerances=Tolerances(
             node=_number(tol, "node", f"{where}.tolerances"),
             total=_number(tol, "total", f"{where}.tolerances"),
         ),
         nodes=tuple(nodes),
-        runs=tuple(runs),
+        runs=runs,
         setup=setup,
         shapes=tuple(s or "" for s in shapes) if any(s is not None for s in shapes) else (),
+        recorded=recorded,
+        history=_history_from_json(raw, where, len(nodes)),
     )
 
 

@@ -81,6 +81,11 @@ def _profile_benchmarks(profile: Mapping[str, Any]) -> list[_Benchmark]:
         **{name: protocol.get(name) for name in PROFILE_INFO},
         **{name: environment.get(name) for name in ENVIRONMENT_INFO},
     }
+    disturbance = profile.get("disturbance")
+    if isinstance(disturbance, Mapping):  # measured on a busy machine: the figures, and what every view says
+        info.update(busy_machine=disturbance.get("line") or None, disturbance=dict(disturbance))
+    if profile.get("noisy"):
+        info["noisy"] = profile["noisy"]
     if profile.get("against"):  # against a revision: the samples are the new side's processes, one per pair
         info.update(against=profile["against"], pairs=profile.get("pairs"), pair_ratios=total.get("ratios"))
     short = test_id.rsplit("::", 1)[-1]  # the test's own name, as pytest-benchmark names a benchmark

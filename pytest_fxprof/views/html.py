@@ -27,7 +27,7 @@ from typing import Any
 from pytest_fxprof.records.units import fmt_ns, fmt_rate
 from pytest_fxprof.store.files import write_atomic
 from pytest_fxprof.views.render import graphs_text
-from pytest_fxprof.views.report import against_of, verdict_tone
+from pytest_fxprof.views.report import against_of, busy_line, verdict_tone
 
 TITLE = "pytest-fxprof report"
 CHART_ROWS = 40
@@ -92,7 +92,7 @@ def _checked(profiles: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda p: (STATUS_ORDER.get(p["status"], len(STATUS_ORDER)), p["test_id"], p["key"]))
 
 
-STATUS_ORDER = {"regression": 0, "missing": 1, "mismatch": 2, "not recorded": 3}
+STATUS_ORDER = {"regression": 0, "missing": 1, "mismatch": 2, "noisy": 3, "not recorded": 4}
 """Profiles that need a reader's attention come first; the rest follow in test order."""
 
 
@@ -298,6 +298,11 @@ def _faster(p: Mapping[str, Any]) -> list[dict[str, Any]]:
 def _structure(p: Mapping[str, Any]) -> str:
     """Why a profile was not compared, or how its graph changed since the baseline."""
     parts = []
+    if p.get("noisy"):
+        parts.append(f"<h3>Too noisy to decide, so not judged</h3><p>{_e(p['noisy'])}</p>")
+    busy = busy_line(p)
+    if busy:
+        parts.append(f'<p class="busy"><b>{_e(busy)}</b></p>')
     if p.get("mismatches"):
         items = "".join(f"<li>{_e(m)}</li>" for m in p["mismatches"])
         parts.append(f"<h3>Recorded in another environment, so not compared</h3><ul>{items}</ul>")

@@ -21,7 +21,7 @@ from pytest_fxprof.records.measurement import FORWARD
 from pytest_fxprof.records.units import fmt_ns
 from pytest_fxprof.store.files import write_atomic
 from pytest_fxprof.views.render import graphs_text
-from pytest_fxprof.views.report import against_of, item_tone, worst_nodes
+from pytest_fxprof.views.report import against_of, busy_line, item_tone, worst_nodes
 
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 TITLE = "pytest-fxprof"
@@ -39,6 +39,7 @@ ITEMS_SHOWN = 20
 STATUS_WORDS: dict[str, tuple[str, str]] = {
     "regression": ("regression", "regressions"),
     "mismatch": ("mismatch", "mismatches"),
+    "noisy": ("too noisy to decide", "too noisy to decide"),
     "missing": ("missing a baseline", "missing a baseline"),
     "pass": ("passed", "passed"),
     "recorded": ("recorded", "recorded"),
@@ -46,9 +47,9 @@ STATUS_WORDS: dict[str, tuple[str, str]] = {
     "unmeasured": ("unmeasured", "unmeasured"),
 }
 """The heading's word for each status (one, several), in the heading's order."""
-ATTENTION = ("regression", "mismatch", "missing", "error")
+ATTENTION = ("regression", "mismatch", "missing", "noisy", "error")
 """Statuses that fail a test or skip it: shown first, in bold."""
-STATUS_CELLS = {"missing": "missing baseline"}
+STATUS_CELLS = {"missing": "missing baseline", "noisy": "too noisy to decide"}
 
 _SPECIAL = re.compile(r"([\\`*_\[\]<>|&~#])")
 _BREAK = re.compile(r"\s*[\r\n]+\s*")
@@ -219,6 +220,18 @@ def _mismatch_block(profile: Mapping[str, Any]) -> list[str]:
     return lines + [f"- {line}" for line in _more(NODES_SHOWN, len(mismatches), "differences")]
 
 
+def _busy(profiles: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per profile measured on a busy machine, or too noisy to decide, with its figures: never folded."""
+    items = []
+    for p in profiles:
+        if p.get("noisy"):
+            items.append(f"- {_code(_label(p))}: too noisy to decide: {_text(p['noisy'])}")
+        elif busy_line(p):
+            items.append(f"- {_code(_label(p))}: {_text(busy_line(p))}")
+    shown = items[:ITEMS_SHOWN] + [f"- {m}" for m in _more(ITEMS_SHOWN, len(items))]
+    return ["", *shown] if items else []
+
+
 def _blocks(profiles: Sequence[Mapping[str, Any]]) -> list[str]:
     problems = [p for p in profiles if p["status"] in ("regression", "mismatch")]
     out: list[str] = []
@@ -277,6 +290,7 @@ def markdown_summary(mode: str, profiles: Sequence[Mapping[str, Any]], unused: S
     lines = [_heading(mode, profiles)]
     if profiles:
         lines += ["", *_table(mode, profiles)]
+    lines += _busy(profiles)
     lines += _blocks(profiles)
     lines += _details("Warnings", _warnings(profiles))
     lines += _details("Hints", _hints(profiles))

@@ -253,6 +253,8 @@ def regression_message(label: str, c: Comparison) -> str:
         lines = [f"fxprof: {label} got slower than its baseline ({c.baseline_processes} process(es)){confirmed}"]
     lines.extend(f"  slower node: {node_line(v)}" for v in c.slower)
     lines.extend(_capped([f"  slower: {aggregate_line(a)}{_led_by(c, a)}" for a in c.slower_aggregates]))
+    small = c.slower_small[:WORST_SHOWN]  # the small nodes that slowed the aggregates above
+    lines.extend(f"  slower small node (its aggregates gate it): {node_line(v)}" for v in small)
     if c.total is not None:
         lines.append(f"  {total_line(c.total)}")
     if not c.against:
@@ -297,6 +299,8 @@ def summary_line(label: str, c: Comparison | None) -> str:
         return f"{label}: recorded"
     if c.status is Status.MISMATCH:
         return f"{label}: mismatch ({'; '.join(c.mismatches)})"
+    if c.status is Status.NOISY:
+        return f"{label}: too noisy to decide ({c.noisy_reason})"
     total = f"total x{round(c.total.ratio, 4):.2f}" if c.total else ""
     worst = sorted(c.nodes, key=lambda v: -band_used(v.ratio, v.band))[:WORST_SHOWN]  # as report.worst_nodes
     # ratios rounded as the report rounds them first, so that this line and every view print the same digits

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from pytest_fxprof.judge.hints import profile_hints
+from pytest_fxprof.records.disturbance import Disturbance, disturbance_to_json
 from pytest_fxprof.records.measurement import FORWARD, NodeInfo, NodeStats
 from pytest_fxprof.records.profile import ROLLUPS, Profile
 from pytest_fxprof.records.verdicts import AggregateVerdict, Comparison, Judgement, Kind, NodeVerdict, Verdict
@@ -132,6 +133,7 @@ def profile_report(
         },
         "overhead": round(result.overhead, 4) if result.overhead is not None else None,
         "remeasured": result.remeasured,
+        "disturbance": disturbance_report(result.disturbance),
         "seconds": round(result.seconds, 3),
         "runs": [run_to_json(r) for r in (result.run(), *result.confirmations)],
         "nodes": nodes,
@@ -156,6 +158,8 @@ def profile_report(
         out["removed"] = [_node_ref(n) for n in comparison.removed]
         out["graphs"] = {"baseline": comparison.graphs[0], "current": comparison.graphs[1]}
         out["measurements"] = comparison.measurements
+        if comparison.noisy_reason:  # too noisy to decide: measured on a busy machine, nothing judged
+            out["noisy"] = comparison.noisy_reason
         if comparison.against:  # the ratios of each verdict are then one per pair of old and new processes
             out["against"] = comparison.against
             out["pairs"] = comparison.pairs
@@ -181,6 +185,18 @@ def profile_report(
             )
         out["flagged"], out["warned"] = _flags(comparison)
     return out
+
+
+def disturbance_report(d: Disturbance) -> dict[str, Any]:
+    """A profile's disturbance in the report: every figure (``busy`` by the rules of ``records.disturbance``), the
+    reasons it is busy and ``line``, what every view shows of a busy profile ("" when it is not)."""
+    return {**disturbance_to_json(d), "reasons": list(d.reasons), "line": d.line}
+
+
+def busy_line(profile: Mapping[str, Any]) -> str:
+    """What a report's profile says of the machine it was measured on: "measured on a busy machine: ..." or ""."""
+    d = profile.get("disturbance")
+    return str(d.get("line") or "") if isinstance(d, Mapping) else ""
 
 
 def judgement_json(j: Judgement) -> dict[str, Any]:

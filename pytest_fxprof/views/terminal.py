@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pytest_fxprof.records.disturbance import BUSY_LINE
 from pytest_fxprof.records.measurement import FORWARD
 from pytest_fxprof.records.units import fmt_ns
 from pytest_fxprof.views.render import WORST_SHOWN, grid
-from pytest_fxprof.views.report import ProfileRecord, item_tone, worst_nodes
+from pytest_fxprof.views.report import ProfileRecord, busy_line, item_tone, worst_nodes
 
 Line = tuple[str, str | None]
 """A line of text and the colour to write it in (None: the terminal's own)."""
@@ -34,10 +35,27 @@ def node_colour(node: Mapping[str, Any]) -> str | None:
     return TONE_COLOURS.get(item_tone(node))
 
 
+def busy_counts(records: Sequence[ProfileRecord]) -> str:
+    """The run's count of profiles too noisy to decide and of those measured on a busy machine ("" if none)."""
+    noisy = sum(r["status"] == "noisy" for r in records)
+    busy = sum(bool(busy_line(r["report"])) for r in records)
+    parts = [f"{noisy} profile(s) too noisy to decide"] if noisy else []
+    parts += [f"{busy} profile(s) {BUSY_LINE}"] if busy else []
+    return "; ".join(parts) + ("; measure on a quieter machine" if parts else "")
+
+
 def profile_lines(record: ProfileRecord, verbose: bool = False) -> list[Line]:
     """The summary line; then the worst nodes (or, with ``verbose``, every node and the hints)."""
     profile = record["report"]
     out: list[Line] = [(record["summary"], status_colour(record["status"]))]
+    busy = busy_line(profile)
+    if busy:  # the figures below came from a disturbed machine: say so before them
+        out.append((f"{INDENT}{busy}", WARNING_COLOUR))
+    notices = profile.get("notices") or []
+    if verbose:
+        out += [(f"{INDENT}notice: {line}", None) for line in notices]
+    elif notices:  # nothing to act on: counted here, listed with -v and in the reports
+        out.append((f"{INDENT}{len(notices)} notice(s), nothing to act on (pytest -v lists them)", None))
     nodes = profile["nodes"]
     if not nodes or record["status"] == "unmeasured":  # one cold pass: its times say little
         return out

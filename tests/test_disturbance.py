@@ -1,0 +1,265 @@
+"""Disturbance on the record: the rules that call a profile "measured on a busy machine", a weak baseline's
+warning, and the gate's verdict on a busy profile.
+
+The rules are pure functions over per-pass figures, tested with hand-built samples. The plugin's runs read the
+fake clock of ``tests/test_plugin.py`` and, where a test makes them busy, a disturbance injected by a conftest
+(``BUSY_ENV``), also in the fresh processes of a recording: no wall-clock figure is asserted on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from pytest_fxprof.judge.decision import WEAK_BAND, Policy, weak_baseline, widest_band
+from pytest_fxprof.records.disturbance import (
+    BUSY_CONSISTENCY,
+    BUSY_LINE,
+    BUSY_OFF_CPU,
+    BUSY_SUM_CONSISTENCY,
+    OFF_CPU_LIMIT,
+    Disturbance,
+    disturbance_from_json,
+    disturbance_of,
+    disturbance_to_json,
+    least_disturbed,
+)
+from pytest_fxprof.records.measurement import Run
+from pytest_fxprof.records.verdicts import Status
+from pytest_fxprof.session import noisy
+from pytest_fxprof.views.report import busy_line
+from pytest_fxprof.views.terminal import busy_counts
+from tests.records_for_tests import BASE_NS, MODEL
+from tests.test_decision import make_entry, make_run
+from tests.test_plugin import CLOCK_CONFTEST, FAKE_CLOCK, FAST, LOOSE, QUIET, TWO_TESTS, fxprof_warnings, write_tests
+
+QUIET_NODES = [[100, 101, 99, 100], [200, 202, 198, 200]]  # two nodes, four kept passes
+QUIET_PASSES = [320, 321, 319, 320]  # the pass on the CPU clock: a little more than the nodes' sum
+
+
+# The rules -------------------------------------------------------------------------------------------
+
+
+def test_a_quiet_profile_is_not_busy_and_says_nothing() -> None:
+    d = disturbance_of([0.0, 0.002, 0.0, 0.0], [0, 1, 2, 3], 4, QUIET_NODES, QUIET_PASSES)
+    assert d.measured
+    assert not d.busy
+    assert d.off_cpu_mean == pytest.approx(0.0005)
+    assert d.off_cpu_worst == pytest.approx(0.002)
+    assert (d.remeasured, d.kept_disturbed, d.kept) == (0, 0, 4)
+    assert d.consistency == pytest.approx(300 / 320)
+    assert d.sum_consistency == pytest.approx(1.0)
+    assert d.line == ""
+    assert d.reasons == ()
+    assert "thread off the CPU 0% of kept passes' time (worst pass 0%)" in d.figures
+
+
+def test_off_cpu_share_beyond_the_limit_is_busy() -> None:
+    shares = [0.2, 0.0, 0.1, 0.3, 0.0, 0.0]  # six passes measured for four wanted: two measured again
+    d = disturbance_of(shares, [0, 1, 2, 3], 4, QUIET_NODES, QUIET_PASSES)
+    assert d.remeasured == 2
+    assert d.kept_disturbed == 3
+    assert d.off_cpu_mean == pytest.approx(0.15)
+    assert d.off_cpu_worst == pytest.approx(0.3)
+    assert d.off_cpu_mean is not None
+    assert d.off_cpu_mean > BUSY_OFF_CPU
+    assert d.busy
+    assert d.line.startswith(f"{BUSY_LINE}: thread off the CPU 15% of kept passes' time (worst pass 30%)")
+    assert "2 passes measured again, 3 kept although disturbed" in d.line
+
+
+def test_kept_disturbed_passes_alone_make_it_busy() -> None:
+    shares = [OFF_CPU_LIMIT * 2] * 2 + [0.0] * 2  # mean 1 %: under BUSY_OFF_CPU, but half the passes disturbed
+    d = disturbance_of(shares, [0, 1, 2, 3], 4, QUIET_NODES, QUIET_PASSES)
+    assert d.off_cpu_mean is not None
+    assert d.off_cpu_mean <= BUSY_OFF_CPU
+    assert d.busy
+    assert d.reasons == ("2 of 4 kept passes disturbed",)
+
+
+def test_nodes_summing_beyond_the_pass_is_busy() -> None:
+    # a neighbour's time slices in the nodes' wall time, not in the pass's CPU time (1.57 seen on TinyViT)
+    nodes = [[160, 170, 150, 160], [340, 330, 350, 340]]
+    d = disturbance_of(None, [0, 1, 2, 3], 4, nodes, QUIET_PASSES)
+    assert d.off_cpu_mean is None
+    assert d.consistency == pytest.approx(500 / 320)
+    assert d.consistency is not None
+    assert d.consistency > BUSY_CONSISTENCY
+    assert d.busy
+    assert "node medians sum to x1.56 the median pass" in d.line
+
+
+def test_node_medians_far_below_the_passes_node_sums_is_busy() -> None:
+    # each pass has one node that jumped to another level; each node's median did not
+    nodes = [[500, 100, 100, 100, 100], [100, 500, 100, 100, 100], [100, 100, 500, 100, 100]]
+    d = disturbance_of(None, [0, 1, 2, 3, 4], 5, nodes, [700] * 5)
+    assert d.sum_consistency == pytest.approx(300 / 700)
+    assert d.sum_consistency is not None
+    assert d.sum_consistency < BUSY_SUM_CONSISTENCY
+    assert d.busy
+    assert any("node sum" in r for r in d.reasons)
+
+
+def test_nothing_measured_where_nothing_can_be_known() -> None:
+    assert not Disturbance().measured
+    assert not Disturbance().busy
+    assert Disturbance().figures == ""
+    one = disturbance_of(None, [0], 1, [[100]], [120])  # one pass: no consistency
+    assert one.consistency is None
+    assert not one.busy
+
+
+def test_bad_figures_are_refused() -> None:
+    with pytest.raises(ValueError, match="outside the 2 measured"):
+        disturbance_of([0.0, 0.0], [0, 5], 2, [], [1, 1])
+    with pytest.raises(ValueError, match="one time per kept pass"):
+        disturbance_of(None, [0, 1], 2, [[1]], [1, 1])
+
+
+def test_the_least_disturbed_is_kept() -> None:
+    busy = Disturbance(0.3, 0.5, 4, 3, 4, 1.0, 1.0)
+    less = Disturbance(0.1, 0.2, 4, 2, 4, 1.0, 1.0)
+    quiet = Disturbance(0.0, 0.0, 0, 0, 4, 0.98, 0.99)
+    assert least_disturbed([busy, less, quiet]) == 2
+    assert least_disturbed([busy, less]) == 1
+    assert least_disturbed([quiet, Disturbance(0.0, 0.0, 0, 0, 4, 0.98, 0.99)]) == 0
+    with pytest.raises(ValueError, match="at least one"):
+        least_disturbed([])
+
+
+def test_json_round_trip_and_clear_errors() -> None:
+    d = Disturbance(0.25, 0.41, 12, 3, 12, 1.57, 0.8)
+    data = disturbance_to_json(d)
+    assert data["busy"] is True
+    assert disturbance_from_json(json.loads(json.dumps(data)), "x") == d
+    with pytest.raises(ValueError, match=r"call0: disturbance.off_cpu_mean must be a non-negative number"):
+        disturbance_from_json({**data, "off_cpu_mean": "lots"}, "call0")
+    with pytest.raises(ValueError, match=r"disturbance.kept must be a non-negative integer"):
+        disturbance_from_json({**data, "kept": -1}, "call0")
+    with pytest.raises(ValueError, match="must be an object"):
+        disturbance_from_json([1], "call0")
+
+
+def test_views_say_busy_with_the_figures() -> None:
+    from pytest_fxprof.views.report import disturbance_report
+
+    busy = disturbance_report(Disturbance(0.25, 0.41, 12, 3, 12, 1.57, 0.8))
+    quiet = disturbance_report(Disturbance(0.0, 0.0, 0, 0, 12, 0.97, 0.98))
+    assert busy_line({"disturbance": busy}).startswith(BUSY_LINE)
+    assert busy_line({"disturbance": quiet}) == ""
+    assert quiet["consistency"] == 0.97
+    assert quiet["busy"] is False
+    records = [
+        {"test_id": "t", "key": "a", "status": "noisy", "summary": "", "report": {"disturbance": busy}},
+        {"test_id": "t", "key": "b", "status": "pass", "summary": "", "report": {"disturbance": quiet}},
+    ]
+    assert busy_counts(records) == (  # type: ignore[arg-type]
+        f"1 profile(s) too noisy to decide; 1 profile(s) {BUSY_LINE}; measure on a quieter machine"
+    )
+    assert noisy(make_entry([make_run(list(BASE_NS.values()))]), "why").status is Status.NOISY
+
+
+# A weak baseline -----------------------------------------------------------------------------------
+
+
+def _runs(spread: float) -> list[Run]:
+    """Five processes whose largest node and total swing by ``spread`` (log scale) around their centre."""
+    largest = max(BASE_NS, key=lambda n: BASE_NS[n])
+    out = []
+    for k in (-2, -1, 0, 1, 2):
+        times = [round(BASE_NS[n.name] * (math.exp(k * spread) if n.name == largest else 1.0)) for n in MODEL]
+        out.append(make_run(times))
+    return out
+
+
+def test_a_wide_spread_on_a_large_node_makes_a_weak_baseline() -> None:
+    entry = make_entry(_runs(0.08))
+    widest = widest_band(entry, Policy())
+    assert widest is not None
+    band, what = widest
+    assert band > WEAK_BAND
+    assert what in {max(BASE_NS, key=lambda n: BASE_NS[n]), "total"}
+    text = weak_baseline("t.py::test [call0]", entry, Policy())
+    assert text == (
+        f"t.py::test [call0]: recorded on a busy machine: bands up to +{band:.0%} ({what}); record again on a "
+        "quieter machine or with more processes (--fxprof-processes)"
+    )
+
+
+def test_a_tight_baseline_is_not_weak() -> None:
+    assert weak_baseline("t", make_entry(_runs(0.001)), Policy()) == ""
+    assert widest_band(make_entry(_runs(0.0)[:1]), Policy()) is None  # one process: no spread measured
+
+
+# The gate on a busy machine (pytester) ----------------------------------------------------------------
+
+BUSY_ENV = "FXPROF_TEST_BUSY"
+BUSY_CONFTEST = (
+    CLOCK_CONFTEST
+    + f'''
+
+import os
+
+from pytest_fxprof.records.disturbance import Disturbance
+
+
+@pytest.fixture(autouse=True)
+def _busy(monkeypatch):
+    """Every profile measured on a busy machine where {BUSY_ENV} is set (the fresh processes inherit it)."""
+    if os.environ.get("{BUSY_ENV}"):
+        busy = Disturbance(0.23, 0.41, 12, 3, 12, 1.57, 0.8)
+        monkeypatch.setattr(profiler, "disturbance_of", lambda *a, **k: busy)
+'''
+)
+
+
+def busy_run(pytester: pytest.Pytester, *args: str, busy: bool) -> pytest.RunResult:
+    pytester.makepyfile(fakeclock=FAKE_CLOCK)
+    pytester.makeconftest(BUSY_CONFTEST)
+    if busy:
+        os.environ[BUSY_ENV] = "1"
+    try:
+        return pytester.runpytest(*QUIET, *FAST, *LOOSE, *args)
+    finally:
+        os.environ.pop(BUSY_ENV, None)
+
+
+def test_busy_check_is_too_noisy_to_decide_and_skipped(pytester: pytest.Pytester) -> None:
+    write_tests(pytester, TWO_TESTS)
+    recorded = busy_run(pytester, "--fxprof-update", "--fxprof-processes=2", busy=True)
+    recorded.assert_outcomes(passed=2)
+    warnings = fxprof_warnings(recorded)
+    assert any("2 of 2 processes were measured on a busy machine" in w for w in warnings), warnings
+
+    checked = busy_run(pytester, "--fxprof", "--fxprof-report=report.json", "-rs", busy=True)
+    checked.assert_outcomes(skipped=2)
+    checked.stdout.fnmatch_lines(["*too noisy to decide: measured on a busy machine: thread off the CPU 23%*"])
+    checked.stdout.fnmatch_lines(["*2 profile(s) too noisy to decide; 2 profile(s) measured on a busy machine*"])
+    report = json.loads(Path(pytester.path / "report.json").read_text())
+    profile = report["profiles"][0]
+    assert profile["status"] == "noisy"
+    assert profile["noisy"].startswith(BUSY_LINE)
+    assert profile["disturbance"]["busy"] is True
+    assert profile["disturbance"]["off_cpu_mean"] == 0.23
+
+    failed = busy_run(pytester, "--fxprof", "--fxprof-on-busy=fail", busy=True)
+    failed.assert_outcomes(failed=2)
+
+    quiet = busy_run(pytester, "--fxprof", "--fxprof-report=quiet.json", busy=False)
+    quiet.assert_outcomes(passed=2)
+    assert "busy machine" not in quiet.stdout.str()
+    data = json.loads(Path(pytester.path / "quiet.json").read_text())["profiles"][0]["disturbance"]
+    assert data["busy"] is False
+    assert data["line"] == ""
+    assert data["kept"] == 3
+
+
+def test_bad_on_busy_is_refused(pytester: pytest.Pytester) -> None:
+    write_tests(pytester, TWO_TESTS)
+    result = busy_run(pytester, "--fxprof", "--fxprof-on-busy=maybe", busy=False)
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(["*--fxprof-on-busy*invalid choice*"])
