@@ -23,6 +23,8 @@ processes of its call_module nodes' times, its share that over the sum of all no
 * ``group+{15,30}``: every submodule of one module type, each slowed by 15 or 30 %: of the types with at
   least 3 call_module nodes, all under 1 ms each and together under 15 % of the model (a group of small
   nodes, not the bulk of the model), the one with the most nodes.
+* ``type+30``: every submodule of the module type that takes the most time (all ``Conv2d``, say), each slowed by
+  30 %: a broad slowdown of one operator type, which also moves the speed factors that normalise its nodes.
 * ``total+{5,10}``: every submodule slowed by the same fraction, 5 or 10 % of the model's total over the sum
   of its call_module nodes' times, so that the model as a whole is 5 or 10 % slower.
 
@@ -37,6 +39,12 @@ custom op, the same in every condition) doing a quarter more work; ``checkpoint`
 checkpointing, so that the backward recomputes its forward. Their plan reads the layer's and the stage's
 backward time from the recording. A failure is named when it flags a node, module (in any direction) or
 operator type within the layer or stage.
+
+Load (``--load``): ``neighbours`` runs two neighbour processes for the whole measurement, recording included, each
+busy on a core for 1 to 3 s, then idle for 1 to 3 s, again and again (seeded), as other jobs come and go on a shared
+runner; ``xdist`` runs every check as ``pytest -n 2`` with ``CPU_TESTS`` ordinary CPU-heavy tests (pure Python work of
+1 to 3 s each) beside the profiled ones, as a project's own suite would, the recording alone as usual. Neighbours are
+stopped when the measurement ends, whatever ends it.
 
 Checking: ``--unchanged`` processes run the ``-none`` tests of the models; ``--slowed`` processes run
 every selected condition of every model (``none`` included when selected, counting as unchanged), in
@@ -57,6 +65,7 @@ anything else stops the measurement with the output's tail.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import math
@@ -70,6 +79,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +101,7 @@ QUIET = ["-q", "-p", "no:cacheprovider"]
 NODE_SHARES = (0.01, 0.03, 0.10)
 NODE_FRACTIONS = (0.10, 0.15, 0.25, 0.50)
 GROUP_FRACTIONS = (0.15, 0.30)
+TYPE_FRACTIONS = (0.30,)
 TOTAL_GROWTHS = (0.05, 0.10)
 LARGE_NS = 1_000_000  # 1 ms: a node this long is preferred as the slowed one; a group's members are shorter
 GROUP_MIN = 3
@@ -106,6 +117,7 @@ CONDITIONS = (
     "none",
     *(f"node{percent(s)}pct+{percent(f)}" for s in NODE_SHARES for f in NODE_FRACTIONS),
     *(f"group+{percent(f)}" for f in GROUP_FRACTIONS),
+    *(f"type+{percent(f)}" for f in TYPE_FRACTIONS),
     *(f"total+{percent(g)}" for g in TOTAL_GROWTHS),
 )
 
@@ -211,7 +223,7 @@ class Condition:
             t = self.slowed[0]
             return f"{t.path} ({t.type}, {t.baseline_ns / 1e6:.2f} ms, {t.share:.1%})"
         share = sum(t.share for t in self.slowed)
-        if self.kind == "group":
+        if self.kind in ("group", "type"):
             return f"{len(self.slowed)} x {self.group_type} (together {share:.1%})"
         return f"all {len(self.slowed)} submodules +{self.slowed[0].fraction:.1%} each (together {share:.1%})"
 
@@ -256,7 +268,7 @@ def module_times(entry: BaselineEntry) -> tuple[list[ModuleTime], int, int]:
 def kind_of(condition: str) -> str:
     if condition in STEP_KINDS:
         return STEP_KINDS[condition]
-    return next(k for k in ("none", "node", "group", "total") if condition.startswith(k))
+    return next(k for k in ("none", "node", "group", "type", "total") if condition.startswith(k))
 
 
 def plan_step(entry: BaselineEntry, model: str, selected: list[str]) -> dict[str, Condition]:
@@ -328,6 +340,12 @@ def plan_model(entry: BaselineEntry, selected: list[str]) -> dict[str, Condition
                 f"together under {GROUP_MAX_SHARE:.0%} of the model"
             )
             plan[group_name] = Condition(group_name, "group", skipped=reason)
+
+    heaviest = max(by_type, key=lambda k: (sum(m.ns for m in by_type[k]), k))
+    for type_fraction in TYPE_FRACTIONS:
+        type_name = f"type+{percent(type_fraction)}"
+        members = tuple(target(m, type_fraction) for m in by_type[heaviest])
+        plan[type_name] = Condition(type_name, "type", members, group_type=heaviest)
 
     modules_ns = sum(m.ns for m in modules)
     for growth in TOTAL_GROWTHS:
@@ -611,6 +629,13 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--out", type=Path, default=BENCH / "gate_quality.json", help="JSON results (%(default)s)")
     parser.add_argument("--keep", type=Path, metavar="DIR", help="copy the tests, baselines and reports into DIR")
     parser.add_argument("--seed", type=int, default=0, help="seed of the shuffled test order (0)")
+    parser.add_argument(
+        "--load",
+        choices=("none", "neighbours", "xdist"),
+        default="none",
+        help="neighbour processes that come and go during the recording and the checks, or the checks under "
+        "pytest -n 2 beside CPU-heavy tests (none)",
+    )
     ns = parser.parse_args(argv)
     models = [m.strip() for m in ns.models.split(",") if m.strip()]
     known = (*MODELS, *UNTUNED, *STEP_MODELS)
@@ -666,7 +691,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fxprof-quality-") as tmp:
         work = Path(tmp)
         try:
-            results = measure(ns, extra, models, conditions, work)
+            with neighbours(2 if ns.load == "neighbours" else 0, ns.seed):
+                results = measure(ns, extra, models, conditions, work)
         except (PytestError, BaselineError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
@@ -681,9 +707,53 @@ def main() -> None:
     print(f"wrote {ns.out}")
 
 
+CPU_TESTS = 8
+CPU_MODULE = "test_cpu_heavy.py"
+CPU_TEST_MODULE = """\
+# Generated by bench/gate_quality.py: ordinary CPU-heavy tests that run beside the profiled ones under -n 2.
+import random
+import time
+
+import pytest
+
+
+@pytest.mark.parametrize("n", range({count}))
+def test_cpu(n):
+    end = time.process_time() + random.Random(n).uniform(1.0, 3.0)
+    acc = 0
+    while time.process_time() < end:
+        acc += sum(i * i for i in range(1000))
+    assert acc > 0
+"""
+
+NEIGHBOUR = """
+import random, sys, time
+rng = random.Random(int(sys.argv[1]))
+while True:
+    end = time.monotonic() + rng.uniform(1.0, 3.0)
+    while time.monotonic() < end:
+        pass
+    time.sleep(rng.uniform(1.0, 3.0))
+"""
+
+
+@contextlib.contextmanager
+def neighbours(count: int, seed: int) -> Iterator[None]:
+    """``count`` neighbour processes that come and go (busy 1 to 3 s, idle 1 to 3 s), stopped at the end."""
+    procs = [subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(seed + k)]) for k in range(count)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait()
+
+
 def write_tests(work: Path) -> dict[str, str]:
     """The generated test module, its conftest and an empty plan; the environment that points to the plan."""
     cases = [(m, c) for m in (*MODELS, *UNTUNED, *STEP_MODELS) for c in conditions_of(m)]
+    (work / CPU_MODULE).write_text(CPU_TEST_MODULE.format(count=CPU_TESTS), encoding="utf-8")
     (work / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")
     (work / "conftest.py").write_text(CONFTEST.format(bench=str(BENCH), env=PLAN_ENV), encoding="utf-8")
     (work / MODULE).write_text(TEST_MODULE.format(bench=str(BENCH), cases=cases), encoding="utf-8")
@@ -700,6 +770,7 @@ class Setup:
     extra: list[str]
     plans: dict[str, dict[str, Condition]]
     owner: dict[str, tuple[str, str]]
+    load: str = "none"
 
 
 def check(phase: str, index: int, ids: list[str], setup: Setup, tallies: dict[str, dict[str, Tally]]) -> Process:
@@ -707,6 +778,8 @@ def check(phase: str, index: int, ids: list[str], setup: Setup, tallies: dict[st
     report = setup.work / f"report-{phase}-{index}.json"
     args = [*ids, *QUIET, "--fxprof", "--fxprof-baseline-dir", str(setup.work / "baselines")]
     args += ["--fxprof-report", str(report), *setup.extra]
+    if setup.load == "xdist":  # beside the project's ordinary CPU-heavy tests, two workers
+        args = [*args, CPU_MODULE, "-n", "2"]
     code, seconds, _ = run_pytest(args, setup.work, setup.env, f"{phase} check {index}")
     if not report.is_file():
         raise PytestError(f"{phase} check {index}: pytest exited {code} without writing {report}")
@@ -755,7 +828,8 @@ def measure(
     _, startup, _ = run_pytest([MODULE, "--co", *QUIET, *extra], work, env, "collecting the tests")
     print(f"startup (torch import and collection, --co): {startup:.1f} s")
 
-    setup = Setup(work, env, extra, plans, {test_id(m, c): (m, c) for m in models for c in conditions_of(m)})
+    owner = {test_id(m, c): (m, c) for m in models for c in conditions_of(m)}
+    setup = Setup(work, env, extra, plans, owner, ns.load)
     tallies = {m: {c: Tally() for c in plans[m]} for m in models}
     unchanged_ids = [test_id(m, "none") for m in models]
     slowed_ids = [test_id(m, c) for m in models for c, p in plans[m].items() if not p.skipped and c in conditions]
@@ -780,6 +854,7 @@ def measure(
             "conditions": conditions,
             "seed": ns.seed,
             "pytest_args": extra,
+            "load": ns.load,
         },
         "baseline_environment": environment,
         "plan": plan_json,

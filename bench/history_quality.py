@@ -26,15 +26,130 @@ import argparse
 import datetime as dt
 import json
 import os
+import random
+import shutil
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from gate_quality import QUIET, PytestError, run_pytest, tail, test_id, write_tests
+from gate_quality import (
+    PLAN,
+    QUIET,
+    Condition,
+    PytestError,
+    Tally,
+    machine,
+    plan_model,
+    print_table,
+    read_report,
+    run_pytest,
+    tail,
+    tally_json,
+    test_id,
+    write_tests,
+)
+
+from pytest_fxprof.records.measurement import BaselineEntry
+from pytest_fxprof.store import history
+from pytest_fxprof.store.baseline import BaselineStore, as_file
 
 RECORDINGS = "recordings"
 LOG = "recordings.jsonl"
 DEFAULT_MODELS = ("resnet18", "encoder", "mobilenet", "regnet", "efficientnet")
+CONDITIONS = ("none", "node10pct+15", "node10pct+25", "type+30", "total+10")
+VARIANTS = ("latest", "history")
+
+
+def recordings_of(work: Path, model: str) -> list[tuple[str, BaselineEntry]]:
+    """The model's recorded entries, oldest first, each with its recording's date."""
+    dates = {}
+    for line in (work / LOG).read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        dates[row["recording"]] = row["date"].replace("+00:00", "Z")
+    out = []
+    for folder in sorted(p for p in (work / RECORDINGS).iterdir() if p.is_dir()):
+        recorded = BaselineStore(folder).load(test_id(model, "none"))
+        if recorded is not None and folder.name in dates:
+            out.append((dates[folder.name], recorded.entries["call0"]))
+    return out
+
+
+def variants(recorded: list[tuple[str, BaselineEntry]]) -> dict[str, BaselineEntry]:
+    """``latest``: the newest recording alone; ``history``: every recording, oldest first, each refreshed over the
+    one before it through the plugin's own merge (``store.history.carry``), keeping them all."""
+    folded: BaselineEntry | None = None
+    for date, entry in recorded:
+        folded, why = history.carry(folded, entry, len(recorded), date)
+        if why:
+            print(f"  history restarted: {why}")
+    assert folded is not None
+    date, newest = recorded[-1]
+    return {"latest": replace(newest, recorded=date, history=()), "history": folded}
+
+
+def check(work: Path, ns: argparse.Namespace, extra: list[str]) -> None:
+    """Check every model's conditions against its ``latest`` and its ``history`` baseline; print and write the
+    rates."""
+    env = write_tests(work)
+    models = [m.strip() for m in ns.models.split(",") if m.strip()]
+    plans: dict[str, dict[str, Condition]] = {}
+    for variant in VARIANTS:
+        shutil.rmtree(work / f"check-{variant}", ignore_errors=True)
+    held: dict[str, int] = {}
+    for model in models:
+        recorded = recordings_of(work, model)
+        if not recorded:
+            raise SystemExit(f"no recording of {model} in {work / RECORDINGS}")
+        built = variants(recorded)
+        held[model] = len(built["history"].recordings)
+        plans[model] = plan_model(built["latest"], list(CONDITIONS))
+        for variant, entry in built.items():
+            store = BaselineStore(work / f"check-{variant}")
+            for name, condition in plans[model].items():
+                if not condition.skipped:
+                    store.write(as_file(test_id(model, name), {"call0": entry}))
+        print(f"{model}: {held[model]} recordings")
+        for name, condition in plans[model].items():
+            print(f"  {name:14} {condition.describe()}")
+    plan_json = {m: {"conditions": {c: p.to_json() for c, p in plans[m].items()}} for m in models}
+    (work / PLAN).write_text(json.dumps({"models": plan_json}, indent=2), encoding="utf-8")
+    owner = {test_id(m, c): (m, c) for m in models for c in plans[m] if not plans[m][c].skipped}
+    tallies = {v: {m: {c: Tally() for c in plans[m]} for m in models} for v in VARIANTS}
+    unchanged = [test_id(m, "none") for m in models]
+    slowed = [tid for tid, (m, c) in owner.items() if c != "none"]
+    rng = random.Random(ns.seed)
+    jobs = [("unchanged", i, unchanged) for i in range(ns.unchanged)]
+    jobs += [("slowed", i, rng.sample(slowed, len(slowed))) for i in range(ns.slowed)]
+    for phase, index, ids in jobs:
+        for variant in VARIANTS:  # side by side: each check process against both baselines, one after the other
+            report = work / f"report-{variant}-{phase}-{index}.json"
+            args = [*ids, *QUIET, "--fxprof", "--fxprof-baseline-dir", str(work / f"check-{variant}")]
+            _, seconds, _ = run_pytest([*args, "--fxprof-report", str(report), *extra], work, env, phase)
+            seen = read_report(report)
+            failed = []
+            for tid in ids:
+                model, name = owner[tid]
+                tallies[variant][model][name].add(seen.get(tid), plans[model][name])
+                if seen.get(tid) is not None and seen[tid].status == "regression":
+                    failed.append(f"{model}-{name}")
+            print(f"{variant} {phase} {index}: {seconds:.0f} s, failed: {', '.join(failed) or '-'}", flush=True)
+    results = {}
+    for variant in VARIANTS:
+        print(f"\nagainst the {variant} baseline")
+        print_table(models, plans, tallies[variant])
+        results[variant] = {m: {c: tally_json(t, plans[m][c]) for c, t in tallies[variant][m].items()} for m in models}
+    out = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "recordings": [json.loads(line) for line in (work / LOG).read_text(encoding="utf-8").splitlines()],
+        "held": held,
+        "settings": {"unchanged": ns.unchanged, "slowed": ns.slowed, "seed": ns.seed, "pytest_args": extra},
+        "plan": plan_json,
+        "results": results,
+    }
+    ns.out.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    print(f"wrote {ns.out}")
 
 
 def record(work: Path, models: list[str], times: int, every_s: float, extra: list[str]) -> None:
@@ -75,7 +190,16 @@ def main() -> None:
     rec.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma-separated models")
     rec.add_argument("--times", type=int, default=4, help="recordings (4)")
     rec.add_argument("--every-min", type=float, default=20.0, help="minutes from one recording's start to the next")
+    chk = sub.add_parser("check", help="check the conditions against the latest recording and the history")
+    chk.add_argument("--work", type=Path, required=True, help="the folder of the tests and recordings")
+    chk.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma-separated models")
+    chk.add_argument("--unchanged", type=int, default=10, help="check processes of the unchanged tests (10)")
+    chk.add_argument("--slowed", type=int, default=6, help="check processes of every condition (6)")
+    chk.add_argument("--seed", type=int, default=0, help="seed of the shuffled test order (0)")
+    chk.add_argument("--out", type=Path, default=Path(__file__).parent / "history_quality.json", help="JSON results")
     ns = parser.parse_args(argv)
+    if ns.command == "check":
+        check(ns.work, ns, extra)
     if ns.command == "record":
         models = [m.strip() for m in ns.models.split(",") if m.strip()]
         record(ns.work, models, ns.times, ns.every_min * 60, extra)
