@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make demo: record baselines of three torchvision models and of ResNet18's training step, check them, catch an
 # injected slowdown, catch a slowdown committed on a branch by checking it against its base revision, then catch a
-# slower backward in the training step.
+# slower backward in the training step, then keep a baseline's history and check under pytest-xdist, one
+# measurement at a time.
 # Baselines go to a temporary directory, so the committed ones in baselines/ stay as they are.
 set -uo pipefail
 BIN=${BIN:-.venv/bin}
@@ -10,11 +11,11 @@ DIR="$WORK/baselines"
 PYTEST=("$BIN/pytest" examples -p no:cacheprovider -q --fxprof-baseline-dir "$DIR")
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-step "1/7 Record baselines: each test profiled in this process and 4 fresh ones (pytest --fxprof-update)"
+step "1/8 Record baselines: each test profiled in this process and 4 fresh ones (pytest --fxprof-update)"
 "${PYTEST[@]}" --fxprof-update || exit 1
 ls "$DIR"
 
-step "2/7 Check the unchanged models against them (pytest --fxprof): expect a pass"
+step "2/8 Check the unchanged models against them (pytest --fxprof): expect a pass"
 "${PYTEST[@]}" --fxprof
 checked=$?
 if [ $checked -ne 0 ]; then
@@ -22,7 +23,7 @@ if [ $checked -ne 0 ]; then
     printf 'see the fxprof summary above, and BENCHMARKS.md for the measured false-alarm rate.\033[0m\n'
 fi
 
-step "3/7 Make ResNet18's layer3.0.conv2 50% slower (FXPROF_DEMO_SLOWDOWN): expect a failure naming that node"
+step "3/8 Make ResNet18's layer3.0.conv2 50% slower (FXPROF_DEMO_SLOWDOWN): expect a failure naming that node"
 VIEWS=(--fxprof-report "$WORK/report.json" --fxprof-html "$WORK/report.html" --fxprof-trace "$WORK/traces"
        --fxprof-markdown "$WORK/summary.md" --fxprof-benchmark-json "$WORK/benchmark.json" --junitxml "$WORK/junit.xml")
 FXPROF_DEMO_SLOWDOWN=layer3.0.conv2=0.5 "${PYTEST[@]}" --fxprof "${VIEWS[@]}"
@@ -46,7 +47,7 @@ if caught != 1 or not named:
 PY
 printf '\nThe gate caught it.\n'
 
-step "4/7 The same verdicts, as reports"
+step "4/8 The same verdicts, as reports"
 printf 'HTML (open in a browser): %s\nChrome traces (open in Perfetto or chrome://tracing): %s\n' \
     "$WORK/report.html" "$(ls "$WORK"/traces/*resnet18* | head -1)"
 printf 'pytest-benchmark JSON: %s\nJSON report: %s\n' "$WORK/benchmark.json" "$WORK/report.json"
@@ -55,7 +56,7 @@ grep -o '<property name="fxprof[^>]*/>' "$WORK/junit.xml" | head -6
 printf '\nThe Markdown summary for a pull request (also appended to $GITHUB_STEP_SUMMARY in GitHub Actions):\n\n'
 cat "$WORK/summary.md"
 
-step "5/7 The fxprof command: show a baseline, diff it against the report, prune baselines of deleted tests"
+step "5/8 The fxprof command: show a baseline, diff it against the report, prune baselines of deleted tests"
 RESNET=$(grep -l '"test_id": "examples/test_models.py::test_resnet18"' "$DIR"/*.json)
 "$BIN/fxprof" show "$RESNET" --limit 8 || exit 1
 printf '\n'
@@ -73,7 +74,7 @@ PY
 printf '\n'
 "$BIN/fxprof" prune --baseline-dir "$DIR" -- examples || exit 1
 "$BIN/fxprof" prune --baseline-dir "$DIR" --yes -- examples || exit 1
-step "6/7 Against a revision: a branch commits a 25% slower layer3.0.conv2; check it against main (pytest --fxprof-against main): expect a failure naming it"
+step "6/8 Against a revision: a branch commits a 25% slower layer3.0.conv2; check it against main (pytest --fxprof-against main): expect a failure naming it"
 ABS_BIN=$(cd "$BIN" && pwd)
 REPO="$WORK/repo"
 mkdir -p "$REPO"
@@ -121,7 +122,7 @@ if caught != 1 or "layer3.0.conv2" not in modules:
     sys.exit(f"demo: the committed slowdown was not caught and named against main (pytest exit {caught})")
 PY
 printf '\nThe check against main caught it.\n'
-step "7/7 A training step (fxprof.train_step): make ResNet18's layer3.0.conv2 backward 50% slower (FXPROF_DEMO_SLOW_BACKWARD): expect a failure naming that backward node"
+step "7/8 A training step (fxprof.train_step): make ResNet18's layer3.0.conv2 backward 50% slower (FXPROF_DEMO_SLOW_BACKWARD): expect a failure naming that backward node"
 STEP_TEST=("$BIN/pytest" examples/test_training.py -p no:cacheprovider -q --fxprof-baseline-dir "$DIR")
 TRAIN=$(grep -l '"test_id": "examples/test_training.py::test_resnet18_train_step"' "$DIR"/*.json)
 printf 'The recorded step, slowest nodes first (forward, backward and optimizer nodes):\n'
@@ -144,4 +145,33 @@ if caught != 1 or not named:
     sys.exit(f"demo: the slower backward was not caught and named (pytest exit {caught})")
 PY
 printf '\nThe gate caught the slower backward.\n'
+
+step "8/8 Baseline history and busy machines: record ResNet18 twice more (its baseline keeps every recording), then check the models under pytest -n 2, measuring one at a time"
+RESNET_TEST=(examples/test_models.py::test_resnet18)
+for again in 2 3; do
+    printf 'recording %s of ResNet18:\n' "$again"
+    "$BIN/pytest" "${RESNET_TEST[@]}" -p no:cacheprovider -q --fxprof-baseline-dir "$DIR" --fxprof-update || exit 1
+done
+RESNET=$(grep -l '"test_id": "examples/test_models.py::test_resnet18"' "$DIR"/*.json)
+"$BIN/fxprof" show "$RESNET" --limit 3 | grep -A 8 '^bands:\|^recordings:' || exit 1
+"$BIN/pytest" examples/test_models.py -p no:cacheprovider -q --fxprof-baseline-dir "$DIR" --fxprof -n 2 \
+    --fxprof-report "$WORK/xdist.json"
+checked=$?
+"$BIN/python" - "$WORK/xdist.json" <<'PY' || exit 1
+import datetime as dt, json, sys
+profiles = json.loads(open(sys.argv[1]).read())["profiles"]
+turns = sorted(
+    {(t["start"], t["end"], p["test_id"]) for p in profiles for t in p["measuring"]},
+)
+for start, end, test in turns:
+    print(f"  measured {start[11:23]} to {end[11:23]}  {test}")
+ends = [dt.datetime.fromisoformat(e) for _, e, _ in turns]
+starts = [dt.datetime.fromisoformat(s) for s, _, _ in turns]
+if any(e > s for e, s in zip(ends, starts[1:])):
+    sys.exit("demo: two workers measured at the same time")
+print("no two measuring turns overlapped")
+PY
+if [ $checked -ne 0 ]; then
+    printf '\033[33mnote: the check under -n 2 did not pass (exit %s); see its summary above.\033[0m\n' "$checked"
+fi
 printf '\nDone. Everything this demo wrote is in %s\n' "$WORK"

@@ -263,3 +263,31 @@ def test_bad_on_busy_is_refused(pytester: pytest.Pytester) -> None:
     result = busy_run(pytester, "--fxprof", "--fxprof-on-busy=maybe", busy=False)
     assert result.ret != 0
     result.stderr.fnmatch_lines(["*--fxprof-on-busy*invalid choice*"])
+
+
+def test_a_baseline_recorded_on_a_busy_machine_is_named_in_every_check_and_by_show(
+    pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pytest_fxprof.cli import main
+
+    write_tests(pytester, TWO_TESTS)
+    busy_run(pytester, "--fxprof-update", "--fxprof-processes=3", busy=False).assert_outcomes(passed=2)
+    (path,) = (p for p in (pytester.path / "baselines").glob("*.json") if "test_a" in p.name)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    entry = data["entries"]["call0"]
+    slow = next(i for i, n in enumerate(entry["nodes"]) if n["name"] == "slow")
+    for run, factor in zip(entry["runs"], (1.0, 3.0, 0.3), strict=True):  # far apart, beyond even a +300 % tolerance
+        run["node_ns"][slow] = round(run["node_ns"][slow] * factor)
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+    checked = busy_run(pytester, "--fxprof", busy=False)
+    warnings = fxprof_warnings(checked)
+    weak = [w for w in warnings if "recorded on a busy machine: bands up to +" in w]
+    assert len(weak) == 1, warnings  # test_a's baseline only
+    assert weak[0].startswith("fxprof: test_perf.py::test_a [call0]: recorded on a busy machine")
+    assert "(slow); record again on a quieter machine or with more processes (--fxprof-processes)" in weak[0]
+
+    assert main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "warning: test_perf.py::test_a [call0]: recorded on a busy machine: bands up to +" in out
+    assert "bands: from 1 recording(s) and the default tolerances; 2 more recording(s)" in out
