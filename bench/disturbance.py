@@ -12,33 +12,18 @@ here and killed at the end, whatever ends the script). Prints per profile every 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import json
-import subprocess
-import sys
-from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
+from gate_quality import neighbours
 from quality_models import build
 
 from pytest_fxprof.measure.profiler import profile_module
 from pytest_fxprof.records.measurement import Protocol
 
 MODELS = ("resnet18", "mobilenet", "encoder", "regnet", "efficientnet")
-
-
-@contextlib.contextmanager
-def hogs(count: int) -> Iterator[None]:
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
-    try:
-        yield
-    finally:
-        for proc in procs:
-            proc.kill()
-        for proc in procs:
-            proc.wait()
 
 
 def main() -> None:
@@ -50,7 +35,7 @@ def main() -> None:
     protocol = Protocol(warmup=5, passes=20, threads=1, processes=1)
     rows = []
     for condition, count in (("quiet", 0), (f"{ns.hogs} hogs", ns.hogs)):
-        with hogs(count):
+        with neighbours(count, 0, script="while True: pass"):
             for name in MODELS:
                 model, x = build(name)
                 for k in range(ns.repeats):

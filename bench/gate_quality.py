@@ -604,11 +604,16 @@ def machine() -> dict[str, object]:
 # Main ----------------------------------------------------------------------------------------------
 
 
+def pytest_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """A bench's own arguments and the pytest arguments after ``--``."""
+    if "--" not in argv:
+        return argv, []
+    at = argv.index("--")
+    return argv[:at], argv[at + 1 :]
+
+
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    extra: list[str] = []
-    if "--" in argv:
-        at = argv.index("--")
-        argv, extra = argv[:at], argv[at + 1 :]
+    argv, extra = pytest_args(argv)
     parser = argparse.ArgumentParser(
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -738,9 +743,10 @@ while True:
 
 
 @contextlib.contextmanager
-def neighbours(count: int, seed: int) -> Iterator[None]:
-    """``count`` neighbour processes that come and go (busy 1 to 3 s, idle 1 to 3 s), stopped at the end."""
-    procs = [subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(seed + k)]) for k in range(count)]
+def neighbours(count: int, seed: int, script: str = NEIGHBOUR) -> Iterator[None]:
+    """``count`` neighbour processes running ``script`` (by default they come and go: busy 1 to 3 s, idle 1 to
+    3 s), stopped at the end, whatever ends it."""
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(seed + k)]) for k in range(count)]
     try:
         yield
     finally:

@@ -42,6 +42,7 @@ from gate_quality import (
     machine,
     plan_model,
     print_table,
+    pytest_args,
     read_report,
     run_pytest,
     tail,
@@ -178,11 +179,7 @@ def record(work: Path, models: list[str], times: int, every_s: float, extra: lis
 
 
 def main() -> None:
-    argv = sys.argv[1:]
-    extra: list[str] = []
-    if "--" in argv:
-        at = argv.index("--")
-        argv, extra = argv[:at], argv[at + 1 :]
+    argv, extra = pytest_args(sys.argv[1:])
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     rec = sub.add_parser("record", help="record the models' unchanged tests several times")

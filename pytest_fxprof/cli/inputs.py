@@ -53,6 +53,16 @@ def error(where: object, problem: str, fix: str) -> CliError:
     return CliError(f"{where}: {problem}. {fix}")
 
 
+def refuse_listed(directory: Path, refused: Sequence[tuple[Path, str]], heading: str, problem: str, fix: str) -> None:
+    """List the files a command left alone, each with why, and end it with an error naming ``problem`` and ``fix``
+    (exit 2); nothing where none was."""
+    if not refused:
+        return
+    print(f"{len(refused)} {heading}:")
+    print("\n".join(f"  {path}: {why}" for path, why in refused))
+    raise error(directory, f"{len(refused)} file(s) in it {problem} (listed above)", fix)
+
+
 def count_arg(text: str) -> int:
     try:
         value = int(text)

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pytest_fxprof.cli.inputs import DEFAULT_BASELINE_DIR, EXIT_OK, error
+from pytest_fxprof.cli.inputs import DEFAULT_BASELINE_DIR, EXIT_OK, error, refuse_listed
 from pytest_fxprof.store.baseline import MAX_BYTES, SCHEMA_VERSION, SUFFIX, BaselineError, read_baseline, render
 from pytest_fxprof.store.files import loads, read_text, write_atomic
 
@@ -79,14 +79,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {path} (version {version})")
     else:
         print("nothing to migrate")
-    if refused:
-        print(f"{len(refused)} file(s) not migrated (never written here):")
-        print("\n".join(f"  {path}: {problem}" for path, problem in refused))
-        raise error(
-            directory,
-            f"{len(refused)} file(s) in it could not be migrated (listed above)",
-            "Fix them, or record their tests again with `pytest --fxprof-update`",
-        )
+    refuse_listed(
+        directory,
+        refused,
+        "file(s) not migrated (never written here)",
+        "could not be migrated",
+        "Fix them, or record their tests again with `pytest --fxprof-update`",
+    )
     return EXIT_OK
 
 

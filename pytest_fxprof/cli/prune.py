@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_fxprof.cli.inputs import DEFAULT_BASELINE_DIR, EXIT_OK, PROG, CliError, count_arg, error
+from pytest_fxprof.cli.inputs import DEFAULT_BASELINE_DIR, EXIT_OK, PROG, CliError, count_arg, error, refuse_listed
 from pytest_fxprof.session import why_unused
 from pytest_fxprof.store.baseline import SUFFIX, BaselineError, BaselineFile, read_baseline, render
 from pytest_fxprof.store.files import TEMPORARY, stale_temporaries, write_atomic
@@ -145,14 +145,13 @@ def trim_histories(args: argparse.Namespace, directory: Path) -> int:
             for path, baseline, _ in trimmed:
                 write_atomic(path, render(baseline))
             print(f"trimmed {_entries(entries_trimmed)} in {len(trimmed)} file(s)")
-    if unreadable:
-        print(f"{len(unreadable)} unreadable (fix or delete by hand; never rewritten here):")
-        print("\n".join(f"  {path}: {problem}" for path, problem in unreadable))
-        raise error(
-            directory,
-            f"{len(unreadable)} file(s) in it cannot be read as baselines (listed above)",
-            "Fix them, or delete them by hand: prune never rewrites a file it cannot read",
-        )
+    refuse_listed(
+        directory,
+        unreadable,
+        "unreadable (fix or delete by hand; never rewritten here)",
+        "cannot be read as baselines",
+        "Fix them, or delete them by hand: prune never rewrites a file it cannot read",
+    )
     return EXIT_OK
 
 
