@@ -294,3 +294,46 @@ def test_a_baseline_recorded_on_a_busy_machine_is_named_in_every_check_and_by_sh
     out = capsys.readouterr().out
     assert "warning: test_perf.py::test_a [call0]: recorded on a busy machine: bands up to +" in out
     assert "bands: from 1 recording(s) and the default tolerances; 2 more recording(s)" in out
+
+
+PREEMPTED_ENV = "FXPROF_TEST_PREEMPTED"
+PREEMPTED_CONFTEST = (
+    CLOCK_CONFTEST
+    + f'''
+
+import os
+
+
+@pytest.fixture(autouse=True)
+def _preempted(monkeypatch):
+    """Where {PREEMPTED_ENV} is set, the wall clock runs 1.5 times as fast as the thread's CPU clock: a neighbour
+    holds the core a third of the time, in every pass."""
+    if os.environ.get("{PREEMPTED_ENV}"):
+        monkeypatch.setattr(profiler, "WALL_CLOCK", lambda: CLOCK.now * 3 // 2)
+'''
+)
+
+
+def test_a_check_whose_thread_is_preempted_in_every_pass_is_too_noisy_to_decide(pytester: pytest.Pytester) -> None:
+    """Through the profiler's own figures, on injected clocks: every pass off the CPU a third of its time is
+    measured again up to the budget, the profile taken twice more, and the verdict is too noisy to decide."""
+    write_tests(pytester, TWO_TESTS)
+    pytester.makepyfile(fakeclock=FAKE_CLOCK)
+    pytester.makeconftest(PREEMPTED_CONFTEST)
+    args = (*QUIET, *FAST, "--fxprof-engine=compiled", *LOOSE, "--fxprof-report=report.json", "-rs")
+    pytester.runpytest(*args, "--fxprof-update").assert_outcomes(passed=2)
+    os.environ[PREEMPTED_ENV] = "1"
+    try:
+        checked = pytester.runpytest(*args, "--fxprof")
+    finally:
+        os.environ.pop(PREEMPTED_ENV, None)
+    checked.assert_outcomes(skipped=2)
+    checked.stdout.fnmatch_lines(["*too noisy to decide: measured on a busy machine: thread off the CPU 33%*"])
+    profile = json.loads((pytester.path / "report.json").read_text())["profiles"][0]
+    assert profile["status"] == "noisy"
+    figures = profile["disturbance"]
+    assert figures["off_cpu_mean"] == pytest.approx(1 / 3, abs=0.01)
+    assert figures["kept"] == 3
+    assert figures["kept_disturbed"] == 3  # too few clean passes: the least disturbed were kept all the same
+    assert figures["remeasured"] == 3  # the budget: as many passes again
+    assert "measured 3 times, every time busy" in profile["noisy"]
