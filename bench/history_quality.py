@@ -28,6 +28,7 @@ import json
 import os
 import random
 import shutil
+import statistics
 import sys
 import time
 from dataclasses import replace
@@ -51,6 +52,7 @@ from gate_quality import (
     write_tests,
 )
 
+from pytest_fxprof.judge.decision import Policy, compare
 from pytest_fxprof.records.measurement import BaselineEntry
 from pytest_fxprof.store import history
 from pytest_fxprof.store.baseline import BaselineStore, as_file
@@ -87,6 +89,36 @@ def variants(recorded: list[tuple[str, BaselineEntry]]) -> dict[str, BaselineEnt
     assert folded is not None
     date, newest = recorded[-1]
     return {"latest": replace(newest, recorded=date, history=()), "history": folded}
+
+
+def bands(work: Path, models: list[str]) -> dict[str, dict[str, object]]:
+    """Per model and baseline (``latest``, ``history``): the bands the decision gives the nodes that can fail a test
+    alone (1 ms or 5 %: median and widest) and the total, as ``compare`` sets them against an unchanged check."""
+    out: dict[str, dict[str, object]] = {}
+    for model in models:
+        recorded = recordings_of(work, model)
+        if not recorded:
+            continue
+        out[model] = {}
+        for variant, entry in variants(recorded).items():
+            unchanged = replace(entry, runs=entry.runs[:1], history=())
+            c = compare(entry, unchanged, Policy())
+            gating = [v.band for v in c.nodes if v.gates]
+            total = c.total.band if c.total is not None else None
+            out[model][variant] = {
+                "recordings": len(entry.recordings),
+                "gating_nodes": len(gating),
+                "node_band_median": round(statistics.median(gating), 4) if gating else None,
+                "node_band_max": round(max(gating), 4) if gating else None,
+                "total_band": round(total, 4) if total is not None else None,
+            }
+            row = out[model][variant]
+            print(
+                f"{model:13} {variant:8} {row['recordings']} recording(s): {row['gating_nodes']} gating nodes, band "
+                f"median +{gating and statistics.median(gating):.1%}, widest +{gating and max(gating):.1%}; "
+                f"total +{total or 0:.1%}"
+            )
+    return out
 
 
 def check(work: Path, ns: argparse.Namespace, extra: list[str]) -> None:
@@ -194,7 +226,12 @@ def main() -> None:
     chk.add_argument("--slowed", type=int, default=6, help="check processes of every condition (6)")
     chk.add_argument("--seed", type=int, default=0, help="seed of the shuffled test order (0)")
     chk.add_argument("--out", type=Path, default=Path(__file__).parent / "history_quality.json", help="JSON results")
+    bnd = sub.add_parser("bands", help="the bands of each model's latest recording and of its history")
+    bnd.add_argument("--work", type=Path, required=True, help="the folder of the tests and recordings")
+    bnd.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma-separated models")
     ns = parser.parse_args(argv)
+    if ns.command == "bands":
+        bands(ns.work, [m.strip() for m in ns.models.split(",") if m.strip()])
     if ns.command == "check":
         check(ns.work, ns, extra)
     if ns.command == "record":

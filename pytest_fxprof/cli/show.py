@@ -27,6 +27,8 @@ from pytest_fxprof.judge.decision import (
     HISTORY_TOTAL_TOLERANCE,
     MIN_RECORDINGS,
     Policy,
+    learnt_from,
+    recording_spread,
     weak_baseline,
 )
 from pytest_fxprof.records.measurement import BaselineEntry, Environment, NodeInfo, iqr_int, is_step, median_int
@@ -130,15 +132,17 @@ def _fmt_spread(spread: float | None) -> str:
 def bands_line(entry: BaselineEntry) -> str:
     """How the gate sets this entry's bands: from its recording's processes and the default tolerances, or learnt
     from the drift between its recordings (``judge.decision.MIN_RECORDINGS``)."""
-    held = len(entry.recordings)
+    held = len(learnt_from(entry, Policy()))
+    busy = len(entry.recordings) - held
+    skipped = f"; {busy} recorded on a busy machine not learnt from" if busy else ""
     if held >= MIN_RECORDINGS:
         return (
             f"bands: learnt from {held} recordings (the spread within them and the drift between them; "
-            f"smallest node band +{HISTORY_NODE_TOLERANCE:.0%}, total +{HISTORY_TOTAL_TOLERANCE:.0%})"
+            f"smallest node band +{HISTORY_NODE_TOLERANCE:.0%}, total +{HISTORY_TOTAL_TOLERANCE:.0%}){skipped}"
         )
     more = MIN_RECORDINGS - held
     return (
-        f"bands: from {held} recording(s) and the default tolerances; {more} more recording(s) with "
+        f"bands: from {held} recording(s) and the default tolerances{skipped}; {more} more recording(s) with "
         "--fxprof-update (the history) will learn the runner's drift"
     )
 
@@ -208,6 +212,7 @@ def recording_lines(entry: BaselineEntry) -> list[str]:
     """The entry's recordings, newest first: date, processes, the medians of the plain forward and of the reference
     workload, environment."""
     recordings = entry.recordings
+    spreads = [recording_spread(entry.nodes, r.runs, Policy()) for r in recordings]
     cells = [
         [
             r.date or "unknown",
@@ -215,14 +220,17 @@ def recording_lines(entry: BaselineEntry) -> list[str]:
             str(len(r.runs)),
             fmt_ns(median_int([run.total_ns for run in r.runs])),
             fmt_ns(median_int([run.reference_ns for run in r.runs])),
+            f"+{spread.widest:.0%} ({spread.widest_of})" if spread.widest_of else "-",
+            ("busy" + ("" if i == 0 else ", not learnt from")) if spread.weak else "",
             environment_summary(r.environment),
         ]
-        for i, r in enumerate(recordings)
+        for i, (r, spread) in enumerate(zip(recordings, spreads, strict=True))
     ]
-    header = ["date", "recording", "processes", "total", "reference", "environment"]
+    header = ["date", "recording", "processes", "total", "reference", "widest band", "machine", "environment"]
     return [
         f"recordings: {len(recordings)}, newest first (total: the plain forward's median over the processes; "
-        "reference: the fixed workload's, the machine's speed at the time)",
+        "reference: the fixed workload's, the machine's speed at the time; widest band: what the recording's own "
+        "spread sets; busy: made on a busy machine, its spread a neighbour's)",
         *grid(header, cells, right={2, 3, 4}),
     ]
 
