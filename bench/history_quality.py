@@ -52,7 +52,7 @@ from gate_quality import (
     write_tests,
 )
 
-from pytest_fxprof.judge.decision import Policy, compare
+from pytest_fxprof.judge.decision import Policy, compare, learnt_from
 from pytest_fxprof.records.measurement import BaselineEntry
 from pytest_fxprof.store import history
 from pytest_fxprof.store.baseline import BaselineStore, as_file
@@ -91,10 +91,10 @@ def variants(recorded: list[tuple[str, BaselineEntry]]) -> dict[str, BaselineEnt
     return {"latest": replace(newest, recorded=date, history=()), "history": folded}
 
 
-def bands(work: Path, models: list[str]) -> dict[str, dict[str, object]]:
+def bands(work: Path, models: list[str]) -> dict[str, dict[str, dict[str, object]]]:
     """Per model and baseline (``latest``, ``history``): the bands the decision gives the nodes that can fail a test
     alone (1 ms or 5 %: median and widest) and the total, as ``compare`` sets them against an unchanged check."""
-    out: dict[str, dict[str, object]] = {}
+    out: dict[str, dict[str, dict[str, object]]] = {}
     for model in models:
         recorded = recordings_of(work, model)
         if not recorded:
@@ -105,16 +105,18 @@ def bands(work: Path, models: list[str]) -> dict[str, dict[str, object]]:
             c = compare(entry, unchanged, Policy())
             gating = [v.band for v in c.nodes if v.gates]
             total = c.total.band if c.total is not None else None
-            out[model][variant] = {
+            row: dict[str, object] = {
                 "recordings": len(entry.recordings),
+                "learnt_from": len(learnt_from(entry, Policy())),
                 "gating_nodes": len(gating),
                 "node_band_median": round(statistics.median(gating), 4) if gating else None,
                 "node_band_max": round(max(gating), 4) if gating else None,
                 "total_band": round(total, 4) if total is not None else None,
             }
-            row = out[model][variant]
+            out[model][variant] = row
             print(
-                f"{model:13} {variant:8} {row['recordings']} recording(s): {row['gating_nodes']} gating nodes, band "
+                f"{model:13} {variant:8} {row['recordings']} recording(s), {row['learnt_from']} learnt from: "
+                f"{row['gating_nodes']} gating nodes, band "
                 f"median +{gating and statistics.median(gating):.1%}, widest +{gating and max(gating):.1%}; "
                 f"total +{total or 0:.1%}"
             )
