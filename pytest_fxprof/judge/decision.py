@@ -45,6 +45,7 @@ The rules, in order:
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections import defaultdict
@@ -214,12 +215,14 @@ class Peers:
 
     def factor(self, i: int, ratios: Sequence[float], excluded: frozenset[int] = frozenset()) -> float:
         """Node ``i``'s speed factor: the time-weighted median ratio of its peers outside ``excluded``."""
-        candidates = [(d, j) for d, j in self.order[i] if j not in excluded]
-        if not candidates:
+        peers: list[int] = []
+        for d, j in self.order[i]:  # nearest first: those within the span, or the nearest MIN_PEERS
+            if d > self.span and len(peers) >= MIN_PEERS:
+                break
+            if j not in excluded:
+                peers.append(j)
+        if not peers:
             return 1.0
-        peers = [j for d, j in candidates if d <= self.span]
-        if len(peers) < MIN_PEERS:
-            peers = [j for _, j in candidates[:MIN_PEERS]]
         return weighted_median([ratios[j] for j in peers], [self.centres[j] for j in peers])
 
     def factors(self, current: Sequence[float], excluded: frozenset[int] = frozenset()) -> list[float]:
@@ -688,7 +691,13 @@ class RecordingSpread:
 
 def recording_spread(nodes: Sequence[NodeInfo], runs: Sequence[Run], policy: Policy) -> RecordingSpread:
     """The spread of one recording (``runs``, one per process, aligned with ``nodes``), by the noise model
-    ``compare`` uses (``node_noise``, ``band_for``, ``spread_of``) on that recording alone."""
+    ``compare`` uses (``node_noise``, ``band_for``, ``spread_of``) on that recording alone. Kept for the stored
+    recordings a run compares with again and again (every check and confirmation of a test)."""
+    return _recording_spread(tuple(nodes), tuple(runs), policy)
+
+
+@functools.lru_cache(maxsize=64)
+def _recording_spread(nodes: tuple[NodeInfo, ...], runs: tuple[Run, ...], policy: Policy) -> RecordingSpread:
     if not runs:
         raise ValueError("a recording holds at least one run")
     noise = node_noise(runs)
