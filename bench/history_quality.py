@@ -12,12 +12,15 @@ load then.
 
 ``check`` builds, per model, two baselines from those recordings: ``latest`` (the newest recording alone, as a
 single ``--fxprof-update`` leaves it) and ``history`` (every recording, oldest first, refreshed one after the
-other through the plugin's own history merge). It plans ``gate_quality``'s conditions on the newest recording
-(``none``, one node of 1 ms or more +15 % and +25 %, every node of one operator type +30 %, the whole model
-+10 %), runs ``--unchanged`` check processes of the unchanged tests and ``--slowed`` check processes of every
-condition against each baseline, and prints and writes (``--out``) the failure rate of each: false alarms
-under ``none``, detection (failed and named) under every other condition, and how often a check was skipped or
-too noisy (never a detection).
+other through the plugin's own history merge, which keeps the default 5). It plans ``gate_quality``'s
+conditions on the newest recording (``none``, one node of 1 ms or more +15 % and +25 %, every node of the
+heaviest module type +30 %, the whole model +10 %), runs ``--unchanged`` check processes of the unchanged tests
+and ``--slowed`` check processes of every condition against each baseline, one after the other, and prints and
+writes (``--out``) the failure rate of each: false alarms under ``none``, detection (failed and named) under
+every other condition, and how often a check was skipped or too noisy (never a detection).
+
+``bands`` prints, per model and baseline, the bands an unchanged check gets: the nodes that can fail a test
+alone (median and widest) and the total, and how many recordings they were learnt from.
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ def variants(recorded: list[tuple[str, BaselineEntry]]) -> dict[str, BaselineEnt
     one before it through the plugin's own merge (``store.history.carry``), keeping them all."""
     folded: BaselineEntry | None = None
     for date, entry in recorded:
-        folded, why = history.carry(folded, entry, len(recorded), date)
+        folded, why = history.carry(folded, entry, history.DEFAULT_KEEP, date)
         if why:
             print(f"  history restarted: {why}")
     assert folded is not None
