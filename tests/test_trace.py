@@ -6,6 +6,7 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from pytest_fxprof.judge.decision import compare
+from pytest_fxprof.records.disturbance import BUSY_LINE, Disturbance
 from pytest_fxprof.records.measurement import NodeInfo, NodeStats, Tolerances, iqr_int, median_int, node_key
 from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.views.report import profile_report
@@ -282,3 +284,12 @@ def test_spans_read_back_to_the_exact_nanoseconds(read: Any) -> None:
         assert read(e["ts"] * 1000) == start
         assert read(e["ts"] * 1000) + read(e["dur"] * 1000) == end
         assert read((e["ts"] + e["dur"]) * 1000) == end
+
+
+def test_a_profile_measured_on_a_busy_machine_says_so_in_its_trace() -> None:
+    busy = replace(result(), disturbance=Disturbance(0.23, 0.41, 12, 3, 12, 1.57, 0.8))
+    trace = trace_events(profile_report("t.py::test_net", "call0", "recorded", busy, None))
+    assert trace["otherData"]["busy_machine"].startswith(f"{BUSY_LINE}: thread off the CPU 23%")
+    assert trace["traceEvents"][0]["args"]["name"] == f"t.py::test_net ({BUSY_LINE})"
+    quiet = trace_events(profile_report("t.py::test_net", "call0", "recorded", result(), None))
+    assert "busy_machine" not in quiet["otherData"]

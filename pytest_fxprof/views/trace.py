@@ -28,11 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_fxprof.records.disturbance import BUSY_LINE
 from pytest_fxprof.records.measurement import FORWARD
 from pytest_fxprof.records.profile import ROOT
 from pytest_fxprof.store.baseline import SUFFIX, file_name
 from pytest_fxprof.store.files import write_atomic
-from pytest_fxprof.views.report import item_tone
+from pytest_fxprof.views.report import busy_line, item_tone
 
 TRACE_SUFFIX = ".trace.json"
 NS_PER_US = 1000
@@ -218,6 +219,10 @@ def trace_events(profile: Mapping[str, Any]) -> dict[str, Any]:
         **({"against": profile["against"], "pairs": profile.get("pairs")} if profile.get("against") else {}),
         **{name: environment[name] for name in OTHER_DATA if name in environment},
     }
+    busy = busy_line(profile)
+    if busy:  # the spans below came from a disturbed machine: the trace says so, with the figures
+        other["busy_machine"] = busy
+        events[0]["args"]["name"] = f"{test_id} ({BUSY_LINE})"
     return {"traceEvents": events, "displayTimeUnit": "ns", "otherData": other}
 
 
