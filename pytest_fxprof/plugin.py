@@ -28,7 +28,7 @@ from pytest_fxprof.measure.sampling import (
     plugin_args,
     write_samples,
 )
-from pytest_fxprof.measure.turns import OFF, default_lock_path
+from pytest_fxprof.measure.turns import OFF, TurnError, default_lock_path
 from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.session import (
     Confirm,
@@ -578,6 +578,8 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         outcome = state.finish(item.config.stash[RUN_KEY], passed=True)
     except (SamplingError, BaselineError) as exc:
         outcome = Outcome(failures=[f"fxprof: could not record the baseline: {exc}"])
+    except TurnError as exc:  # the measuring lock, first taken here against a revision
+        outcome = Outcome(failures=[f"fxprof: {exc}"])
     for text in outcome.warnings:
         item.warn(FxprofWarning(text))
     if outcome.failures:

@@ -565,3 +565,14 @@ def test_under_xdist_one_test_measures_at_a_time(
     one = (min(s for s, _ in spans["one"]), max(e for _, e in spans["one"]))
     two = (min(s for s, _ in spans["two"]), max(e for _, e in spans["two"]))
     assert one[1] <= two[0] or two[1] <= one[0], (one, two)  # the two tests' measurements never overlapped
+
+
+def test_a_measuring_lock_that_cannot_be_taken_fails_the_test(pytester: pytest.Pytester, base: str) -> None:
+    commit(pytester, {"model.py": model("3_000_000")}, "slower")
+    (pytester.path / "a-file").write_text("")
+    result = against(pytester, "HEAD~1", f"--fxprof-lock={pytester.path / 'a-file' / 'm.lock'}")
+    assert result.ret == 1, result.stdout.str()
+    out = result.stdout.str()
+    assert "cannot take the measuring lock" in out
+    assert "--fxprof-lock=off" in out
+    assert "INTERNALERROR" not in out + "\n".join(result.errlines)
