@@ -20,6 +20,7 @@ from pytest_fxprof.judge.decision import (
 from pytest_fxprof.records.measurement import BaselineEntry, Recording, Run
 from pytest_fxprof.records.verdicts import BandSource, Comparison, NodeVerdict, Status, Verdict
 from pytest_fxprof.settings import Settings
+from pytest_fxprof.views.render import regression_message
 from tests.records_for_tests import BASE_NS, ENV, MODEL, POLICY, PROTOCOL
 from tests.test_decision import REF_NS, make_entry, make_run
 
@@ -133,3 +134,10 @@ def test_a_tolerance_the_user_set_holds_whatever_the_history() -> None:
     default = Settings().policy()
     assert default.learnt(MIN_RECORDINGS - 1) == default
     assert default.learnt(MIN_RECORDINGS).node_tolerance == HISTORY_NODE_TOLERANCE
+
+
+def test_a_failure_says_how_many_recordings_its_baseline_learnt_from() -> None:
+    c = compare(DRIFTING, check({"conv2": 1.5}), NO_FLOOR)
+    assert regression_message("t.py::test [call0]", c).startswith(
+        "fxprof: t.py::test [call0] got slower than its baseline (3 process(es) over 3 recordings)"
+    )

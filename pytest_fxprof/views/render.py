@@ -250,7 +250,9 @@ def regression_message(label: str, c: Comparison) -> str:
     if c.against:
         lines = [f"fxprof: {label} got slower than {c.against} ({c.pairs} pairs of old and new processes)"]
     else:
-        lines = [f"fxprof: {label} got slower than its baseline ({c.baseline_processes} process(es)){confirmed}"]
+        learnt = f" over {c.recordings} recordings" if c.recordings > 1 else ""
+        processes = f"{c.baseline_processes} process(es){learnt}"
+        lines = [f"fxprof: {label} got slower than its baseline ({processes}){confirmed}"]
     lines.extend(f"  slower node: {node_line(v)}" for v in c.slower)
     lines.extend(_capped([f"  slower: {aggregate_line(a)}{_led_by(c, a)}" for a in c.slower_aggregates]))
     small = c.slower_small[:WORST_SHOWN]  # the small nodes that slowed the aggregates above

@@ -153,6 +153,7 @@ def profile_report(
     if comparison is not None:
         out["speed_factor"] = round(comparison.speed_factor, 4)
         out["baseline_processes"] = comparison.baseline_processes
+        out["baseline_recordings"] = comparison.recordings  # the recordings the bands were learnt from
         out["mismatches"] = list(comparison.mismatches)
         out["added"] = [_node_ref(n) for n in comparison.added]
         out["removed"] = [_node_ref(n) for n in comparison.removed]
