@@ -43,6 +43,11 @@ for profile in report["profiles"]:
             modules = [f["module"]] + [n["module"] for n in f.get("led_by", [])]
             named = named or "layer3.0.conv2" in modules
 if caught != 1 or not named:
+    noisy = [p["test_id"] for p in report["profiles"] if p["status"] == "noisy"]
+    if any(t.endswith("::test_resnet18") for t in noisy):
+        sys.exit("demo: this machine was too busy to decide (other processes took the cores while ResNet18 was "
+                 "measured, see 'measured on a busy machine' above): the gate neither passed nor failed it. Run "
+                 "make demo again when the machine is quieter")
     sys.exit(f"demo: the injected slowdown was not caught and named as expected (pytest exit {caught})")
 PY
 printf '\nThe gate caught it.\n'
