@@ -249,6 +249,7 @@ def test_a_tight_baseline_is_not_weak() -> None:
 # The gate on a busy machine (pytester) ----------------------------------------------------------------
 
 BUSY_ENV = "FXPROF_TEST_BUSY"
+PREEMPTED_ENV = "FXPROF_TEST_PREEMPTED"
 BUSY_CONFTEST = (
     CLOCK_CONFTEST
     + f'''
@@ -264,6 +265,14 @@ def _busy(monkeypatch):
     if os.environ.get("{BUSY_ENV}"):
         busy = Disturbance(0.23, 0.41, 12, 3, 12, 1.57, 0.8)
         monkeypatch.setattr(profiler, "disturbance_of", lambda *a, **k: busy)
+
+
+@pytest.fixture(autouse=True)
+def _preempted(monkeypatch):
+    """Where {PREEMPTED_ENV} is set, the wall clock runs 1.5 times as fast as the thread's CPU clock: a neighbour
+    holds the core a third of the time, in every pass."""
+    if os.environ.get("{PREEMPTED_ENV}"):
+        monkeypatch.setattr(profiler, "WALL_CLOCK", lambda: CLOCK.now * 3 // 2)
 '''
 )
 
@@ -344,30 +353,12 @@ def test_a_baseline_recorded_on_a_busy_machine_is_named_in_every_check_and_by_sh
     assert "bands: from 1 recording(s) and the default tolerances; 2 more recording(s)" in out
 
 
-PREEMPTED_ENV = "FXPROF_TEST_PREEMPTED"
-PREEMPTED_CONFTEST = (
-    CLOCK_CONFTEST
-    + f'''
-
-import os
-
-
-@pytest.fixture(autouse=True)
-def _preempted(monkeypatch):
-    """Where {PREEMPTED_ENV} is set, the wall clock runs 1.5 times as fast as the thread's CPU clock: a neighbour
-    holds the core a third of the time, in every pass."""
-    if os.environ.get("{PREEMPTED_ENV}"):
-        monkeypatch.setattr(profiler, "WALL_CLOCK", lambda: CLOCK.now * 3 // 2)
-'''
-)
-
-
 def test_a_check_whose_thread_is_preempted_in_every_pass_is_too_noisy_to_decide(pytester: pytest.Pytester) -> None:
     """Through the profiler's own figures, on injected clocks: every pass off the CPU a third of its time is
     measured again up to the budget, the profile taken twice more, and the verdict is too noisy to decide."""
     write_tests(pytester, TWO_TESTS)
     pytester.makepyfile(fakeclock=FAKE_CLOCK)
-    pytester.makeconftest(PREEMPTED_CONFTEST)
+    pytester.makeconftest(BUSY_CONFTEST)
     args = (*QUIET, *FAST, "--fxprof-engine=compiled", *LOOSE, "--fxprof-report=report.json", "-rs")
     pytester.runpytest(*args, "--fxprof-update").assert_outcomes(passed=2)
     os.environ[PREEMPTED_ENV] = "1"
