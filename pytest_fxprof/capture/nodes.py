@@ -1,6 +1,7 @@
 """Each node's identity: its module path, its target's name, its source line and its stable key.
 
-Owns ``describe_nodes``, which names every node that does work across a capture's graphs, and the reading of
+Owns ``describe_nodes``, which names every node that does work across a capture's graphs, ``module_classes``,
+which names the class of each module that holds one, and the reading of
 module paths in every spelling a capture uses (``layer1.0.conv1``, dynamo's ``L['self'].layer1[0].conv1`` and
 ``L__self___layer1_0_conv1``). A node's key (op, module path, target and its occurrence among nodes with the
 same three) does not shift when an op is inserted elsewhere in the graph.
@@ -51,6 +52,20 @@ def describe_nodes(graphs: Sequence[torch.fx.GraphModule]) -> list[tuple[torch.f
             info = NodeInfo(key, node.name, op, target, module, source_line(node), direction, forward)
             out.append((node, info))
     return out
+
+
+def module_classes(module: torch.nn.Module, infos: Sequence[NodeInfo]) -> tuple[tuple[str, str], ...]:
+    """``(path, class name)`` of each module of ``module`` that holds a node of ``infos`` and of each module above
+    it, sorted by path: what ``Capture.classes`` records. A path the module does not have (a capture's own
+    naming) is left out."""
+    wanted: set[str] = set()
+    for info in infos:
+        parts = info.module.split(".") if info.module else []
+        wanted.update(".".join(parts[:d]) for d in range(1, len(parts) + 1))
+    if not wanted:
+        return ()
+    found = {path: type(sub).__name__ for path, sub in module.named_modules(remove_duplicate=False) if path in wanted}
+    return tuple(sorted(found.items()))
 
 
 def _target_name(gm: torch.fx.GraphModule, node: torch.fx.Node) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -23,7 +24,7 @@ import torch.fx
 
 from pytest_fxprof.capture.choose import capture_module, check_leaf_modules, check_module
 from pytest_fxprof.capture.graphs import Captured, LeafSpec, Runner, plain_runners, prepared_inputs, run_pass
-from pytest_fxprof.capture.nodes import describe_nodes
+from pytest_fxprof.capture.nodes import describe_nodes, module_classes
 from pytest_fxprof.capture.state import StepKept, fresh_copy, kept_as_is
 from pytest_fxprof.capture.step import Step, capture_step, check_step
 from pytest_fxprof.measure.engine import (
@@ -240,7 +241,7 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
             protocol.threads, device, allocator, used_clock if measured else "not measured", engine=engine
         ),
         protocol=protocol,
-        capture=captured.capture,
+        capture=replace(captured.capture, classes=module_classes(module, [s.info for s in stats])),
         measured=measured,
         setup=setup,
         disturbance=disturbance_of(

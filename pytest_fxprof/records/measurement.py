@@ -114,13 +114,21 @@ class Protocol:
 class Capture:
     """How the module became a graph: the capture ``method`` (``symbolic_trace``, ``export``, ``dynamo`` or
     a user's tracer), the submodules kept whole, how many graphs it made, and in ``detail`` why an
-    automatic capture chose this method (what failed before it). ``detail`` and ``graphs`` are reported,
-    never compared."""
+    automatic capture chose this method (what failed before it). ``detail``, ``graphs`` and ``classes`` are
+    reported, never compared."""
 
     method: str
     leaf_modules: tuple[str, ...] = ()
     graphs: int = field(default=1, compare=False)
     detail: str = field(default="", compare=False)
+    classes: tuple[tuple[str, str], ...] = field(default=(), compare=False)
+    """``(module path, class name)`` of every module that holds a node, and of each module above it, sorted by
+    path (empty where not recorded: files and reports of earlier versions). The gate aggregates a class's
+    instances together and names a module's class in a failure."""
+
+    def class_map(self) -> dict[str, str]:
+        """``classes`` as a mapping from module path to class name."""
+        return dict(self.classes)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ recording the same data twice gives the same bytes and a refresh diffs readably,
 Schema versions: 1, the entry's own recording only; 2 adds an entry's ``recorded`` (the date of its runs) and
 ``history`` (its earlier recordings, newest first, each ``date``, ``environment``, ``protocol`` and ``runs``),
 both left out when empty, so that a version 1 file reads as it always has and is written as version 2 by the
-next ``--fxprof-update`` with every field kept.
+next ``--fxprof-update`` with every field kept. Version 2 files may hold ``capture.classes`` (each module path's
+class, for the aggregates of a class's instances): optional, left out when empty, ignored by readers that predate
+it, so it needed no new version.
 """
 
 from __future__ import annotations
@@ -154,14 +156,22 @@ def recording_to_json(recording: Recording) -> RecordingJSON:
     }
 
 
+def capture_to_json(capture: Capture) -> dict[str, Any]:
+    """A capture as the baseline file and the report write it (``classes`` left out when empty)."""
+    out: dict[str, Any] = {
+        "method": capture.method,
+        "leaf_modules": list(capture.leaf_modules),
+        "graphs": capture.graphs,
+        "detail": capture.detail,
+    }
+    if capture.classes:
+        out["classes"] = dict(capture.classes)
+    return out
+
+
 def entry_to_json(entry: BaselineEntry) -> EntryJSON:
     out: EntryJSON = {
-        "capture": {
-            "method": entry.capture.method,
-            "leaf_modules": list(entry.capture.leaf_modules),
-            "graphs": entry.capture.graphs,
-            "detail": entry.capture.detail,
-        },
+        "capture": capture_to_json(entry.capture),
         "environment": environment_to_json(entry.environment),
         "protocol": protocol_to_json(entry.protocol),
         "tolerances": {"node": entry.tolerances.node, "total": entry.tolerances.total},
@@ -251,6 +261,16 @@ def _int_list(obj: object, key: str, where: str, length: int) -> tuple[int, ...]
     if len(values) != length or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
         raise _ShapeError(f"{where}.{key} should be {length} non-negative integers (one per node)")
     return tuple(values)
+
+
+def _classes(cap: object, where: str) -> tuple[tuple[str, str], ...]:
+    """A capture's module classes (files of earlier versions have none)."""
+    if not isinstance(cap, dict) or "classes" not in cap:
+        return ()
+    raw = _get(cap, "classes", dict, where)
+    if not all(isinstance(v, str) for v in raw.values()):
+        raise _ShapeError(f"{where}.classes should map module paths to class names (strings)")
+    return tuple(sorted(raw.items()))
 
 
 def _run_from_json(raw: object, where: str, count: int) -> Run:
@@ -363,6 +383,7 @@ def _entry_from_json(raw: object, where: str) -> BaselineEntry:
             # older files: one symbolic graph
             graphs=_count(cap, "graphs", f"{where}.capture", minimum=1) if "graphs" in cap else 1,
             detail=_get(cap, "detail", str, f"{where}.capture") if "detail" in cap else "",
+            classes=_classes(cap, f"{where}.capture"),
         ),
         environment=environment,
         protocol=protocol,
