@@ -18,13 +18,11 @@ from pytest_fxprof.judge.decision import (
     NOISY_BAND,
     PRIOR_WEIGHT,
     SPREAD_K,
-    SUBTREE_DEPTH,
     Peers,
     Policy,
     align,
     band_for,
     compare,
-    groups,
     judge,
     node_noise,
     size_class,
@@ -1249,50 +1247,6 @@ def test_wide_floor_bands_still_decide() -> None:
 # Rule 5: aggregates -----------------------------------------------------------------------------------
 
 
-def fn(name: str, target: str, module: str = "", op: str = "call_function") -> NodeInfo:
-    return node(name, target, module, op=op)
-
-
-@pytest.mark.parametrize(
-    ("nodes", "expected"),
-    [
-        pytest.param(MODEL, [(Kind.MODULE, "layer1", [2, 3]), (Kind.MODULE, "stem", [0, 1])], id="model-two-subtrees"),
-        pytest.param(
-            (fn("a", "torch.relu"), fn("b", "torch.relu"), fn("c", "add", op="call_method"), fn("d", "operator.add")),
-            [(Kind.OP, "torch.relu", [0, 1])],
-            id="op-types-by-target-single-ones-left-out",
-        ),
-        pytest.param(
-            (fn("fc1", "Linear", "fc1", "call_module"), fn("fc2", "Linear", "fc2", "call_module")),
-            [(Kind.OP, "Linear", [0, 1])],
-            id="modules-by-class-their-own-path-no-subtree",
-        ),
-        pytest.param(
-            (fn("w", "w", "enc", "get_attr"), fn("w_1", "w", "enc", "get_attr"), fn("r", "torch.relu")),
-            [(Kind.MODULE, "enc", [0, 1])],
-            id="get-attr-in-subtrees-not-op-types",
-        ),
-        pytest.param(
-            (fn("t", "torch.tanh", "a.b.c"), fn("t_1", "torch.tanh", "a.b.c"), fn("s", "torch.sin", "z")),
-            [(Kind.OP, "torch.tanh", [0, 1]), (Kind.MODULE, "a", [0, 1]), (Kind.MODULE, "a.b", [0, 1])],
-            id="subtrees-down-to-depth-2",
-        ),
-        pytest.param(
-            (fn("fc", "Linear", "enc.fc", "call_module"), fn("r", "torch.relu", "enc"), fn("s", "torch.sin")),
-            [(Kind.MODULE, "enc", [0, 1])],
-            id="call-module-counts-in-its-parent",
-        ),
-        pytest.param(
-            (fn("a", "torch.sin", "enc"), fn("b", "torch.cos", "enc")), [], id="the-whole-graph-is-no-subtree"
-        ),
-        pytest.param((), [], id="empty"),
-    ],
-)
-def test_groups(nodes: Sequence[NodeInfo], expected: list[tuple[Kind, str, list[int]]]) -> None:
-    assert SUBTREE_DEPTH == 2
-    assert groups(nodes) == expected
-
-
 CNN_BASELINE = make_entry([make_run(scaled(CNN, CNN_NS))], CNN)
 ENCODER_BASELINE = make_entry([make_run(scaled(ENCODER, ENCODER_NS))], ENCODER)
 
@@ -1431,7 +1385,7 @@ def test_module_aggregate_of_small_ops_of_many_types() -> None:
     assert labels(c.aggregates) == (
         "op Linear",
         "op MultiheadAttention",
-        "module encoder",
+        "module encoder",  # and the pattern encoder.*: the same nodes
         "module encoder.0",
         "module encoder.1",
         "module encoder.2",

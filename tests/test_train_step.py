@@ -16,7 +16,7 @@ import torch
 
 from pytest_fxprof import profile_train_step
 from pytest_fxprof.capture.step import METHOD, default_loss
-from pytest_fxprof.judge.decision import groups
+from pytest_fxprof.judge.aggregates import graph_groups
 from pytest_fxprof.records.measurement import DIRECTIONS
 from tests.test_end_to_end import skip_if_the_recording_was_too_noisy
 from tests.test_plugin import skip_if_the_machine_was_busy
@@ -173,7 +173,7 @@ def test_roll_ups_and_aggregates_take_the_direction() -> None:
     ops = {r.name for r in result.rollup("op")}
     assert "aten.convolution_backward.default backward" in ops
     assert "aten.convolution.default forward" in ops
-    names = {name for _, name, _ in groups([n.info for n in result.nodes])}
+    names = {g.name for g in graph_groups([n.info for n in result.nodes])}
     assert {"<model> backward", "conv backward", "conv forward", "aten.convolution_backward.default backward"} <= names
     frame = result.to_dataframe()
     assert set(frame["direction"]) == set(DIRECTIONS)

@@ -13,8 +13,9 @@ The rules, in order:
    removed op shows up as a structural change instead of shifting every later node.
 3. Node times are divided by a *speed factor* taken from the node's peers: the time-weighted median
    ratio of the nodes of similar size (within ``PEER_SPAN`` of its baseline time, at least
-   ``MIN_PEERS`` of them, the node itself excluded). Drift cancels, including contention that slows
-   small ops more than large ones; one slow node barely moves its peers' median. For the slower test
+   ``MIN_PEERS`` and at most ``MAX_PEERS`` of them, the nearest in size, the node itself excluded).
+   Drift cancels, including contention that slows small ops more than large ones; one slow node
+   barely moves its peers' median. For the slower test
    a slower factor is divided out with ``DRIFT_DOUBT`` more of it (contention is op-specific, so the
    drift is itself in doubt); a faster one is not (``FASTER_CREDIT``), so a node is never called slower
    because the rest of the model sped up more than it did (``Policy.divisor``).
@@ -30,10 +31,14 @@ The rules, in order:
    the aggregates it belongs to. A band set by the measured spread wider than ``NOISY_BAND`` cannot
    decide anything: the item is reported as too noisy, never passed or failed on it. A tolerance or floor
    band is applied as it is.
-5. *Aggregates* sum nodes that carry less noise together than alone: every operator type (all
-   ``BatchNorm2d``, all ``add``) and every module subtree up to ``SUBTREE_DEPTH`` levels (``layer3``,
-   ``layer3.0``). Their members are divided by speed factors taken from peers *outside* the aggregate,
-   so a slowdown of every BatchNorm is not mistaken for a machine that slows small ops. Bands as in 4.
+5. *Aggregates* sum nodes that carry less noise together than alone (``judge.aggregates``): every operator
+   type (all ``BatchNorm2d``, all ``add``), every module subtree at every depth (``layer3``, ``layer3.0``,
+   ``encoder.layer.3.attention.self``), every repeated block's instances together (``transformer.h.*.mlp``)
+   and every module class's (``LayerNorm``). Each holds its nodes on both sides: where the graph changed, the
+   nodes only one side holds count in the modules they sit in. Their matched members are divided by speed
+   factors taken from peers *outside* the aggregate, so a slowdown of every BatchNorm is not mistaken for a
+   machine that slows small ops. Bands as in 4, with ``spread_k`` raised where the aggregate's level tests more
+   than ``aggregates.LEVEL_ITEMS`` of them.
 6. The total is the instrumented pass divided by the reference workload, banded by the larger of the
    total tolerance (``HISTORY_TOTAL_TOLERANCE`` from ``MIN_RECORDINGS`` recordings on) and ``spread_k``
    deviations, within and between recordings (no floor, no speed factor). It catches slowdowns spread
@@ -46,21 +51,22 @@ The rules, in order:
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from difflib import SequenceMatcher
 
-from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, Recording, Run, is_step
-from pytest_fxprof.records.profile import ROOT
+from pytest_fxprof.judge.aggregates import Group, corrected_k, plan
+from pytest_fxprof.judge.blame import blame
+from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, Recording, Run
 from pytest_fxprof.records.verdicts import (
     AggregateVerdict,
     BandSource,
     Comparison,
     Judgement,
-    Kind,
     NodeVerdict,
     Status,
     TotalVerdict,
@@ -99,9 +105,6 @@ NOISY_BAND = 1.0
 """A band set by the measured spread beyond +100 % decides nothing: the item is reported as too noisy.
 A tolerance (the user's choice) or a floor (an absolute amount of time) is applied however wide."""
 
-SUBTREE_DEPTH = 2
-"""Module subtrees are aggregated down to this depth (``layer3`` and ``layer3.0``, not ``layer3.0.bn1``)."""
-
 DRIFT_DOUBT = 0.5
 """How much of the drift divided out is itself in doubt. Contention is op-specific (a neighbour's memory
 traffic slows BatchNorm more than the convolutions around it), so a slower item is divided by its speed
@@ -119,6 +122,14 @@ PEER_SPAN = 4.0
 
 MIN_PEERS = 8
 """Fewer peers than this within ``PEER_SPAN``: the nearest in size are taken up to this count."""
+
+NEAR_KEPT = 256
+"""How many of each node's nearest peers are kept once listed: an aggregate that excludes more reads on."""
+
+MAX_PEERS = 64
+"""More peers than this within ``PEER_SPAN``: the nearest in size, this many. A time-weighted median of 64 ratios
+moves with the drift, not with one node's noise, and a model of thousands of nodes of one size would otherwise
+scan them all for every node of every aggregate it judges."""
 
 MACHINE_FACTOR_LIMIT = 2.0
 """A reference workload this many times faster or slower than in the baseline means another machine."""
@@ -205,29 +216,94 @@ def align(
 
 
 class Peers:
-    """Each node's peers by baseline size, nearest first, so speed factors cost one scan per node."""
+    """Each node's peers by baseline size, nearest first, walked outward from the node in size order (no table of
+    every pair: a graph of thousands of nodes would hold millions)."""
 
     def __init__(self, centres: Sequence[float]) -> None:
         self.centres = list(centres)
-        logs = [math.log(max(c, 1.0)) for c in centres]
+        self.logs = [math.log(max(c, 1.0)) for c in centres]
         self.span = math.log(PEER_SPAN)
-        self.order = [sorted((abs(lj - li), j) for j, lj in enumerate(logs) if j != i) for i, li in enumerate(logs)]
+        self.by_size = sorted(range(len(self.logs)), key=lambda j: (self.logs[j], j))
+        self.position = [0] * len(self.logs)
+        for p, j in enumerate(self.by_size):
+            self.position[j] = p
+        self._kept: dict[int, list[tuple[float, int]]] = {}
+
+    def nearest(self, i: int) -> Iterator[tuple[float, int]]:
+        """``(distance, j)`` of every other node, nearest in size first, ties in node order."""
+        logs, by_size, li = self.logs, self.by_size, self.logs[i]
+        low, high = self.position[i] - 1, self.position[i] + 1
+        while low >= 0 or high < len(by_size):
+            d_low = li - logs[by_size[low]] if low >= 0 else math.inf
+            d_high = logs[by_size[high]] - li if high < len(by_size) else math.inf
+            d = min(d_low, d_high)
+            tied = []
+            while low >= 0 and li - logs[by_size[low]] == d:
+                tied.append(by_size[low])
+                low -= 1
+            while high < len(by_size) and logs[by_size[high]] - li == d:
+                tied.append(by_size[high])
+                high += 1
+            for j in sorted(tied):
+                yield d, j
+
+    def kept(self, i: int) -> list[tuple[float, int]]:
+        """The first of ``nearest(i)``, kept: the most a factor reads but where an aggregate excludes many."""
+        kept = self._kept.get(i)
+        if kept is None:
+            kept = self._kept[i] = list(itertools.islice(self.nearest(i), NEAR_KEPT))
+        return kept
 
     def factor(self, i: int, ratios: Sequence[float], excluded: frozenset[int] = frozenset()) -> float:
         """Node ``i``'s speed factor: the time-weighted median ratio of its peers outside ``excluded``."""
-        peers: list[int] = []
-        for d, j in self.order[i]:  # nearest first: those within the span, or the nearest MIN_PEERS
-            if d > self.span and len(peers) >= MIN_PEERS:
-                break
-            if j not in excluded:
-                peers.append(j)
+        peers = self._peers(i, excluded)
         if not peers:
             return 1.0
         return weighted_median([ratios[j] for j in peers], [self.centres[j] for j in peers])
 
+    def _peers(self, i: int, excluded: frozenset[int]) -> list[int]:
+        peers: list[int] = []
+        near = self.kept(i)
+        walk = (
+            near if len(near) < NEAR_KEPT else itertools.chain(near, itertools.islice(self.nearest(i), NEAR_KEPT, None))
+        )
+        for d, j in walk:  # those within the span, at least MIN_PEERS, at most MAX_PEERS
+            if (d > self.span and len(peers) >= MIN_PEERS) or len(peers) >= MAX_PEERS:
+                break
+            if j not in excluded:
+                peers.append(j)
+        return peers
+
     def factors(self, current: Sequence[float], excluded: frozenset[int] = frozenset()) -> list[float]:
         ratios = [cur / c if c else 1.0 for cur, c in zip(current, self.centres, strict=True)]
         return [self.factor(i, ratios, excluded | {i}) for i in range(len(self.centres))]
+
+
+class RunFactors:
+    """One run's speed factors (``Peers.factor``) for the aggregates that exclude their own members, each worked out
+    once: a factor depends on the excluded nodes only among the node's nearest peers, and the aggregates of one
+    graph (a block, its pattern, its class, its operator types) share most of those."""
+
+    def __init__(self, peers: Peers, current: Sequence[float]) -> None:
+        self.peers = peers
+        self.current = current
+        self.ratios = [cur / c if c else 1.0 for cur, c in zip(current, peers.centres, strict=True)]
+        self._near: dict[int, frozenset[int]] = {}
+        self._seen: dict[tuple[int, frozenset[int]], float] = {}
+
+    def factor(self, i: int, excluded: frozenset[int]) -> float:
+        """``Peers.factor(i, ratios, excluded)``, from the cache where the same nodes near ``i`` were excluded."""
+        near = self._near.get(i)
+        if near is None:
+            near = self._near[i] = frozenset(j for _, j in self.peers.kept(i))
+        within = excluded & near
+        if len(within) > NEAR_KEPT - MAX_PEERS:  # the scan could read beyond the kept peers: not cached
+            return self.peers.factor(i, self.ratios, excluded)
+        key = (i, within)
+        found = self._seen.get(key)
+        if found is None:
+            found = self._seen[key] = self.peers.factor(i, self.ratios, within)
+        return found
 
 
 @dataclass(frozen=True)
@@ -393,75 +469,19 @@ def regressed(total: TotalVerdict, nodes: Sequence[NodeVerdict], aggregates: Seq
     )
 
 
-def group_keys(n: NodeInfo, step: bool) -> list[tuple[Kind, str]]:
-    """The aggregates node ``n`` belongs to: its operator type and each module subtree above it (down to
-    ``SUBTREE_DEPTH``); in a training step (``step``), each per direction, and its direction whole."""
-    suffix = f" {n.direction}" if step else ""
-    keys = [(Kind.OP, n.target + suffix)] if n.op in ("call_module", "call_function", "call_method") else []
-    parts = n.module.split(".") if n.module else []
-    # a call_module node's own path is the node itself, not a subtree
-    depth = len(parts) - 1 if n.op == "call_module" else len(parts)
-    keys += [(Kind.MODULE, ".".join(parts[:d]) + suffix) for d in range(1, min(depth, SUBTREE_DEPTH) + 1)]
-    return keys + ([(Kind.MODULE, ROOT + suffix)] if step else [])
-
-
-def groups(nodes: Sequence[NodeInfo]) -> list[tuple[Kind, str, list[int]]]:
-    """The aggregates of a graph: each operator type and each module subtree with two or more nodes. In a
-    training step, each per direction (``layer3.0 backward``), and each direction whole (``<model> backward``)."""
-    members: dict[tuple[Kind, str], list[int]] = defaultdict(list)
-    step = is_step(nodes)
-    for i, n in enumerate(nodes):
-        for key in group_keys(n, step):
-            members[key].append(i)
-    ops = sorted((name, idx) for (kind, name), idx in members.items() if kind is Kind.OP)
-    modules = sorted((name, idx) for (kind, name), idx in members.items() if kind is Kind.MODULE)
-    out = [(Kind.OP, name, idx) for name, idx in ops if len(idx) >= 2]
-    out += [(Kind.MODULE, name, idx) for name, idx in modules if 2 <= len(idx) < len(nodes)]
-    return out
-
-
-def unmatched_members(nodes: Sequence[NodeInfo], matched: set[int], step: bool) -> dict[tuple[Kind, str], list[int]]:
-    """The positions of ``nodes`` outside ``matched``, by the aggregates they belong to (``group_keys``)."""
-    out: dict[tuple[Kind, str], list[int]] = defaultdict(list)
-    for i, n in enumerate(nodes):
-        if i not in matched:
-            for key in group_keys(n, step):
-                out[key].append(i)
-    return out
-
-
-def unmatched_time(
-    baseline: BaselineEntry, current: BaselineEntry, pairs: Sequence[tuple[int, int]]
-) -> dict[tuple[Kind, str], tuple[float, list[float]]]:
-    """Per aggregate, the time of its nodes that only one side holds: the baseline's median of the nodes the
-    current graph lacks, and the current time, per measurement, of the nodes the baseline lacked (a changed
-    graph: activation checkpointing's recomputed forward, an op swapped for another)."""
-    step = is_step(baseline.nodes) or is_step(current.nodes)
-    gone = unmatched_members(baseline.nodes, {i for i, _ in pairs}, step)
-    new = unmatched_members(current.nodes, {j for _, j in pairs}, step)
-    return {
-        key: (
-            sum(float(statistics.median(r.node_ns[i] for r in baseline.runs)) for i in gone.get(key, [])),
-            [float(sum(r.node_ns[j] for j in new.get(key, []))) for r in current.runs],
-        )
-        for key in gone.keys() | new.keys()
-    }
-
-
 def _aggregate_sigma(
-    recordings: Sequence[Sequence[Run]],
+    recordings: Sequence[Sequence[RunFactors]],
     idx: Sequence[int],
-    peers: Peers,
     noise: Sequence[NodeNoise],
     members: frozenset[int],
 ) -> float | None:
-    """An aggregate's deviation across the baseline's processes, within and between its ``recordings``, shrunk
-    toward what its members' own deviations give together."""
+    """An aggregate's deviation across the baseline's processes, within and between its ``recordings`` (each
+    process's factors), shrunk toward what its members' own deviations give together."""
     centre = sum(noise[i].centre_ns for i in idx) or 1.0
 
-    def value(run: Run) -> float:
+    def value(run: RunFactors) -> float:
         # divided by the full factors, as node_noise does: the spread that drift leaves
-        return _aggregate_ns([float(t) for t in run.node_ns], idx, peers, members, Policy())[2] / centre
+        return _aggregate_ns(run, idx, members, Policy())[2] / centre
 
     own, dof = spread_of([[value(run) for run in runs] for runs in recordings])
     if own is None:
@@ -472,23 +492,23 @@ def _aggregate_sigma(
 
 
 def _aggregate_ns(
-    current: Sequence[float], idx: Sequence[int], peers: Peers, members: frozenset[int], policy: Policy
+    run: RunFactors, idx: Sequence[int], members: frozenset[int], policy: Policy
 ) -> tuple[float, float, float, float]:
-    """The members' time divided by each one's factor from non-members, three ways, and that factor.
+    """The members' time in ``run`` divided by each one's factor from non-members, three ways, and that factor.
 
     For the slower test (``policy.divisor(f)``), for the faster test (``min(f, 1)``: a faster machine
     is not a faster aggregate) and in full (for the baseline's spread).
     """
-    ratios = [cur / c if c else 1.0 for cur, c in zip(current, peers.centres, strict=True)]
+    current, centres = run.current, run.peers.centres
     slow = quick = full = weighted = 0.0
     for i in idx:
-        f = peers.factor(i, ratios, members)
+        f = run.factor(i, members)
         slow += current[i] / policy.divisor(f)
         quick += current[i] / max(min(f, 1.0), 1e-9)
         full += current[i] / max(f, 1e-9)
-        weighted += f * peers.centres[i]
-    base = sum(peers.centres[i] for i in idx) or 1.0
-    return slow, quick, full, weighted / base
+        weighted += f * centres[i]
+    base = sum(centres[i] for i in idx)
+    return slow, quick, full, weighted / base if base else 1.0
 
 
 # Comparing ----------------------------------------------------------------------------------------------
@@ -576,27 +596,29 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
         return NodeVerdict(info, c, measured[0][k], factors[0][k], floor_ns, gates, verdict, divisor, shapes)
 
     verdicts = tuple(node_verdict(k) for k in range(len(pairs)))
-    unmatched = unmatched_time(baseline, current, pairs) if added or removed else {}
+    # each process's factors, shared by every aggregate
+    recorded = [[RunFactors(peers, [float(t) for t in run.node_ns]) for run in runs] for runs in recordings]
+    now = [RunFactors(peers, m) for m in measured]
     aggregates = tuple(
         _judge_aggregate(
-            kind,
-            name,
-            idx,
-            recordings=recordings,
-            measured=measured,
-            peers=peers,
+            group,
+            recordings=recorded,
+            measured=now,
             noise=noise,
             floor_ns=floor_ns,
             policy=policy,
-            nodes=baseline.nodes,
+            baseline=baseline,
+            current=current,
             base_idx=base_idx,
-            unmatched=unmatched.get((kind, name)),
         )
-        for kind, name, idx in groups([baseline.nodes[i] for i in base_idx])
+        for group in plan(
+            baseline.nodes, current.nodes, pairs, baseline.capture.class_map(), current.capture.class_map()
+        )
     )
     total = _judge_total([rec.runs for rec in learnt_from(baseline, policy)], current.runs, policy)
+    failed = regressed(total, verdicts, aggregates)
     return Comparison(
-        status=Status.REGRESSION if regressed(total, verdicts, aggregates) else Status.PASS,
+        status=Status.REGRESSION if failed else Status.PASS,
         mismatches=(),
         speed_factor=speed,
         baseline_processes=len(baseline.runs),
@@ -608,6 +630,7 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
         measurements=len(current.runs),
         graphs=(baseline.capture.graphs, current.capture.graphs),
         recordings=len(recordings),
+        blame=blame(verdicts, aggregates) if failed else None,
     )
 
 
@@ -623,36 +646,54 @@ def _pick(run: Run, idx: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...
 
 
 def _judge_aggregate(
-    kind: Kind,
-    name: str,
-    idx: list[int],
+    group: Group,
     *,
-    recordings: Sequence[Sequence[Run]],
-    measured: Sequence[Sequence[float]],
-    peers: Peers,
+    recordings: Sequence[Sequence[RunFactors]],
+    measured: Sequence[RunFactors],
     noise: Sequence[NodeNoise],
     floor_ns: float,
     policy: Policy,
-    nodes: Sequence[NodeInfo],
+    baseline: BaselineEntry,
+    current: BaselineEntry,
     base_idx: Sequence[int],
-    unmatched: tuple[float, list[float]] | None = None,
 ) -> AggregateVerdict:
-    """An aggregate judged on its matched nodes and, where the graph changed, on the time of its nodes that
-    only one side holds (``unmatched``: the baseline's, and the current per measurement, ``unmatched_time``),
-    divided by the same speed factor as its matched nodes."""
+    """An aggregate judged on its matched nodes and, where the graph changed, on the time of its nodes that only
+    one side holds (the baseline's median, and the current per measurement), divided by the same speed factor as
+    its matched nodes; its band's deviations raised for its level (``aggregates.corrected_k``)."""
+    idx = list(group.matched)
     members = frozenset(idx)
-    gone, new = unmatched or (0.0, [0.0] * len(measured))
+    gone = sum(float(statistics.median(r.node_ns[i] for r in baseline.runs)) for i in group.only_old)
+    new = [float(sum(r.node_ns[j] for j in group.only_new)) for r in current.runs]
     centre = max(sum(noise[i].centre_ns for i in idx) + gone, 1.0)
-    sigma = _aggregate_sigma(recordings, idx, peers, noise, members)
-    band, source = band_for(policy.node_tolerance, sigma, k=policy.spread_k, floor=floor_ns / centre)
-    sums = [_aggregate_ns(m, idx, peers, members, policy) for m in measured]
+    sigma = _aggregate_sigma(recordings, idx, noise, members) if idx else None
+    k = corrected_k(policy.spread_k, group.strictness)
+    band, source = band_for(policy.node_tolerance, sigma, k=k, floor=floor_ns / centre)
+    sums = [_aggregate_ns(m, idx, members, policy) for m in measured]
     ratios = [(s[0] + extra / policy.divisor(s[3])) / centre for s, extra in zip(sums, new, strict=True)]
     quick = [(s[1] + extra / max(min(s[3], 1.0), 1e-9)) / centre for s, extra in zip(sums, new, strict=True)]
-    raw = sum(measured[0][i] for i in idx) + new[0]
-    infos = tuple(nodes[base_idx[i]] for i in idx)
+    raw = sum(measured[0].current[i] for i in idx) + new[0]
+    infos = tuple(baseline.nodes[base_idx[i]] for i in idx)
     verdict = judge(ratios, band, source, scale_ns=centre, faster=quick, sigma=sigma, floor=floor_ns / centre)
     divisor = policy.divisor(sums[0][3])
-    return AggregateVerdict(kind, name, infos, centre, raw, sums[0][3], verdict, divisor, tuple(idx))
+    return AggregateVerdict(
+        group.kind,
+        group.name,
+        infos,
+        centre,
+        raw,
+        sums[0][3],
+        verdict,
+        divisor,
+        tuple(idx),
+        cls=group.cls,
+        instances=group.instances,
+        added=tuple(current.nodes[j] for j in group.only_new),
+        removed=tuple(baseline.nodes[i] for i in group.only_old),
+        family=group.family,
+        tested=group.tested,
+        path=group.path,
+        direction=group.direction,
+    )
 
 
 # A weak baseline ----------------------------------------------------------------------------------------

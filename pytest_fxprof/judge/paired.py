@@ -6,8 +6,8 @@ hits both sides of a pair alike and cancels in its ratio, so the evidence is the
 the old side's times against the new side's pooled. Pure, so that every rule can be tested with hand-built
 numbers. Must not import torch, pytest or pandas.
 
-The rule, for each node present on both sides, each operator type and module subtree (as ``decision.groups``
-makes them) and the total:
+The rule, for each node present on both sides, each aggregate (operator types, module subtrees at every depth,
+patterns and classes, as ``aggregates.plan`` lays them out over both sides' nodes) and the total:
 
 1. Per pair ``i``: ``x_i = log(new_i / old_i)``, each side's time being that process's median over its passes
    (an aggregate sums its members' medians; the total is the instrumented pass).
@@ -43,8 +43,10 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pytest_fxprof.judge.decision import GATING_NS, GATING_SHARE, align, groups, regressed, unmatched_members
-from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, Run, is_step
+from pytest_fxprof.judge.aggregates import corrected_confidence, plan
+from pytest_fxprof.judge.blame import blame
+from pytest_fxprof.judge.decision import GATING_NS, GATING_SHARE, align, regressed
+from pytest_fxprof.records.measurement import BaselineEntry, Run
 from pytest_fxprof.records.verdicts import (
     AggregateVerdict,
     BandSource,
@@ -245,13 +247,14 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
     centres = [statistics.median(float(r.node_ns[i]) for r in old_runs) for i, _ in pairs]
     busy = sum(centres) or 1.0
 
-    def item(old_idx: Sequence[int], new_idx: Sequence[int], tolerance: float) -> tuple[Judgement, float, float]:
+    def item(
+        old_idx: Sequence[int], new_idx: Sequence[int], tolerance: float, strictness: float = 1.0
+    ) -> tuple[Judgement, float, float]:
         before, after = _medians(old_runs, old_idx), _medians(new_runs, new_idx)
         centre = max(statistics.median(before), 1.0)
         band, source = band_of(tolerance, floor_ns / centre)
-        j = judge_pairs(
-            before, after, band, source, confidence=policy.confidence, scale_ns=centre, floor=floor_ns / centre
-        )
+        confidence = corrected_confidence(policy.confidence, strictness)
+        j = judge_pairs(before, after, band, source, confidence=confidence, scale_ns=centre, floor=floor_ns / centre)
         return j, centre, statistics.median(after)
 
     verdicts = []
@@ -263,24 +266,40 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
         shapes = (before_shape, after_shape) if before_shape and after_shape and before_shape != after_shape else None
         verdicts.append(NodeVerdict(new.nodes[j_new], centre, now, 1.0, floor_ns, gates, judgement, 1.0, shapes))
     aggregates = []
-    matched: list[NodeInfo] = [old.nodes[i] for i, _ in pairs]
-    step = is_step(old.nodes) or is_step(new.nodes)
-    only_old = unmatched_members(old.nodes, {i for i, _ in pairs}, step)
-    only_new = unmatched_members(new.nodes, {j for _, j in pairs}, step)
-    for kind, name, idx in groups(matched):
+    for g in plan(old.nodes, new.nodes, pairs, old.capture.class_map(), new.capture.class_map()):
         # a module's time on each side: its matched nodes and those only one side holds (a changed graph)
-        old_idx = [pairs[k][0] for k in idx] + only_old.get((kind, name), [])
-        new_idx = [pairs[k][1] for k in idx] + only_new.get((kind, name), [])
-        judgement, centre, now = item(old_idx, new_idx, policy.node_tolerance)
-        members = tuple(matched[k] for k in idx)
-        aggregates.append(AggregateVerdict(kind, name, members, centre, now, 1.0, judgement, 1.0, tuple(idx)))
+        old_idx = [pairs[k][0] for k in g.matched] + list(g.only_old)
+        new_idx = [pairs[k][1] for k in g.matched] + list(g.only_new)
+        judgement, centre, now = item(old_idx, new_idx, policy.node_tolerance, g.strictness)
+        aggregates.append(
+            AggregateVerdict(
+                g.kind,
+                g.name,
+                tuple(old.nodes[pairs[k][0]] for k in g.matched),
+                centre,
+                now,
+                1.0,
+                judgement,
+                1.0,
+                g.matched,
+                cls=g.cls,
+                instances=g.instances,
+                added=tuple(new.nodes[j] for j in g.only_new),
+                removed=tuple(old.nodes[i] for i in g.only_old),
+                family=g.family,
+                tested=g.tested,
+                path=g.path,
+                direction=g.direction,
+            )
+        )
     before_total = [float(r.instrumented_ns or r.total_ns) for r in old_runs]
     after_total = [float(r.instrumented_ns or r.total_ns) for r in new_runs]
     band, source = policy.total_tolerance, BandSource.TOLERANCE
     total_judgement = judge_pairs(before_total, after_total, band, source, confidence=policy.confidence, resolve=True)
     total = TotalVerdict(statistics.median(before_total), statistics.median(after_total), 1.0, total_judgement)
+    failed = regressed(total, verdicts, aggregates)
     return Comparison(
-        status=Status.REGRESSION if regressed(total, verdicts, aggregates) else Status.PASS,
+        status=Status.REGRESSION if failed else Status.PASS,
         mismatches=(),
         speed_factor=1.0,
         baseline_processes=len(old_runs),
@@ -293,6 +312,7 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
         graphs=(old.capture.graphs, new.capture.graphs),
         against=against,
         pairs=len(old_runs),
+        blame=blame(verdicts, aggregates) if failed else None,
     )
 
 

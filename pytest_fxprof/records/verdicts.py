@@ -43,7 +43,16 @@ class Kind(StrEnum):
     NODE = "node"
     OP = "op"
     MODULE = "module"
+    """One module subtree, at any depth: ``transformer.h.2.mlp``."""
+    PATTERN = "pattern"
+    """The instances of one repeated block together, their indices folded: ``transformer.h.*.mlp``."""
+    CLASS = "class"
+    """Every instance of one module class (``LayerNorm``) where they are not the instances of one pattern."""
     TOTAL = "total"
+
+
+MODULE_KINDS = (Kind.MODULE, Kind.PATTERN, Kind.CLASS)
+"""The aggregates that say where in the model's code time went (an operator type says what kind of work)."""
 
 
 def conservative(ratios: Sequence[float]) -> float:
@@ -155,6 +164,34 @@ class AggregateVerdict(_Judged):
     """What the slower test divided the members' time by, for their time-weighted speed factor."""
     member_index: tuple[int, ...] = ()
     """Where the members' own verdicts stand in ``Comparison.nodes``."""
+    cls: str = ""
+    """The module class: of a module or of every instance of a pattern (``MLP``; "" where unknown or mixed), or the
+    class a ``Kind.CLASS`` aggregate gathers."""
+    instances: tuple[str, ...] = ()
+    """A pattern's or a class's module paths (``transformer.h.0.mlp``, ...); empty for a module or an operator type."""
+    added: tuple[NodeInfo, ...] = ()
+    """Its nodes that only this run holds (the code in it changed): charged to it, with their source lines."""
+    removed: tuple[NodeInfo, ...] = ()
+    """Its nodes that only the baseline (or the old side) held."""
+    family: str = ""
+    """The level it is tested with (``op``, ``depth 3``, ``class``) ..."""
+    tested: int = 1
+    """... and how many aggregates that level tests: the more, the stricter each one's test (``judge.aggregates``)."""
+
+    path: str = ""
+    """The name without a training step's direction: ``layer3.0`` of ``layer3.0 backward`` ("": the name)."""
+    direction: str = ""
+    """A training step's direction the aggregate lies in ("" outside a training step)."""
+
+    @property
+    def where(self) -> str:
+        """The module path, pattern or class without the direction."""
+        return self.path or self.name
+
+    @property
+    def changed(self) -> bool:
+        """Whether its code changed: nodes added or removed in it."""
+        return bool(self.added or self.removed)
 
 
 @dataclass(frozen=True)
@@ -165,6 +202,28 @@ class TotalVerdict(_Judged):
     current_ns: float
     machine_factor: float
     judgement: Judgement
+
+
+@dataclass(frozen=True)
+class Blame:
+    """What a failure leads with: the smallest module, pattern or class that is slower and holds most of the extra
+    time (``judge.blame``), or where none does, the slower node that lost the most.
+
+    ``chain`` are the lead's enclosing modules that were judged, outermost first; ``share`` is the lead's part of
+    the extra time it was chosen against (``extra_ns``)."""
+
+    lead: AggregateVerdict | None
+    node: NodeVerdict | None
+    chain: tuple[AggregateVerdict, ...]
+    share: float
+    extra_ns: float
+
+    @property
+    def name(self) -> str:
+        """What the lead names: a module path, a pattern, a class, or a node's module."""
+        if self.lead is not None:
+            return self.lead.where
+        return self.node.node.module if self.node is not None else ""
 
 
 @dataclass(frozen=True)
@@ -192,6 +251,8 @@ class Comparison:
     recordings: int = 1
     """How many recordings of the baseline set the bands (``--fxprof-history``): from ``MIN_RECORDINGS`` on, they
     are learnt from the drift between recordings (``judge.decision``)."""
+    blame: Blame | None = None
+    """Where the extra time went, when the comparison failed (``judge.blame``): what a failure leads with."""
 
     @property
     def reference(self) -> str:

@@ -1,0 +1,98 @@
+"""Blame: which module a failure leads with.
+
+Owns ``blame``, the rule both gates use once a comparison fails. Pure. Must not import torch, pytest or pandas.
+
+The rule:
+
+1. The candidates are the module-like aggregates (module subtrees, patterns and classes, ``judge.aggregates``) and
+   the nodes, each found slower beyond its own band: noise in an unchanged module cannot be named. A node too
+   small to fail a test alone is a candidate too: the test failed already, and a 300 us convolution that took
+   5 ms more is where the time went, its module's subtree only around it.
+2. The extra time to explain is that of the candidate (or operator type) that lost the most (``delta_ns``).
+3. The lead is the *smallest* candidate (by its baseline time) that holds more than ``BLAME_SHARE`` of that extra
+   time: the deepest module subtree that explains the slowdown, a node where one node does, a pattern where the
+   instances of a repeated block slowed together (no one instance holds most), or a class where instances of one
+   class in several places did (a norm written by hand slows ``ln_1``, ``ln_2`` and ``ln_f`` alike).
+4. Where no module or node holds most of it, one operator type slowed across the model (every ``Linear``, a
+   kernel got slower): the lead is that operator type's aggregate. Where nothing but the total failed, there is
+   no lead: no module is named.
+5. ``chain`` are the lead's enclosing modules and patterns the gate judged, outermost first, as the failure shows
+   them on one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pytest_fxprof.judge.aggregates import depth_of, parent_path
+from pytest_fxprof.records.verdicts import MODULE_KINDS, AggregateVerdict, Blame, Kind, NodeVerdict, Verdict
+
+BLAME_SHARE = 2 / 3
+"""The lead holds more than this share of the extra time: most of it, by a margin that noise in the modules beside it
+cannot take away. At one half, one of two places that slowed alike (``ln_1`` of a norm written by hand, beside
+``ln_2``) led by a hair over the class that holds both."""
+
+
+def blame(nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict]) -> Blame | None:
+    """What a failed comparison leads with (see the module's rule); None where nothing can be named."""
+    slower = [a for a in aggregates if a.verdict is Verdict.SLOWER and a.delta_ns > 0]
+    modules = [a for a in slower if a.kind in MODULE_KINDS]
+    ops = [a for a in slower if a.kind is Kind.OP]
+    gating = [v for v in nodes if v.verdict is Verdict.SLOWER and v.delta_ns > 0]  # small ones too: blame, not gate
+    if not slower and not gating:
+        return None
+    extra = max(x.delta_ns for x in (*slower, *gating))
+    held = [a for a in modules if a.delta_ns > BLAME_SHARE * extra]
+    held_nodes = [v for v in gating if v.delta_ns > BLAME_SHARE * extra]
+    lead = min(held, key=lambda a: (a.baseline_ns, -_depth(a), _KINDS.index(a.kind), a.name), default=None)
+    node = min(held_nodes, key=lambda v: (v.baseline_ns, v.node.key), default=None)
+    if node is not None and (lead is None or node.baseline_ns <= lead.baseline_ns):
+        direction = next((a.direction for a in aggregates if a.direction == node.node.direction), "")
+        chain = enclosing(node.node.module, direction, aggregates, inclusive=node.node.op != "call_module")
+        return Blame(None, node, chain, node.delta_ns / extra, extra)
+    if lead is None:  # no module holds most: one operator type slowed across the model
+        lead = min((a for a in ops if a.delta_ns > BLAME_SHARE * extra), key=lambda a: (a.baseline_ns, a.name))
+        return Blame(lead, None, (), lead.delta_ns / extra, extra)
+    return Blame(lead, None, enclosing(_home(lead), lead.direction, aggregates), lead.delta_ns / extra, extra)
+
+
+_KINDS = (Kind.MODULE, Kind.PATTERN, Kind.CLASS)
+
+
+def _depth(a: AggregateVerdict) -> int:
+    return depth_of(_home(a))
+
+
+def _home(a: AggregateVerdict) -> str:
+    """Where an aggregate sits in the module tree: its path or pattern; for a class, the modules its instances
+    share (``transformer`` of ``transformer.h.0.ln_1`` and ``transformer.ln_f``)."""
+    if a.kind is not Kind.CLASS:
+        return a.where
+    paths = [p.split(".") for p in a.instances]
+    shared: list[str] = []
+    for parts in zip(*paths, strict=False):
+        if len(set(parts)) != 1:
+            break
+        shared.append(parts[0])
+    return ".".join(shared)
+
+
+def enclosing(
+    path: str, direction: str, aggregates: Sequence[AggregateVerdict], *, inclusive: bool = False
+) -> tuple[AggregateVerdict, ...]:
+    """The module subtrees and patterns above ``path`` (and ``path`` itself with ``inclusive``) that were judged,
+    outermost first, in ``direction``."""
+    judged = {
+        (a.where, a.direction): a
+        for a in aggregates
+        if a.kind in (Kind.MODULE, Kind.PATTERN) and a.direction == direction
+    }
+    out: list[AggregateVerdict] = []
+    here = path if inclusive else parent_path(path)
+    while here:
+        # a list of blocks and nothing else is judged as its pattern (``h.*`` for ``h``: the same nodes)
+        found = judged.get((here, direction)) or judged.get((f"{here}.*", direction))
+        if found is not None and found not in out:
+            out.append(found)
+        here = parent_path(here)
+    return tuple(reversed(out))

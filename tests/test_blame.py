@@ -1,0 +1,356 @@
+"""Unit tests of ``pytest_fxprof.judge.blame`` and of what both gates blame on real kinds of code change, with
+injected samples (seeded, no clock, no torch): a GPT-like graph whose code changes the way pull requests change it
+(an activation by its formula, a norm by hand, one block changed), judged against stored baselines and against a
+revision. Each failure must lead with the module whose code changed, and name nothing outside it slower."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+
+import pytest
+
+from pytest_fxprof.judge.blame import BLAME_SHARE, blame
+from pytest_fxprof.judge.decision import Policy, compare
+from pytest_fxprof.judge.paired import PairedPolicy, compare_pairs
+from pytest_fxprof.records.measurement import BaselineEntry, Capture, NodeInfo, Run, Tolerances
+from pytest_fxprof.records.verdicts import (
+    MODULE_KINDS,
+    AggregateVerdict,
+    BandSource,
+    Comparison,
+    Judgement,
+    Kind,
+    NodeVerdict,
+    Status,
+    Verdict,
+)
+from pytest_fxprof.views.render import regression_message
+from tests.records_for_tests import ENV, PROTOCOL, node
+
+AGAINST = "origin/main (1a2b3c4)"
+Timed = tuple[NodeInfo, float]
+"""A node and its time in nanoseconds."""
+PAIRED = PairedPolicy(node_tolerance=0.05, total_tolerance=0.03, floor_ns=20_000, floor_share=0.001)
+STORED = Policy()
+
+# The model: four blocks (a norm, an attention of three nodes, a norm, an MLP of three), a final norm and a head.
+BLOCKS = 4
+
+
+def fn(name: str, target: str, module: str, source: str = "") -> NodeInfo:
+    return replace(node(name, target, module), source=source)
+
+
+def block(i: int, mlp: Sequence[tuple[str, str, int]] | None = None, norm: str = "layer_norm") -> list[Timed]:
+    """Block ``i``'s nodes as (node, time in ns): ``mlp`` its MLP's middle (name, target, ns) when changed,
+    ``norm`` "hand" for norms written out."""
+    out: list[Timed] = []
+
+    def norm_nodes(where: str) -> list[Timed]:
+        if norm == "layer_norm":
+            return [(fn(f"ln_{where}{i}", "aten.layer_norm.default", where, "model.py:20"), 40_000)]
+        return [
+            (fn(f"{op}_{where}{i}", f"aten.{op}.default", where, f"model.py:{21 + k}"), 30_000)
+            for k, op in enumerate(("mean", "sub", "var", "rsqrt", "mul"))
+        ]
+
+    out += norm_nodes(f"h.{i}.ln_1")
+    out += [
+        (fn(f"qkv{i}", "aten.linear.default", f"h.{i}.attn.c_attn", "model.py:40"), 900_000),
+        (fn(f"sdpa{i}", "aten.scaled_dot_product_attention.default", f"h.{i}.attn", "model.py:45"), 600_000),
+        (fn(f"proj{i}", "aten.linear.default", f"h.{i}.attn.c_proj", "model.py:47"), 300_000),
+    ]
+    out += norm_nodes(f"h.{i}.ln_2")
+    middle = mlp or [("gelu", "aten.gelu.default", 150_000)]
+    out += [(fn(f"fc{i}", "aten.linear.default", f"h.{i}.mlp.c_fc", "model.py:60"), 1_200_000)]
+    out += [
+        (fn(f"{name}{i}", target, f"h.{i}.mlp", f"model.py:{78 + k}"), ns)
+        for k, (name, target, ns) in enumerate(middle)
+    ]
+    out += [(fn(f"down{i}", "aten.linear.default", f"h.{i}.mlp.c_proj", "model.py:64"), 1_200_000)]
+    return out
+
+
+def model(changed: Callable[[int], list[Timed]] | None = None, norm: str = "layer_norm") -> list[Timed]:
+    nodes: list[Timed] = [(fn("wte", "aten.embedding.default", "wte", "model.py:90"), 50_000)]
+    for i in range(BLOCKS):
+        nodes += changed(i) if changed is not None else block(i, norm=norm)
+    if norm == "layer_norm":
+        nodes += [(fn("ln_f", "aten.layer_norm.default", "ln_f", "model.py:20"), 40_000)]
+    else:
+        nodes += [
+            (fn(f"{op}_ln_f", f"aten.{op}.default", "ln_f", f"model.py:{21 + k}"), 30_000)
+            for k, op in enumerate(("mean", "sub", "var", "rsqrt", "mul"))
+        ]
+    nodes += [(fn("head", "aten.linear.default", "head", "model.py:95"), 2_000_000)]
+    return _keyed(nodes)
+
+
+def _keyed(nodes: list[Timed]) -> list[Timed]:
+    """The nodes with keys made as the profiler makes them (occurrence among op, module and target)."""
+    seen: dict[tuple[str, str], int] = {}
+    out = []
+    for n, ns in nodes:
+        k = seen.get((n.module, n.target), 0)
+        seen[(n.module, n.target)] = k + 1
+        out.append((replace(n, key=f"{n.op}:{n.module}:{n.target}#{k}"), ns))
+    return out
+
+
+CLASSES = {
+    "wte": "Embedding",
+    "h": "ModuleList",
+    "ln_f": "LayerNorm",
+    "head": "Linear",
+    **{f"h.{i}": "Block" for i in range(BLOCKS)},
+    **{f"h.{i}.{n}": "LayerNorm" for i in range(BLOCKS) for n in ("ln_1", "ln_2")},
+    **{f"h.{i}.attn": "CausalSelfAttention" for i in range(BLOCKS)},
+    **{f"h.{i}.mlp": "MLP" for i in range(BLOCKS)},
+    **{f"h.{i}.{m}": "Linear" for i in range(BLOCKS) for m in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")},
+}
+CAPTURE = Capture(method="export", classes=tuple(sorted(CLASSES.items())))
+
+
+def runs(
+    nodes: Sequence[Timed], count: int, rng: random.Random, noise: float, drift: Sequence[float] | None = None
+) -> list[Run]:
+    """``count`` processes of ``nodes``: each meets its machine's speed (``drift``, one per process) and its own
+    noise per node (log-normal)."""
+    out = []
+    for p in range(count):
+        speed = drift[p] if drift is not None else 1.0
+        times = tuple(round(ns * speed * math.exp(rng.gauss(0, noise))) for _, ns in nodes)
+        total = sum(times)
+        out.append(Run(total, total, 1_000_000, times, tuple(0 for _ in times)))
+    return out
+
+
+def entry(nodes: Sequence[Timed], measured: Sequence[Run]) -> BaselineEntry:
+    return BaselineEntry(
+        capture=CAPTURE,
+        environment=ENV,
+        protocol=PROTOCOL,
+        tolerances=Tolerances(0.15, 0.10),
+        nodes=tuple(n for n, _ in nodes),
+        runs=tuple(measured),
+    )
+
+
+def against(
+    before: list[Timed], after: list[Timed], *, pairs: int = 8, seed: int = 0, noise: float = 0.03
+) -> Comparison:
+    """The paired gate: each pair's two processes meet one machine speed, which drifts up to 30 % between pairs."""
+    rng = random.Random(seed)
+    drift = [1.0 + rng.uniform(0, 0.3) for _ in range(pairs)]
+    old = entry(before, runs(before, pairs, rng, noise, drift))
+    new = entry(after, runs(after, pairs, rng, noise, drift))
+    return compare_pairs(old, new, PAIRED, against=AGAINST)
+
+
+def stored(before: list[Timed], after: list[Timed], *, seed: int = 0, noise: float = 0.03) -> Comparison:
+    """The stored-baseline gate: five recorded processes, a check and its confirmation."""
+    rng = random.Random(seed)
+    return compare(entry(before, runs(before, 5, rng, noise)), entry(after, runs(after, 2, rng, noise)), STORED)
+
+
+def gelu_by_formula(i: int) -> list[Timed]:
+    formula = [("mul", "aten.mul.Tensor", 150_000), ("pow", "aten.pow.Tensor_Scalar", 150_000)]
+    formula += [("tanh", "aten.tanh.default", 150_000), ("add", "aten.add.Tensor", 150_000)]
+    return block(i, mlp=formula)
+
+
+def outside(c: Comparison, module: str) -> list[str]:
+    """What the failure names slower outside ``module`` (a path or pattern) and not around it: its wrong blame."""
+
+    def inside(path: str) -> bool:
+        folded = ".".join("*" if p.isdigit() else p for p in path.split("."))
+        return folded == module or folded.startswith(module + ".") or module.startswith(folded + ".")
+
+    wrong = [v.node.name for v in c.slower if not inside(v.node.module)]
+    wrong += [a.name for a in c.slower_aggregates if a.kind in (Kind.MODULE, Kind.PATTERN) and not inside(a.where)]
+    return wrong
+
+
+@pytest.mark.parametrize("gate", [against, stored], ids=["against-a-revision", "stored-baseline"])
+@pytest.mark.parametrize("seed", range(3))
+def test_an_activation_by_its_formula_is_blamed_on_the_mlp_pattern(gate: Callable[..., Comparison], seed: int) -> None:
+    c = gate(model(), model(gelu_by_formula), seed=seed)
+    assert c.status is Status.REGRESSION
+    assert c.blame is not None
+    lead = c.blame.lead
+    assert lead is not None
+    assert (lead.kind, lead.where, lead.cls) == (Kind.PATTERN, "h.*.mlp", "MLP")
+    assert [a.where for a in c.blame.chain] == ["h"]
+    # the nodes added and removed are charged to it, with their source lines
+    assert sorted({n.target for n in lead.added}) == [
+        "aten.add.Tensor",
+        "aten.mul.Tensor",
+        "aten.pow.Tensor_Scalar",
+        "aten.tanh.default",
+    ]
+    assert [n.name for n in lead.removed] == [f"gelu{i}" for i in range(BLOCKS)]
+    assert outside(c, "h.*.mlp") == []
+    text = regression_message("t", c)
+    where = text.splitlines()[1]
+    assert where.startswith("  where: module h.*.mlp (MLP, 4 instances, 24 nodes, 12 before): ")
+    assert (
+        "    its code changed: 4 node(s) added in each of 4 instances at model.py:78-81 (mul, pow, tanh, add); "
+        "1 removed in each at model.py:78 (gelu)"
+    ) in text.splitlines()
+
+
+@pytest.mark.parametrize("gate", [against, stored], ids=["against-a-revision", "stored-baseline"])
+def test_a_norm_by_hand_everywhere_is_blamed_on_its_class(gate: Callable[..., Comparison]) -> None:
+    c = gate(model(), model(norm="hand"))
+    assert c.status is Status.REGRESSION
+    assert c.blame is not None
+    assert c.blame.lead is not None
+    # the norms of the blocks and the final one: no one pattern holds most of the extra time, their class does
+    assert (c.blame.lead.kind, c.blame.lead.where) == (Kind.CLASS, "LayerNorm")
+    assert c.blame.lead.instances[-1] == "ln_f"
+    assert (
+        regression_message("t", c)
+        .splitlines()[1]
+        .startswith("  where: class LayerNorm (9 instances: h.*.ln_1, h.*.ln_2, ln_f; 45 nodes, 9 before)")
+    )
+
+
+@pytest.mark.parametrize("gate", [against, stored], ids=["against-a-revision", "stored-baseline"])
+def test_a_change_to_one_block_is_blamed_on_that_instance(gate: Callable[..., Comparison]) -> None:
+    c = gate(model(), model(lambda i: gelu_by_formula(i) if i == 2 else block(i)))
+    assert c.status is Status.REGRESSION
+    assert c.blame is not None
+    assert c.blame.lead is not None
+    assert (c.blame.lead.kind, c.blame.lead.where) == (Kind.MODULE, "h.2.mlp")
+    assert [a.where for a in c.blame.chain] == ["h", "h.2"]
+    assert outside(c, "h.*.mlp") == []
+
+
+@pytest.mark.parametrize("gate", [against, stored], ids=["against-a-revision", "stored-baseline"])
+def test_a_slower_large_node_of_an_unchanged_graph_leads_with_its_module_around_it(
+    gate: Callable[..., Comparison],
+) -> None:
+    slowed = [(n, ns * 1.4 if n.name == "fc1" else ns) for n, ns in model()]
+    c = gate(model(), slowed)
+    assert c.status is Status.REGRESSION
+    assert c.blame is not None
+    assert c.blame.node is not None
+    assert c.blame.node.node.name == "fc1"
+    assert [a.where for a in c.blame.chain] == ["h", "h.1", "h.1.mlp"]
+    assert regression_message("t", c).splitlines()[2] == "    in: " + " > ".join(
+        f"{a.where} x{a.ratio:.2f}" for a in c.blame.chain
+    )
+
+
+@pytest.mark.parametrize("gate", [against, stored], ids=["against-a-revision", "stored-baseline"])
+@pytest.mark.parametrize("seed", range(5))
+def test_unchanged_code_with_every_depth_pattern_and_class_judged_passes(
+    gate: Callable[..., Comparison], seed: int
+) -> None:
+    c = gate(model(), model(), seed=seed + 10)
+    assert c.status is Status.PASS, regression_message("t", c)
+    assert c.blame is None
+    # every depth and every pattern judged (the norms' class is the layer_norm operator type here)
+    assert {a.kind for a in c.aggregates} == {Kind.OP, Kind.MODULE, Kind.PATTERN}
+    assert {"h", "h.2.attn", "h.*.mlp", "h.*.attn.c_attn"} <= {a.name for a in c.aggregates}
+
+
+def test_when_only_the_total_fails_no_module_is_named() -> None:
+    slower = [(n, ns * 1.04) for n, ns in model()]
+    c = against(model(), slower, noise=0.002)
+    assert c.total is not None
+    assert c.total.verdict is Verdict.SLOWER
+    assert not c.slower
+    assert not [a for a in c.slower_aggregates if a.kind in MODULE_KINDS]
+    assert c.blame is None  # the extra time is everywhere: no module, node or operator type holds it
+
+
+# The rule on hand-built verdicts ----------------------------------------------------------------------
+
+
+def judged(ratio: float, verdict: Verdict) -> Judgement:
+    return Judgement((ratio,), 0.05, BandSource.TOLERANCE, verdict, "", estimate=ratio)
+
+
+def agg(
+    kind: Kind, name: str, base: float, ratio: float, verdict: Verdict = Verdict.SLOWER, **kw: object
+) -> AggregateVerdict:
+    return AggregateVerdict(kind, name, (), base, base * ratio, 1.0, judged(ratio, verdict), path=name, **kw)  # type: ignore[arg-type]
+
+
+def nv(name: str, module: str, base: float, ratio: float, *, gates: bool = True) -> NodeVerdict:
+    return NodeVerdict(
+        fn(name, "aten.linear.default", module), base, base * ratio, 1.0, 0.0, gates, judged(ratio, Verdict.SLOWER)
+    )
+
+
+@pytest.mark.parametrize(
+    ("aggregates", "nodes", "lead"),
+    [
+        pytest.param(
+            [agg(Kind.MODULE, "a", 10e6, 1.1), agg(Kind.MODULE, "a.b", 4e6, 1.24), agg(Kind.MODULE, "a.b.c", 1e6, 1.9)],
+            [],
+            "a.b.c",
+            id="the-smallest-that-holds-most",
+        ),
+        pytest.param(
+            [agg(Kind.MODULE, "a", 10e6, 1.1), agg(Kind.MODULE, "a.b", 4e6, 1.24), agg(Kind.MODULE, "a.b.c", 1e6, 1.5)],
+            [],
+            "a.b",
+            id="not-one-that-holds-half",
+        ),
+        pytest.param(
+            [
+                agg(Kind.MODULE, "a", 10e6, 1.1),
+                agg(Kind.MODULE, "a.b", 4e6, 1.24),
+                agg(Kind.MODULE, "a.b.c", 1e6, 1.9, Verdict.OK),
+            ],
+            [],
+            "a.b",
+            id="only-what-is-slower-beyond-its-band",
+        ),
+        pytest.param(
+            [agg(Kind.MODULE, "a", 10e6, 1.1)],
+            [nv("n", "a.b", 2e6, 1.45)],
+            "n",
+            id="a-node-that-holds-most",
+        ),
+        pytest.param(
+            [
+                agg(Kind.OP, "aten.linear.default", 5e6, 1.3),
+                agg(Kind.MODULE, "a", 10e6, 1.04),
+                agg(Kind.MODULE, "b", 3e6, 1.1),
+            ],
+            [],
+            "aten.linear.default",
+            id="an-operator-type-where-no-module-holds-most",
+        ),
+        pytest.param(
+            [agg(Kind.OP, "aten.add.Tensor", 1e5, 2.0), agg(Kind.MODULE, "a", 10e6, 1.03)],
+            [],
+            "a",
+            id="a-module-over-an-operator-type-that-holds-most",
+        ),
+    ],
+)
+def test_the_lead(aggregates: list[AggregateVerdict], nodes: list[NodeVerdict], lead: str) -> None:
+    b = blame(nodes, aggregates)
+    assert b is not None
+    assert (b.lead.where if b.lead is not None else b.node.node.name if b.node is not None else "") == lead
+
+
+def test_nothing_slower_beyond_its_band_is_no_lead() -> None:
+    assert blame([], [agg(Kind.MODULE, "a", 1e6, 1.5, Verdict.OK)]) is None
+
+
+def test_the_share_is_most_by_a_margin() -> None:
+    assert 0.5 < BLAME_SHARE < 1.0
+    parts: Mapping[str, float] = {"a.x": 0.6, "a.y": 0.4}
+    aggregates = [agg(Kind.MODULE, "a", 10e6, 1.1)] + [agg(Kind.MODULE, n, 1e6, 1 + s) for n, s in parts.items()]
+    b = blame([], aggregates)
+    assert b is not None
+    assert b.lead is not None
+    assert b.lead.where == "a"  # a.x holds 60 %: not most by the margin
