@@ -43,6 +43,7 @@ from pytest_fxprof.store.baseline import (
     run_to_json,
 )
 from pytest_fxprof.views.render import (
+    capture_notices,
     improvement_lines,
     notice_lines,
     regression_message,
@@ -154,8 +155,18 @@ def noisy(baseline: BaselineEntry, why: str) -> Comparison:
 
 def rerecord_hint(test_id: str) -> str:
     """The command that records the test's baseline again, its id quoted for a POSIX shell whatever it holds."""
+    return f"record it with: {update_command(test_id)}"
+
+
+def update_command(test_id: str) -> str:
+    """``pytest --fxprof-update 'TEST_ID'``, the id quoted for a POSIX shell whatever it holds."""
     quoted = "'" + test_id.replace("'", "'\"'\"'") + "'"
-    return f"record it with: pytest --fxprof-update {quoted}"
+    return f"pytest --fxprof-update {quoted}"
+
+
+def if_intended(test_id: str) -> str:
+    """The advice a failure or a changed graph gives: never a fix, since refreshing accepts the slowdown."""
+    return f"if this change is intended, refresh the baseline with: {update_command(test_id)}"
 
 
 class TestState:
@@ -453,7 +464,7 @@ class TestState:
         report = profile_report(self.test_id, key, status, result, c)
         # when this call's measuring (and the test's, shared by its calls) held the machine: never overlapping another's
         report["measuring"] = [t.to_json() for t in (*self.taken.get(key, ()), *self.taken.get("", ()))]
-        report["notices"] = self.notices.get(key, [])
+        report["notices"] = [*capture_notices(result.capture), *self.notices.get(key, [])]
         return {"test_id": self.test_id, "key": key, "status": status, "summary": text, "report": report}
 
     def waited(self) -> tuple[int, float]:
@@ -499,11 +510,12 @@ class TestState:
             return "mismatch"
         if c.graph_changed:
             msg = "\n".join([f"fxprof: {label}: " + structural_lines(c)[0], *structural_lines(c)[1:]])
-            msg += "\nmatched nodes and the total were still compared"
-            msg += "" if c.against else f"; {rerecord_hint(self.test_id)}"
+            msg += "\nstill compared: matched nodes, each module over both graphs' nodes, and the total"
+            msg += "" if c.against else f"; {if_intended(self.test_id)}"
             (outcome.failures if self.reactions.graph_change is OnGraphChange.FAIL else outcome.warnings).append(msg)
         if c.status is Status.REGRESSION:
-            outcome.failures.append(regression_message(label, c))
+            advice = "" if c.against else f"\n  {if_intended(self.test_id)}"
+            outcome.failures.append(regression_message(label, c) + advice)
         # what asks nothing of the user (a flag its confirmation cleared, a small node its aggregates gate, an item
         # too noisy to decide) is no warning: the summary counts it, -v and the reports list it
         self.notices[key] = notice_lines(c)

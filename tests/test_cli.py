@@ -185,9 +185,12 @@ def test_diff_names_the_node_that_got_slower(tmp_path: Path, capsys: pytest.Capt
     code, out, _ = run(capsys, "diff", baseline, report)
     assert code == 1
     assert f"fxprof: {TEST_ID} [call0] got slower than its baseline (5 process(es))" in out
+    # the node leads (it holds the extra time), then the module around it on one line
+    (where,) = [line for line in out.splitlines() if line.startswith("  where: ")]
+    assert where == "  where: node conv2 (call_module layer1.conv in layer1.conv): x1.50, +150.0 us"
     (slower,) = [line for line in out.splitlines() if "slower node:" in line]
     assert "conv2 (call_module layer1.conv in layer1.conv): 300.0 us -> 450.0 us = x1.50" in slower
-    assert "slower: module layer1 (2 nodes)" in out
+    assert "    in: layer1 x1.47" in out.splitlines()
     # the node table, worst first: conv2, judged slower beyond its +15 % band
     assert table_rows(out, NAMES)[0] == "conv2"
     (row,) = [line for line in out.splitlines() if line.startswith("conv2 ") and "x1.50" in line]

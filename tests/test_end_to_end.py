@@ -108,4 +108,12 @@ def test_resnet18_record_check_and_catch(pytester: pytest.Pytester, monkeypatch:
         assert ("node", "layer1_0_conv1") not in flagged
         assert any(w["kind"] == "node" and w["name"] == "layer1_0_conv1" for w in profile["warned"])
         caught.stdout.fnmatch_lines(["*slower small node (its aggregates gate it): layer1_0_conv1 (call_module*"])
-    caught.stdout.fnmatch_lines(["*slower: module layer1.0 (7 nodes): *"])
+    # the failure leads with the slowed convolution, its modules around it on one line
+    caught.stdout.fnmatch_lines(
+        [
+            "*where: node layer1_0_conv1 (call_module Conv2d in layer1.0.conv1, torchvision/models/resnet.py:*): x*",
+            "*in: layer1 x* > layer1.0 x*",
+        ]
+    )
+    assert profile["blame"]["kind"] == "node"
+    assert (profile["blame"]["node"], profile["blame"]["chain"]) == ("layer1_0_conv1", ["layer1", "layer1.0"])

@@ -649,7 +649,7 @@ def test_graph_change(pytester: pytest.Pytester, flags: list[str], ret: pytest.E
     assert result.ret == ret
     text = result.stdout.str()
     assert "graph changed since the baseline: 1 node(s) added, 0 removed" in text
-    assert "added: extra (Tanh in extra)" in text
+    assert "added: extra (Tanh in extra, test_perf.py:" in text  # with the line that calls it
     # one of the run's warnings is about the graph
     changed = [w for w in fxprof_warnings(result) if "graph changed" in w]
     if ret == pytest.ExitCode.OK:
@@ -662,6 +662,121 @@ def test_graph_change(pytester: pytest.Pytester, flags: list[str], ret: pytest.E
         result.assert_outcomes(failed=1)
         assert changed == []
     assert any("graph changed (+1/-0)" in line for line in fxprof_section(result))
+
+
+BLOCKS = """
+class Work(nn.Module):
+    \"\"\"A leaf that takes ``ns`` on the fake clock.\"\"\"
+
+    def __init__(self, ns):
+        super().__init__()
+        self.ns = ns
+
+    def forward(self, x):
+        CLOCK.advance(self.ns)
+        return x
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = Work(2_000_000)
+        self.act = Work(100_000)
+        self.extra = Work(15_000_000)
+
+    def forward(self, x):
+        if os.environ.get("MLP_CHANGED") == "1":  # the pull request: one more step in every MLP
+            return self.act(self.extra(self.fc(x)))
+        return self.act(self.fc(x))
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = Work(2_000_000)
+        self.mlp = MLP()
+
+    def forward(self, x):
+        return self.mlp(self.attn(x))
+
+
+class Blocks(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.h = nn.ModuleList([Block() for _ in range(2)])
+        self.head = Work(1_000_000)
+
+    def forward(self, x):
+        for block in self.h:
+            x = block(x)
+        return self.head(x)
+
+
+def test_a(fxprof):
+    fxprof(Blocks(), torch.randn(4, 8), leaf_modules=[Work])
+"""
+
+
+def test_a_code_change_is_blamed_on_the_module_whose_code_changed(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_tests(pytester, BLOCKS)
+    assert decide(pytester, "--fxprof-update").ret == pytest.ExitCode.OK
+    monkeypatch.setenv("MLP_CHANGED", "1")  # the code of every MLP changed: a node added in each
+    result = decide(pytester, "--fxprof", "--fxprof-report=r.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    text = result.stdout.str()
+    # the failure leads with the repeated block whose code changed, its class, and what changed in it
+    result.stdout.fnmatch_lines(
+        [
+            "*got slower than its baseline*",
+            "  where: module h.*.mlp (MLP, 2 instances, 6 nodes, 4 before): *",
+            "    in: h x*",
+            "    its code changed: 1 node(s) added in each of 2 instances at test_perf.py:* (Work)",
+        ]
+    )
+    # advice that cannot accept a regression: refreshing is for an intended change, never offered as the fix
+    assert "  if this change is intended, refresh the baseline with: pytest --fxprof-update 'test_perf.py::test_a'" in (
+        result.outlines
+    )
+    assert "record it with" not in text
+    (profile,) = load(pytester.path / "r.json")["profiles"]
+    blame = profile["blame"]
+    assert (blame["kind"], blame["name"], blame["class"], blame["chain"]) == ("pattern", "h.*.mlp", "MLP", ["h"])
+    assert [n["module"] for n in blame["added"]] == ["h.0.mlp.extra", "h.1.mlp.extra"]
+    (summary,) = [line for line in fxprof_section(result) if line.startswith("test_perf.py::test_a [call0]: ")]
+    assert "; where: h.*.mlp (MLP) x8.14; " in summary
+
+
+ASSERTS = """
+class Checked(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        assert x.shape[0] <= 16, "too large a batch"  # symbolic tracing cannot take this: the capture falls back
+        return torch.relu(self.fc(x))
+
+
+def test_a(fxprof):
+    fxprof(Checked(), torch.randn(4, 8))
+"""
+
+
+def test_a_capture_that_fell_back_says_so_in_a_notice(pytester: pytest.Pytester) -> None:
+    write_tests(pytester, ASSERTS)
+    auto = ("--fxprof-processes=1", "--fxprof-warmup=1", "--fxprof-passes=3", "--fxprof-engine=interpreter", *LOOSE)
+    result = runp(pytester, *auto, "--fxprof-update", "--fxprof-report=r.json", "-v")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    (profile,) = load(pytester.path / "r.json")["profiles"]
+    assert profile["capture"]["method"] == "export"
+    (notice,) = profile["notices"]
+    assert notice.startswith("captured with export: symbolic_trace failed")
+    assert notice.endswith(
+        "its node names follow the operators (linear_6) and each node's module path says where it sits"
+    )
+    result.stdout.fnmatch_lines(["*notice: captured with export: symbolic_trace failed*"])
 
 
 BREAKS = """

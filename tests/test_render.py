@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -26,7 +25,7 @@ from pytest_fxprof.views.render import (
     AGGREGATES_SHOWN,
     WORST_SHOWN,
     aggregate_line,
-    band_used,
+    at_stake,
     improvement_lines,
     node_line,
     notice_lines,
@@ -292,17 +291,28 @@ def test_regression_message_names_each_slowed_node_worst_first() -> None:
     assert lines.index(pool) < lines.index(relu)
 
 
-def test_regression_message_names_the_slowed_aggregates() -> None:
+def test_regression_message_leads_with_where_the_time_went_then_the_modules_around_it() -> None:
     lines = regression_message("t", regression()).splitlines()
-    (stem,) = [line for line in lines if line.startswith("  slower: ")]
-    # relu1 +150 us in a 250 us subtree; conv1's speed factor comes from outside the subtree
-    assert stem == (
-        "  slower: module stem (2 nodes): 250.0 us -> 400.0 us = x1.60 after speed factor x1.00 from nodes outside "
-        "it, band +10% (tolerance), +150.0 us"
-    )
-    # after the slowed nodes, before the total
-    assert lines.index(stem) > max(i for i, line in enumerate(lines) if line.startswith("  slower node: "))
-    assert lines.index(stem) < next(i for i, line in enumerate(lines) if line.startswith("  total: "))
+    # relu1 (+150 us) and pool (+160 us) both hold most of the extra time: the smaller one leads
+    assert lines[1] == "  where: node relu1 (call_function torch.relu in stem): x4.00, +150.0 us, 94% of the extra time"
+    assert lines[2] == "    in: stem x1.60"  # the module around it, once: not again among the slower aggregates
+    assert not any(line.startswith("  slower: module stem") for line in lines)
+    # then every slowed node, worst first, before the total
+    assert [line.split(" (")[0] for line in lines[3:5]] == ["  slower node: pool", "  slower node: relu1"]
+    assert next(i for i, line in enumerate(lines) if line.startswith("  total: ")) > 4
+
+
+def test_regression_message_names_the_slowed_aggregates_apart_from_the_lead() -> None:
+    # bn3 (40 us) x4, too small to fail alone, holds the extra time: it leads, in its block; every BatchNorm is
+    # slower too, an operator type: named apart
+    lines = regression_message("t", compare(CNN_BASELINE, cnn_entry({"bn3": 4.0}), POLICY)).splitlines()
+    assert lines[1:3] == [
+        "  where: node bn3 (call_module BatchNorm2d in blocks.3.bn): x4.00, +120.0 us",
+        "    in: blocks.3 x1.15",
+    ]
+    (bn,) = [line for line in lines if line.startswith("  slower: ")]
+    assert bn.startswith("  slower: every BatchNorm2d node (8 nodes): 320.0 us -> 440.0 us = x1.38")
+    assert lines.index(bn) < next(i for i, line in enumerate(lines) if line.startswith("  total: "))
 
 
 def test_regression_message_has_the_total_and_speed_factor() -> None:
@@ -347,14 +357,16 @@ def test_regression_message_caps_the_aggregates() -> None:
     c = compare(CNN_BASELINE, cnn_entry({"bn": 1.3, "lin": 1.3}), POLICY)
     assert len(c.slower_aggregates) == 10
     lines = regression_message("t", c).splitlines()
+    # no module holds most of the extra time: every Linear does, an operator type slowed across the model
+    assert lines[1].startswith("  where: every Linear node (8 nodes): 2.80 ms -> 3.64 ms = x1.30")
+    assert lines[2].startswith("    most of it: lin0 ")
     aggregates = [line for line in lines if line.startswith("  slower: ")]
     assert len(aggregates) == AGGREGATES_SHOWN
     # each aggregate is followed by the members that lost the most; then the count of those cut
     assert lines[lines.index(aggregates[-1]) + 1].startswith("    most of it: ")
-    assert lines[lines.index(aggregates[-1]) + 2] == "  ... 4 more"
-    # the most time lost first: the Linears' 840 us, each block's 105 us; the BatchNorms' 96 us are cut
-    assert aggregates[0].startswith("  slower: every Linear node (8 nodes): 2.80 ms -> 3.64 ms = x1.30")
-    assert [line.split(" (")[0] for line in aggregates[1:]] == [f"  slower: module blocks.{i}" for i in range(5)]
+    assert lines[lines.index(aggregates[-1]) + 2] == "  ... 3 more"
+    # the most time lost first: each block's 100 us; the BatchNorms' 96 us are cut
+    assert [line.split(" (")[0] for line in aggregates] == [f"  slower: module blocks.{i}" for i in range(6)]
     assert not any(line.startswith("  slower: every BatchNorm2d") for line in lines)
 
 
@@ -365,7 +377,7 @@ def test_an_aggregate_names_the_small_node_that_slowed_it() -> None:
     assert [f"{a.kind.value} {a.name}" for a in c.slower_aggregates] == ["op BatchNorm2d", "module blocks.3"]
     lines = regression_message("t", c).splitlines()
     led = "    most of it: bn3 (BatchNorm2d in blocks.3.bn) 40.0 us -> 160.0 us"
-    assert [lines[i + 1] for i, line in enumerate(lines) if line.startswith("  slower: ")] == [led, led]
+    assert [lines[i + 1] for i, line in enumerate(lines) if line.startswith("  slower: ")] == [led]
     # every BatchNorm +30 %: no member's own ratio shows it (its peers are BatchNorms), its raw time does
     spread = compare(CNN_BASELINE, cnn_entry({"bn": 1.3, "bn5": 1.4}), POLICY)
     (bn,) = spread.slower_aggregates
@@ -612,7 +624,9 @@ def test_summary_line_pass() -> None:
 def test_summary_line_regression() -> None:
     line = summary_line("t::x", regression())
     # pool's band is narrower than relu1's (it is the larger node), so pool is further beyond it
-    assert line == "t::x: regression, total x1.31; worst: pool x3.00, relu1 x4.00, conv1 x1.00"
+    assert (
+        line == "t::x: regression, total x1.31; where: relu1 in stem x4.00; worst: pool x3.00, relu1 x4.00, conv1 x1.00"
+    )
     bands = {v.node.name: v.band for v in regression().nodes}
     assert (3.0 - 1) / bands["pool"] > (4.0 - 1) / bands["relu1"]
 
@@ -834,17 +848,24 @@ def test_the_node_table_shows_host_time_and_peak_memory_on_cuda() -> None:
 
 
 @pytest.mark.parametrize(
-    ("ratio", "band", "used"),
-    [(1.0, 0.1, 0.0), (1.1, 0.1, 1.0), (1.3, 0.1, 3.0), (0.9, 0.1, -1.0), (1.5, 0.0, math.inf), (0.8, 0.0, -0.2)],
+    ("worse", "better"),
+    [
+        pytest.param((True, 10.0, "slower"), (False, 1e6, "slower"), id="what-failed-first"),
+        pytest.param((False, 2e5, "ok"), (False, 1e5, "slower"), id="then-the-most-time-lost"),
+        pytest.param((False, 1e3, "ok"), (False, -5e5, "faster"), id="time-won-ranks-last"),
+        pytest.param((False, 1e3, "ok"), (False, 9e9, "too noisy"), id="noisy-counts-no-loss"),
+    ],
 )
-def test_band_used(ratio: float, band: float, used: float) -> None:
-    assert band_used(ratio, band) == pytest.approx(used)
+def test_at_stake_ranks_what_failed_then_by_time_lost(
+    worse: tuple[bool, float, str], better: tuple[bool, float, str]
+) -> None:
+    assert at_stake(*worse) < at_stake(*better)
 
 
-def test_a_noisy_tiny_node_does_not_outrank_a_large_node_near_its_edge() -> None:
+def test_a_noisy_tiny_node_does_not_outrank_a_large_node_that_lost_more_time() -> None:
     report = [
-        {"key": "a", "name": "getitem", "ratio": 1.58, "band": 166.67},
-        {"key": "b", "name": "classifier", "ratio": 1.13, "band": 0.16},
-        {"key": "c", "name": "conv", "ratio": 0.95, "band": 0.15},
+        {"key": "a", "name": "getitem", "ratio": 1.58, "band": 166.67, "baseline_ns": 200, "gates": False},
+        {"key": "b", "name": "classifier", "ratio": 1.13, "band": 0.16, "baseline_ns": 1_000_000, "gates": True},
+        {"key": "c", "name": "conv", "ratio": 0.95, "band": 0.15, "baseline_ns": 2_000_000, "gates": True},
     ]
     assert [n["name"] for n in worst_nodes(report)] == ["classifier", "getitem", "conv"]

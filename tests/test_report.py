@@ -92,7 +92,17 @@ def test_report_of_a_confirmed_regression() -> None:
     assert stem == {
         "kind": "module",
         "name": "stem",
+        "path": "stem",
+        "direction": "",
+        "what": "module stem",
+        "class": "",
+        "instances": [],
+        "level": "depth 1",
+        "level_items": 1,
         "members": [NODES[1][0].key, NODES[2][0].key],
+        "added": [],
+        "removed": [],
+        "delta_ns": 100_000,
         "baseline_ns": 430_000,
         "current_ns": 530_000,
         "speed_factor": 1.0,
@@ -127,6 +137,10 @@ def test_report_of_a_confirmed_regression() -> None:
         {"kind": "node", "name": "tiny", "module": "", "ratio": 3.0},
         {"kind": "node", "name": "softmax", "module": "", "ratio": 1.0},
     ]
+    # what the failure leads with: relu, a node that holds the extra time, in stem
+    blame = report["blame"]
+    assert (blame["kind"], blame["name"], blame["node"], blame["chain"]) == ("node", "stem", "relu", ["stem"])
+    assert (blame["baseline_ns"], blame["current_ns"], blame["ratio"], blame["share"]) == (50_000, 150_000, 3.0, 1.0)
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,6 @@ from pytest_fxprof.records.units import fmt_ns
 from pytest_fxprof.records.verdicts import Comparison, NodeVerdict, Status, Verdict
 from pytest_fxprof.settings import Settings, SettingsError, apply
 from pytest_fxprof.views.render import (
-    band_used,
     grid,
     improvement_lines,
     notice_lines,
@@ -197,9 +196,9 @@ def _verdict_text(v: NodeVerdict) -> str:
 
 
 def _rank(v: NodeVerdict) -> tuple[int, float, str]:
-    """By verdict, then furthest into or beyond the band first (``views.render.band_used``, as every view ranks)."""
+    """By verdict, then the most time lost first (``views.render.at_stake``, as every view ranks)."""
     order = 1 if v.verdict is Verdict.SLOWER and not v.gates else VERDICT_ORDER[v.verdict]
-    return order, -band_used(v.ratio, v.band), v.node.key
+    return order, -v.delta_ns, v.node.key
 
 
 def node_table(c: Comparison, limit: int | None) -> list[str]:

@@ -27,7 +27,7 @@ from typing import Any
 from pytest_fxprof.records.units import fmt_ns, fmt_rate
 from pytest_fxprof.store.files import write_atomic
 from pytest_fxprof.views.render import graphs_text
-from pytest_fxprof.views.report import against_of, busy_line, verdict_tone
+from pytest_fxprof.views.report import against_of, blame_lines_of, busy_line, verdict_tone
 
 TITLE = "pytest-fxprof report"
 CHART_ROWS = 40
@@ -517,9 +517,7 @@ def _chart_block(p: Mapping[str, Any]) -> str:
             "\N{MULTIPLICATION SIGN} the drift its test divides out, up to its band)"
         )
     order = (
-        "worst first: what failed, what was warned about, then by how much of its band each used"
-        if compared
-        else "slowest first"
+        "worst first: what failed, what was warned about, then by the time each lost" if compared else "slowest first"
     )
     return (
         f'<h3>Nodes, {order}</h3><p class="legend">{legend}</p>'
@@ -540,7 +538,7 @@ def _section(index: int, p: Mapping[str, Any], first_env: Mapping[str, Any]) -> 
 
 def _section_of(index: int, p: Mapping[str, Any], first_env: Mapping[str, Any]) -> str:
     tone = status_tone(p["status"])
-    flagged = _flag_list("Failed by", p.get("flagged") or [], p, "bad")
+    flagged = _where(p) + _flag_list("Failed by", p.get("flagged") or [], p, "bad")
     warned = _flag_list("Warnings", p.get("warned") or [], p, WARN)
     faster = _flag_list("Faster than the baseline beyond the band", _faster(p), p, WARN)
     return (
@@ -551,6 +549,16 @@ def _section_of(index: int, p: Mapping[str, Any], first_env: Mapping[str, Any]) 
         f'{_chart_block(p)}{_module_tree(p)}{_op_table(p)}<h3>All nodes</h3><div class="fxprof-nodes"></div>'
         "</section>"
     )
+
+
+def _where(p: Mapping[str, Any]) -> str:
+    """What a failed profile leads with (``report.blame_lines_of``): where the time went, above what failed it."""
+    lines = blame_lines_of(p)
+    if not lines:
+        return ""
+    rest = "".join(f"<li>{_e(line)}</li>" for line in lines[1:])
+    listed = f"<ul>{rest}</ul>" if rest else ""
+    return f'<div class="flags t-bad where"><h3>Where</h3><p>{_e(lines[0])}</p>{listed}</div>'
 
 
 def _unused(unused: Sequence[str]) -> str:

@@ -21,7 +21,7 @@ from pytest_fxprof.records.measurement import FORWARD
 from pytest_fxprof.records.units import fmt_ns
 from pytest_fxprof.store.files import write_atomic
 from pytest_fxprof.views.render import graphs_text
-from pytest_fxprof.views.report import against_of, busy_line, item_tone, worst_nodes
+from pytest_fxprof.views.report import against_of, blame_lines_of, busy_line, item_tone, worst_nodes
 
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 TITLE = "pytest-fxprof"
@@ -175,7 +175,7 @@ def _item(item: Mapping[str, Any]) -> str:
 
 
 def _slowed_table(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
-    slowed = sorted((n for n in nodes if item_tone(n) == "bad"), key=lambda n: -n["ratio"])  # failed the test
+    slowed = worst_nodes([n for n in nodes if item_tone(n) == "bad"])  # failed the test, the most time lost first
     if not slowed:
         return []
     lines = [
@@ -198,7 +198,11 @@ def _slowed_table(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def _regression_block(profile: Mapping[str, Any]) -> list[str]:
     flagged = profile.get("flagged", [])
-    lines = [f"### {_code(_label(profile))}: regression", "", "Failed by:"]
+    lines = [f"### {_code(_label(profile))}: regression", ""]
+    where = blame_lines_of(profile)
+    if where:  # what the failure leads with: where the time went
+        lines += [f"Where: {_text(where[0])}", *(f"- {_text(line)}" for line in where[1:]), ""]
+    lines += ["Failed by:"]
     lines += [f"- {_item(f)}" for f in flagged[:NODES_SHOWN]]
     lines += [f"- {line}" for line in _more(NODES_SHOWN, len(flagged), "items")]
     lines += _slowed_table(profile.get("nodes", []))

@@ -5,10 +5,10 @@ Owns wording and layout only; decides nothing. Must not import torch or pytest.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
-from pytest_fxprof.records.measurement import DIRECTIONS, FORWARD, NodeInfo, is_step
+from pytest_fxprof.judge.aggregates import fold
+from pytest_fxprof.records.measurement import DIRECTIONS, FORWARD, Capture, NodeInfo, is_step
 from pytest_fxprof.records.profile import ROOT, Profile
 from pytest_fxprof.records.units import fmt_ns, fmt_rate
 from pytest_fxprof.records.verdicts import (
@@ -170,20 +170,173 @@ def _shapes(v: NodeVerdict) -> str:
     return f"; output changed{since}: {v.shapes[0]} -> {v.shapes[1]}" if v.shapes else ""
 
 
+def aggregate_what(a: AggregateVerdict, *, nodes: bool = False) -> str:
+    """An aggregate as every line names it: ``every aten.add.Tensor node``, ``module layer3.0 (BasicBlock)``,
+    ``module transformer.h.*.mlp (MLP, 4 instances)``, ``class LayerNorm (9 instances: ...)``; with ``nodes``,
+    how many nodes it holds in the same parentheses."""
+    about = [_nodes_count(a)] if nodes else []
+    if a.kind is Kind.OP:
+        return f"every {a.name} node" + (f" ({about[0]})" if about else "")
+    if a.kind is Kind.CLASS:
+        about.insert(0, f"{len(a.instances)} instances: {', '.join(_folded(a.instances))}")
+        return f"class {a.name} ({'; '.join(about)})"
+    if a.kind is Kind.PATTERN:
+        about.insert(0, f"{len(a.instances)} instances")
+    if a.cls:
+        about.insert(0, a.cls)
+    return f"module {a.name}" + (f" ({', '.join(about)})" if about else "")
+
+
+def _folded(paths: Sequence[str], limit: int = 4) -> list[str]:
+    """Module paths with their indices folded, each once (``transformer.h.*.ln_1``), at most ``limit`` and a count."""
+    folded = list(dict.fromkeys(fold(p) for p in paths))
+    return folded[:limit] + ([f"{len(folded) - limit} more"] if len(folded) > limit else [])
+
+
+def _nodes_count(a: AggregateVerdict) -> str:
+    count = len(a.members) + len(a.added)
+    return f"{count} nodes" if not a.changed else f"{count} nodes, {len(a.members) + len(a.removed)} before"
+
+
 def aggregate_line(a: AggregateVerdict) -> str:
     j = a.judgement
-    what = f"every {a.name} node" if a.kind is Kind.OP else f"module {a.name}"
+    what = aggregate_what(a, nodes=True)
     if j.paired:
         return (
-            f"{what} ({len(a.members)} nodes): {fmt_ns(a.baseline_ns)} -> {fmt_ns(a.current_ns)} = x{a.ratio:.2f}, "
+            f"{what}: {fmt_ns(a.baseline_ns)} -> {fmt_ns(a.current_ns)} = x{a.ratio:.2f}, "
             f"band +{j.band:.0%} ({j.band_source.value}), {'+' if a.delta_ns >= 0 else '-'}"
             f"{fmt_ns(abs(a.delta_ns))}{_measured(j.ratios, paired=True)}"
         )
     return (
-        f"{what} ({len(a.members)} nodes): {fmt_ns(a.baseline_ns)} -> {fmt_ns(a.current_ns)} = x{a.ratio:.2f} "
+        f"{what}: {fmt_ns(a.baseline_ns)} -> {fmt_ns(a.current_ns)} = x{a.ratio:.2f} "
         f"after speed factor {_factor(a.speed_factor, a.divisor)} from nodes outside it, band +{j.band:.0%} "
         f"({j.band_source.value}), {'+' if a.delta_ns >= 0 else '-'}{fmt_ns(abs(a.delta_ns))}{_measured(j.ratios)}"
     )
+
+
+def op_name(target: str) -> str:
+    """A node's target as short as people read it in a list: ``tanh`` of ``aten.tanh.default``, ``add`` of
+    ``operator.add``, ``Linear`` of a module's class."""
+    parts = target.split(".")
+    if parts[0] in ("aten", "prims", "quantized") and len(parts) >= 2:
+        return parts[1]
+    return parts[-1]
+
+
+def sources_text(nodes: Sequence[NodeInfo]) -> str:
+    """Where ``nodes`` were written, per file with its line span: ``model.py:78-80``; "" where none is known."""
+    lines: dict[str, list[int]] = {}
+    for n in nodes:
+        file, _, line = n.source.rpartition(":")
+        if file and line.isdigit():
+            lines.setdefault(file, []).append(int(line))
+    spans = [f"{f}:{min(ls)}" + (f"-{max(ls)}" if max(ls) != min(ls) else "") for f, ls in lines.items()]
+    return ", ".join(spans)
+
+
+def _per_instance(a: AggregateVerdict, nodes: Sequence[NodeInfo]) -> tuple[list[NodeInfo], int]:
+    """The nodes of one instance and how many instances hold the same (by target, in order), where every instance
+    of the pattern or class that holds any does; else all of ``nodes`` and 1."""
+    if not a.instances or not nodes:
+        return list(nodes), 1
+    longest = sorted(a.instances, key=len, reverse=True)
+    by: dict[str, list[NodeInfo]] = {}
+    for n in nodes:
+        instance = next((p for p in longest if n.module == p or n.module.startswith(p + ".")), "")
+        by.setdefault(instance, []).append(n)
+    groups = list(by.values())
+    first = [n.target for n in groups[0]]
+    if len(groups) > 1 and all([n.target for n in g] == first for g in groups):
+        return groups[0], len(groups)
+    return list(nodes), 1
+
+
+def _ops(nodes: Sequence[NodeInfo], limit: int = 8) -> str:
+    names = [op_name(n.target) + ("" if n.direction == FORWARD else f" {n.direction}") for n in nodes]
+    return ", ".join(names[:limit]) + (f", ... {len(names) - limit} more" if len(names) > limit else "")
+
+
+def code_change_line(a: AggregateVerdict) -> str:
+    """What changed in an aggregate's code, from the nodes only one side holds: "its code changed: 6 nodes added in
+    each of 4 instances at model.py:78-80 (tanh, pow, mul, add, mul, mul); 1 removed in each (gelu)"; "" where
+    nothing did."""
+    if not a.changed:
+        return ""
+    parts = []
+    added, each = _per_instance(a, a.added)
+    if added:
+        per = f" in each of {each} instances" if each > 1 else _modules_of(a, added)
+        parts.append(f"{len(added)} node(s) added{per}{_sources_at(added)} ({_ops(added)})")
+    removed, each_removed = _per_instance(a, a.removed)
+    if removed:
+        per = " in each" if each_removed > 1 and added and each_removed == each else ""
+        per = per or (f" in each of {each_removed} instances" if each_removed > 1 else _modules_of(a, removed))
+        parts.append(f"{len(removed)} removed{per}{_sources_at(removed)} ({_ops(removed)})")
+    # an operator type's nodes come and go with the code of the modules they sit in, named instead
+    return ("its code changed: " if a.kind is not Kind.OP else "its nodes changed: ") + "; ".join(parts)
+
+
+def _sources_at(nodes: Sequence[NodeInfo]) -> str:
+    where = sources_text(nodes)
+    return f" at {where}" if where else ""
+
+
+def _modules_of(a: AggregateVerdict, nodes: Sequence[NodeInfo]) -> str:
+    """For an operator type, the modules ``nodes`` sit in (``in transformer.h.*.mlp``); "" for a module's own."""
+    if a.kind is not Kind.OP:
+        return ""
+    return " in " + ", ".join(_folded([n.where for n in nodes]))
+
+
+def blame_lines(c: Comparison) -> list[str]:
+    """What a failure leads with (``Comparison.blame``): where the time went, the modules around it on one line,
+    and what changed in its code; [] where no module could be named."""
+    b = c.blame
+    if b is None:
+        return []
+    chain = " > ".join(f"{a.where} x{a.ratio:.2f}" for a in b.chain)
+    if b.lead is None:  # a node: named here with where it sits, its verdict among the slower nodes below
+        assert b.node is not None
+        v = b.node
+        share = f", {b.share:.0%} of the extra time" if b.share < 0.995 else ""
+        out = [f"  where: node {node_head(v.node)}: x{v.ratio:.2f}, +{fmt_ns(v.delta_ns)}{share}"]
+        if chain:
+            out.append(f"    in: {chain}")
+        return out
+    a = b.lead
+    share = f", {b.share:.0%} of the extra time" if b.share < 0.995 else ""
+    out = [f"  where: {aggregate_line(a)}{share}"]
+    if chain:
+        out.append(f"    in: {chain}")
+    changed = code_change_line(a)
+    if changed:
+        out.append(f"    {changed}")
+    else:  # its nodes are those of the baseline: the ones that lost the most point at the cause
+        led = _led_by(c, a)
+        if led:
+            out.append(led.lstrip("\n"))
+    return out
+
+
+def _shown_apart(c: Comparison, a: AggregateVerdict) -> bool:
+    """Whether a slower aggregate says something the lead and its chain do not: not the lead, not around it, not
+    inside it (its instances, its submodules)."""
+    b = c.blame
+    if b is None:
+        return True
+    if a is b.lead or any(a is x for x in b.chain):
+        return False
+    if b.lead is None:
+        return True
+    if a.kind is Kind.OP or a.direction != b.lead.direction:
+        return True
+    lead = b.lead.where
+    home = fold(a.where) if a.kind is Kind.MODULE else a.where
+    if b.lead.kind is Kind.CLASS:
+        places = {fold(p) for p in b.lead.instances}
+        return not any(home == p or home.startswith(p + ".") for p in places)
+    inside = home == lead or home.startswith(lead + ".") or a.where.startswith(lead + ".")
+    return not (inside or lead.startswith(home + "."))  # nor one of the instances around it
 
 
 def total_line(t: TotalVerdict) -> str:
@@ -200,7 +353,7 @@ def total_line(t: TotalVerdict) -> str:
 
 
 def _names(nodes: Sequence[NodeInfo], limit: int = 8) -> str:
-    shown = ", ".join(f"{n.name} ({n.target} in {n.where})" for n in nodes[:limit])
+    shown = ", ".join(f"{n.name} ({n.target} in {n.where}{_at(n)})" for n in nodes[:limit])
     return shown + (f", ... {len(nodes) - limit} more" if len(nodes) > limit else "")
 
 
@@ -229,6 +382,13 @@ def _capped(lines: Sequence[str], limit: int = AGGREGATES_SHOWN) -> list[str]:
     return [*lines[:limit], *([f"  ... {len(lines) - limit} more"] if len(lines) > limit else [])]
 
 
+def _pointer(c: Comparison, a: AggregateVerdict) -> str:
+    """What points at an aggregate's cause, on a line of its own: what changed in its code, or where its graph did
+    not change, the members that lost the most."""
+    changed = code_change_line(a)
+    return f"\n    {changed}" if changed else _led_by(c, a)
+
+
 def _led_by(c: Comparison, a: AggregateVerdict) -> str:
     """The aggregate's members that point at the cause, on a line of their own."""
     leaders = c.leaders(a)
@@ -253,8 +413,10 @@ def regression_message(label: str, c: Comparison) -> str:
         learnt = f" over {c.recordings} recordings" if c.recordings > 1 else ""
         processes = f"{c.baseline_processes} process(es){learnt}"
         lines = [f"fxprof: {label} got slower than its baseline ({processes}){confirmed}"]
+    lines.extend(blame_lines(c))
     lines.extend(f"  slower node: {node_line(v)}" for v in c.slower)
-    lines.extend(_capped([f"  slower: {aggregate_line(a)}{_led_by(c, a)}" for a in c.slower_aggregates]))
+    apart = [a for a in c.slower_aggregates if _shown_apart(c, a)]
+    lines.extend(_capped([f"  slower: {aggregate_line(a)}{_pointer(c, a)}" for a in apart]))
     small = c.slower_small[:WORST_SHOWN]  # the small nodes that slowed the aggregates above
     lines.extend(f"  slower small node (its aggregates gate it): {node_line(v)}" for v in small)
     if c.total is not None:
@@ -263,6 +425,21 @@ def regression_message(label: str, c: Comparison) -> str:
         lines.append(f"  speed factor of the whole run: x{c.speed_factor:.2f} (each node's own comes from its peers)")
     lines.extend("  " + s for s in structural_lines(c))
     return "\n".join(lines)
+
+
+def capture_notices(capture: Capture) -> list[str]:
+    """What the automatic capture did that a user would not expect, as a notice: the method it fell back to and
+    why, so that node names after aten ops (``linear_6``) or submodules kept whole are no surprise."""
+    if not capture.detail:
+        return []
+    fell_back = capture.method in ("export", "dynamo")
+    after = (
+        "; its node names follow the operators (linear_6) and each node's module path says where it sits"
+        if fell_back
+        else ""
+    )
+    detail = capture.detail.removesuffix(f"; captured with {capture.method}")
+    return [f"captured with {capture.method}: {detail}{after}"]
 
 
 def notice_lines(c: Comparison) -> list[str]:
@@ -286,13 +463,19 @@ def improvement_lines(c: Comparison) -> list[str]:
     return out
 
 
-def band_used(ratio: float, band: float) -> float:
-    """How much of its band a ratio uses: 0 at the baseline, 1 at the band's edge, more beyond it, negative
-    when faster. Ranks nodes by how near they are to failing, so that a tiny node whose time doubled inside a
-    band a hundred times wider does not rank above a large one near its edge."""
-    if band > 0:
-        return (ratio - 1.0) / band
-    return math.inf if ratio > 1.0 else ratio - 1.0
+def at_stake(failed: bool, delta_ns: float, verdict: str) -> tuple[int, float]:
+    """How every view ranks compared items, worst first: what failed the test, then by the time each lost (never by
+    its ratio: a 200 ns node whose time tripled in a band a hundred times wider is not worse than a large Linear
+    that lost 1 ms; a node too small to fail a test alone ranks by the time it lost, as its module does)."""
+    return (0 if failed else 1, -delta_ns if verdict != Verdict.NOISY.value else 0.0)
+
+
+def worst_verdicts(nodes: Sequence[NodeVerdict]) -> list[NodeVerdict]:
+    """Node verdicts worst first (``at_stake``), ties in graph order."""
+    return sorted(
+        nodes,
+        key=lambda v: at_stake(v.verdict is Verdict.SLOWER and v.gates, v.delta_ns, v.verdict.value),
+    )
 
 
 def summary_line(label: str, c: Comparison | None) -> str:
@@ -304,10 +487,17 @@ def summary_line(label: str, c: Comparison | None) -> str:
     if c.status is Status.NOISY:
         return f"{label}: too noisy to decide ({c.noisy_reason})"
     total = f"total x{round(c.total.ratio, 4):.2f}" if c.total else ""
-    worst = sorted(c.nodes, key=lambda v: -band_used(v.ratio, v.band))[:WORST_SHOWN]  # as report.worst_nodes
+    worst = worst_verdicts(c.nodes)[:WORST_SHOWN]  # as report.worst_nodes
     # ratios rounded as the report rounds them first, so that this line and every view print the same digits
     worst_text = ", ".join(f"{v.node.name} x{round(v.ratio, 4):.2f}" for v in worst) or "no node in common"
+    where = ""
+    if c.blame is not None and c.blame.lead is not None:
+        a = c.blame.lead
+        where = f"; where: {a.where}{f' ({a.cls})' if a.cls else ''} x{round(a.ratio, 4):.2f}"
+    elif c.blame is not None and c.blame.node is not None:
+        v = c.blame.node
+        where = f"; where: {v.node.name} in {v.node.where} x{round(v.ratio, 4):.2f}"
     graphs = f", graphs {c.graphs[0]} -> {c.graphs[1]}" if c.graphs_changed else ""
     changed = f"; graph changed (+{len(c.added)}/-{len(c.removed)}{graphs})" if c.graph_changed else ""
     against = f"; against {c.against}, {c.pairs} pairs" if c.against else ""
-    return f"{label}: {c.status.value}, {total}; worst: {worst_text}{changed}{against}"
+    return f"{label}: {c.status.value}, {total}{where}; worst: {worst_text}{changed}{against}"

@@ -15,10 +15,11 @@ from pytest_fxprof.judge.hints import profile_hints
 from pytest_fxprof.records.disturbance import Disturbance, disturbance_to_json
 from pytest_fxprof.records.measurement import FORWARD, NodeInfo, NodeStats
 from pytest_fxprof.records.profile import ROLLUPS, Profile
-from pytest_fxprof.records.verdicts import AggregateVerdict, Comparison, Judgement, Kind, NodeVerdict, Verdict
-from pytest_fxprof.store.baseline import run_to_json
+from pytest_fxprof.records.units import fmt_ns
+from pytest_fxprof.records.verdicts import AggregateVerdict, Blame, Comparison, Judgement, Kind, NodeVerdict, Verdict
+from pytest_fxprof.store.baseline import capture_to_json, run_to_json
 from pytest_fxprof.store.files import dumps, write_atomic
-from pytest_fxprof.views.render import band_used
+from pytest_fxprof.views.render import aggregate_what, at_stake, code_change_line
 
 REPORT_VERSION = 1
 REPORT_MAX_BYTES = 1 << 30
@@ -116,12 +117,7 @@ def profile_report(
         "key": key,
         "status": status,
         "environment": asdict(result.environment),
-        "capture": {
-            "method": result.capture.method,
-            "leaf_modules": list(result.capture.leaf_modules),
-            "graphs": result.capture.graphs,
-            "detail": result.capture.detail,
-        },
+        "capture": capture_to_json(result.capture),
         "protocol": asdict(result.protocol),
         "setup": asdict(result.setup) if result.setup is not None else None,
         # current_ns and baseline_ns are instrumented passes (what the total verdict compares)
@@ -164,19 +160,8 @@ def profile_report(
         if comparison.against:  # the ratios of each verdict are then one per pair of old and new processes
             out["against"] = comparison.against
             out["pairs"] = comparison.pairs
-        out["aggregates"] = [
-            {
-                "kind": a.kind.value,
-                "name": a.name,
-                "members": [m.key for m in a.members],
-                "baseline_ns": round(a.baseline_ns),
-                "current_ns": round(a.current_ns),
-                "speed_factor": round(a.speed_factor, 4),
-                "divisor": round(a.divisor, 4),
-                **judgement_json(a.judgement),
-            }
-            for a in comparison.aggregates
-        ]
+        out["aggregates"] = [aggregate_json(a) for a in comparison.aggregates]
+        out["blame"] = blame_json(comparison.blame)
         if comparison.total is not None:
             t = comparison.total
             out["total"].update(
@@ -185,6 +170,103 @@ def profile_report(
                 **judgement_json(t.judgement),
             )
         out["flagged"], out["warned"] = _flags(comparison)
+    return out
+
+
+def aggregate_json(a: AggregateVerdict) -> dict[str, Any]:
+    """One aggregate of the report: what it is (its level, class, instances), its decision, and the nodes only one
+    side holds (``added``, ``removed``: its code changed)."""
+    out: dict[str, Any] = {
+        "kind": a.kind.value,
+        "name": a.name,
+        "path": a.where,
+        "direction": a.direction,
+        "what": aggregate_what(a),
+        "class": a.cls,
+        "instances": list(a.instances),
+        "level": a.family,
+        "level_items": a.tested,
+        "members": [m.key for m in a.members],
+        "added": [_node_ref(n) for n in a.added],
+        "removed": [_node_ref(n) for n in a.removed],
+        "baseline_ns": round(a.baseline_ns),
+        "current_ns": round(a.current_ns),
+        "delta_ns": round(a.delta_ns),
+        "speed_factor": round(a.speed_factor, 4),
+        "divisor": round(a.divisor, 4),
+        **judgement_json(a.judgement),
+    }
+    changed = code_change_line(a)
+    if changed:
+        out["changed"] = changed
+    return out
+
+
+def blame_json(b: Blame | None) -> dict[str, Any] | None:
+    """What a failure leads with (``Comparison.blame``), None where it names no module: the lead's kind (``module``,
+    ``pattern``, ``class``, or ``node`` where a node leads), its ``name`` (path, pattern or class; a node's module),
+    its class, the enclosing modules (``chain``, outermost first), its times and share of the extra time, and the
+    nodes added and removed in it."""
+    if b is None:
+        return None
+    chain = [a.where for a in b.chain]
+    chain_ratios = [round(a.ratio, 4) for a in b.chain]
+    if b.lead is None:
+        assert b.node is not None
+        v = b.node
+        return {
+            "kind": "node",
+            "name": v.node.module,
+            "node": v.node.name,
+            "class": "",
+            "chain": chain,
+            "chain_ratios": chain_ratios,
+            "what": f"node {v.node.name} ({v.node.label} in {v.node.where})",
+            "baseline_ns": round(v.baseline_ns),
+            "current_ns": round(v.current_ns),
+            "ratio": round(v.ratio, 4),
+            "share": round(b.share, 4),
+            "extra_ns": round(b.extra_ns),
+            "source": v.node.source,
+            "added": [],
+            "removed": [],
+        }
+    a = b.lead
+    return {
+        "kind": a.kind.value,
+        "name": a.where,
+        "direction": a.direction,
+        "class": a.cls,
+        "what": aggregate_what(a),
+        "instances": list(a.instances),
+        "chain": chain,
+        "chain_ratios": chain_ratios,
+        "baseline_ns": round(a.baseline_ns),
+        "current_ns": round(a.current_ns),
+        "ratio": round(a.ratio, 4),
+        "share": round(b.share, 4),
+        "extra_ns": round(b.extra_ns),
+        "changed": code_change_line(a),
+        "added": [_node_ref(n) for n in a.added],
+        "removed": [_node_ref(n) for n in a.removed],
+    }
+
+
+def blame_lines_of(profile: Mapping[str, Any]) -> list[str]:
+    """What a failed profile of a report leads with, as the views show it: where the time went (its times, ratio and
+    share of the extra time), the modules around it, what changed in its code; [] where it names nothing."""
+    b = profile.get("blame")
+    if not isinstance(b, Mapping):
+        return []
+    share = float(b.get("share") or 0.0)
+    part = f", {share:.0%} of the extra time" if share < 0.995 else ""
+    times = f"{fmt_ns(int(b.get('baseline_ns') or 0))} -> {fmt_ns(int(b.get('current_ns') or 0))}"
+    out = [f"{b.get('what') or b.get('name')}: {times} = x{float(b.get('ratio') or 0):.2f}{part}"]
+    chain = [f"{n} x{r:.2f}" for n, r in zip(b.get("chain") or [], b.get("chain_ratios") or [], strict=False)]
+    if chain:
+        out.append("in: " + " > ".join(chain))
+    if b.get("changed"):
+        out.append(str(b["changed"]))
     return out
 
 
@@ -223,7 +305,7 @@ def _flags(c: Comparison) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         return out | ({"direction": n.direction, "target": n.target} if n.direction != FORWARD else {})
 
     def aggregate(a: AggregateVerdict) -> dict[str, Any]:
-        module = a.name if a.kind is Kind.MODULE else ""
+        module = a.name if a.kind in (Kind.MODULE, Kind.PATTERN) else ""
         leaders = [
             {
                 "name": v.node.name,
@@ -269,10 +351,16 @@ def item_tone(item: Mapping[str, Any]) -> str:
 
 
 def worst_nodes(nodes: Sequence[Mapping[str, Any]], limit: int | None = None) -> list[Mapping[str, Any]]:
-    """A report's compared nodes, those that use most of their band first (``render.band_used``; ties in graph
-    order): what every view calls the worst."""
+    """A report's compared nodes worst first, as ``render.at_stake`` ranks them (what failed, then by the time each
+    lost; ties in graph order): what every view calls the worst."""
     judged = [n for n in nodes if "ratio" in n]  # a node added since the baseline has no ratio
-    return sorted(judged, key=lambda n: -band_used(n["ratio"], n["band"]))[:limit]
+    return sorted(judged, key=_stake)[:limit]
+
+
+def _stake(n: Mapping[str, Any]) -> tuple[int, float]:
+    delta = float(n.get("baseline_ns") or 0) * (float(n["ratio"]) - 1.0)
+    verdict = str(n.get("verdict", ""))
+    return at_stake(verdict == Verdict.SLOWER.value and bool(n.get("gates", True)), delta, verdict)
 
 
 def write_report(path: Path, mode: str, records: Sequence[ProfileRecord], unused: Sequence[str]) -> None:

@@ -55,19 +55,18 @@
     if (n.verdict === "slower") return n.gates ? 0 : 1;
     return tone(n) === "warn" && n.verdict !== "faster" ? 1 : 2;
   }
-  // how much of its band a node's ratio uses (render.band_used): 1 at the band's edge
-  function bandUsed(n) {
-    if (!has(n, "ratio")) return -Infinity;
-    if (n.band > 0) return (n.ratio - 1) / n.band;
-    return n.ratio > 1 ? Infinity : n.ratio - 1;
+  // the time a node lost against its baseline (render.at_stake ranks by it, never by the ratio)
+  function extra(n) {
+    if (!has(n, "ratio") || !has(n, "baseline_ns")) return -Infinity;
+    return n.baseline_ns * (n.ratio - 1);
   }
 
   function worstFirst(cmp) {
     return function (a, b) {
       if (cmp) {
         if (rank(a) !== rank(b)) return rank(a) - rank(b);
-        var ua = bandUsed(a), ub = bandUsed(b);
-        if (ua !== ub) return ub - ua;
+        var ea = extra(a), eb = extra(b);
+        if (ea !== eb) return eb - ea;
       }
       if (a.current_ns !== b.current_ns) return b.current_ns - a.current_ns;
       return a.key < b.key ? -1 : a.key > b.key ? 1 : 0;
