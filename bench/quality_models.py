@@ -139,7 +139,7 @@ def _zoo(name: str) -> tuple[nn.Module, torch.Tensor]:
         gpt = GPT2Config(n_embd=256, n_layer=4, n_head=4, n_positions=256, use_cache=False)
         model = GPT2Model(gpt)
         vocab = gpt.vocab_size
-    return model.eval(), torch.randint(0, vocab, (4, 128))
+    return nn.Module.eval(model), torch.randint(0, vocab, (4, 128))  # typed, where transformers ships its types
 
 
 STEP_MODELS = ("resnet18-step", "encoder-step")
