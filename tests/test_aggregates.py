@@ -155,9 +155,9 @@ def test_a_class_in_several_places_is_aggregated_whole() -> None:
 
 def test_aggregates_of_the_same_nodes_are_one() -> None:
     groups = by_name(graph_groups(GPT, CLASSES))
-    # h holds both blocks and nothing else: the pattern h.* and the classes ModuleList and Block are the module h
-    assert (groups["h"].kind, groups["h"].cls) == (Kind.MODULE, "ModuleList")
-    assert "h.*" not in groups
+    # h, a ModuleList, holds both blocks and nothing else: the blocks' pattern names them, with the blocks' class
+    assert (groups["h.*"].kind, groups["h.*"].cls) == (Kind.PATTERN, "Block")
+    assert "h" not in groups
     assert "Block" not in groups
     assert "ModuleList" not in groups
     # the class MLP has the nodes of the pattern h.*.mlp: named by the pattern, with the class
@@ -184,8 +184,8 @@ def test_a_training_step_gets_each_aggregate_per_direction() -> None:
         replace_module(backward, "head"),
     )
     names = set(by_name(graph_groups(nodes, CLASSES)))
-    # the two backward nodes in h: the patterns that hold them at every depth are the module h
-    assert {"h.0.mlp forward", "<model> backward", "h backward", "aten.mm.default backward"} <= names
+    # the two backward nodes in h, a ModuleList: the patterns that hold them at every depth, named by the deepest
+    assert {"h.0.mlp forward", "<model> backward", "h.*.mlp.c_fc backward", "aten.mm.default backward"} <= names
     assert "h.*.mlp backward" not in names
 
 
@@ -212,7 +212,7 @@ def test_a_changed_graph_charges_added_and_removed_nodes_to_their_module() -> No
     assert [new[j].name for j in mlp.only_new] == ["mul", "tanh", "add", "mul_1", "tanh_1", "add_1"]
     assert [new[j].name for j in groups["h.0.mlp"].only_new] == ["mul", "tanh", "add"]
     # the modules above hold them too; the attention, unchanged, holds none
-    assert len(groups["h"].only_new) == 6
+    assert len(groups["h.*"].only_new) == 6
     assert groups["h.*.attn"].only_new == groups["h.*.attn"].only_old == ()
     # an operator type only one side has is judged within its modules, not alone
     assert "aten.tanh.Tensor" not in groups

@@ -731,7 +731,7 @@ def test_a_code_change_is_blamed_on_the_module_whose_code_changed(
         [
             "*got slower than its baseline*",
             "  where: module h.*.mlp (MLP, 2 instances, 6 nodes, 4 before): *",
-            "    in: h x*",
+            "    in: h.* x*",
             "    its code changed: 1 node(s) added in each of 2 instances at test_perf.py:* (Work)",
         ]
     )
@@ -742,7 +742,7 @@ def test_a_code_change_is_blamed_on_the_module_whose_code_changed(
     assert "record it with" not in text
     (profile,) = load(pytester.path / "r.json")["profiles"]
     blame = profile["blame"]
-    assert (blame["kind"], blame["name"], blame["class"], blame["chain"]) == ("pattern", "h.*.mlp", "MLP", ["h"])
+    assert (blame["kind"], blame["name"], blame["class"], blame["chain"]) == ("pattern", "h.*.mlp", "MLP", ["h.*"])
     assert [n["module"] for n in blame["added"]] == ["h.0.mlp.extra", "h.1.mlp.extra"]
     (summary,) = [line for line in fxprof_section(result) if line.startswith("test_perf.py::test_a [call0]: ")]
     assert "; where: h.*.mlp (MLP) x8.14; " in summary

@@ -137,10 +137,11 @@ def test_report_of_a_confirmed_regression() -> None:
         {"kind": "node", "name": "tiny", "module": "", "ratio": 3.0},
         {"kind": "node", "name": "softmax", "module": "", "ratio": 1.0},
     ]
-    # what the failure leads with: relu, a node that holds the extra time, in stem
+    # what the failure leads with: relu, a node that holds most of the extra time (tiny lost 40 us elsewhere)
     blame = report["blame"]
     assert (blame["kind"], blame["name"], blame["node"], blame["chain"]) == ("node", "stem", "relu", ["stem"])
-    assert (blame["baseline_ns"], blame["current_ns"], blame["ratio"], blame["share"]) == (50_000, 150_000, 3.0, 1.0)
+    assert (blame["baseline_ns"], blame["current_ns"], blame["ratio"]) == (50_000, 150_000, 3.0)
+    assert blame["share"] == round(100 / 140, 4)
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,9 @@
 - ``decision``: the gate's rules: a profile against its baseline, node by node, per aggregate and in total,
   each verdict with its reason (the verdict records are ``records.verdicts``);
 - ``paired``: the rule against a revision: old and new side measured in pairs, judged by their ratios per pair;
+- ``aggregates``: what both rules judge together (operator types, module subtrees at every depth, repeated blocks
+  by pattern and class), over both sides of a changed graph, and how strictly each level is tested;
+- ``blame``: what a failure leads with: the smallest slower module that holds most of the extra time;
 - ``hints``: where to look for speed in one profile; advice, never a failure.
 
 Pure: every rule can be tested with hand-built numbers.

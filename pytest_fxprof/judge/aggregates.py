@@ -14,8 +14,9 @@ module they sit in). The aggregates:
 
 An aggregate is kept where both sides hold it (a module only one side has is judged within its parent), where
 it has two nodes or more on a side, and, but for an operator type, where it is not the whole graph. Aggregates
-with the same nodes are one: a module subtree over a pattern (``transformer.h`` for ``transformer.h.*``, a list of
-blocks and nothing else), a pattern over a class (``transformer.h.*.mlp`` of class ``MLP`` for the class
+with the same nodes are one: a module subtree over a pattern (``encoder`` for ``encoder.*``), but the pattern over a
+container (``transformer.h.*`` of class ``Block`` for ``transformer.h``, a ``ModuleList`` of blocks and nothing
+else: the blocks hold the code), a pattern over a class (``transformer.h.*.mlp`` of class ``MLP`` for the class
 ``MLP``), the deepest module of a chain that holds the same nodes; a class with the nodes of an operator type
 (every ``Linear`` module, each one node) is that operator type.
 
@@ -214,11 +215,25 @@ def _merged(groups: list[Group]) -> list[Group]:
         same = [g for g in found if not (nodes in ops and g.kind is Kind.CLASS)]
         if not same:
             continue
-        same.sort(key=lambda g: (_PRIORITY.index(g.kind), -depth_of(g.path)))
+        same.sort(key=_precedence)
         kept = same[0]
         cls = kept.cls or next((g.cls for g in same if g.cls), "")
         out.append(replace(kept, cls=cls))
     return sorted(out, key=lambda g: (_KIND_ORDER[g.kind], g.path, g.direction))
+
+
+CONTAINERS = frozenset({"ModuleList", "ModuleDict", "Sequential", "ParameterList", "ParameterDict"})
+"""torch's containers: a module of one of these has no code of its own but its children's, so where it holds the
+same nodes as the pattern of its children (``transformer.h`` and ``transformer.h.*``), the pattern names them."""
+
+
+def _precedence(g: Group) -> tuple[float, int]:
+    """Which of several aggregates with the same nodes names them: a module subtree, but a container's pattern before
+    the container; then a pattern, then a class; of each kind, the deepest."""
+    kind = float(_PRIORITY.index(g.kind))
+    if g.kind is Kind.MODULE and g.cls in CONTAINERS:
+        kind = _PRIORITY.index(Kind.PATTERN) + 0.5
+    return kind, -depth_of(g.path)
 
 
 def family_of(g: Group) -> str:

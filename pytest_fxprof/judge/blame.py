@@ -4,18 +4,23 @@ Owns ``blame``, the rule both gates use once a comparison fails. Pure. Must not 
 
 The rule:
 
-1. The candidates are the module-like aggregates (module subtrees, patterns and classes, ``judge.aggregates``) and
-   the nodes, each found slower beyond its own band: noise in an unchanged module cannot be named. A node too
-   small to fail a test alone is a candidate too: the test failed already, and a 300 us convolution that took
-   5 ms more is where the time went, its module's subtree only around it.
-2. The extra time to explain is that of the candidate (or operator type) that lost the most (``delta_ns``).
-3. The lead is the *smallest* candidate (by its baseline time) that holds more than ``BLAME_SHARE`` of that extra
+1. The extra time to explain is what the candidates below lost in places apart (a module and the modules in it
+   count once; two slowdowns in two modules count both), or the most one aggregate or node found slower lost
+   (``delta_ns``), whichever is more.
+2. The candidates are the module-like aggregates (module subtrees, patterns and classes, ``judge.aggregates``)
+   found slower beyond their own band, those whose code changed (other operations added than removed, whatever
+   their verdict: a change is no noise), and the nodes found slower. A node too small to fail a test alone is a
+   candidate too: the test failed already, and a 300 us convolution that took 5 ms more is where the time went.
+   Noise in an unchanged module cannot be named.
+3. The lead is the *smallest* candidate (by its baseline time) that holds more than ``BLAME_SHARE`` of the extra
    time: the deepest module subtree that explains the slowdown, a node where one node does, a pattern where the
    instances of a repeated block slowed together (no one instance holds most), or a class where instances of one
-   class in several places did (a norm written by hand slows ``ln_1``, ``ln_2`` and ``ln_f`` alike).
+   class in several places did (a norm written by hand slows ``ln_1``, ``ln_2`` and ``ln_f`` alike). A norm by
+   hand inside a block that its convolutions dwarf fails the test by its new ``add`` nodes, and is led by the
+   block whose code changed, not by the operator type.
 4. Where no module or node holds most of it, one operator type slowed across the model (every ``Linear``, a
-   kernel got slower): the lead is that operator type's aggregate. Where nothing but the total failed, there is
-   no lead: no module is named.
+   kernel got slower): the lead is that operator type's aggregate. Where nothing does (the total alone failed,
+   spread over unchanged code; two slowdowns in two places), there is no lead: no module is named.
 5. ``chain`` are the lead's enclosing modules and patterns the gate judged, outermost first, as the failure shows
    them on one line.
 """
@@ -25,7 +30,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pytest_fxprof.judge.aggregates import depth_of, parent_path
-from pytest_fxprof.records.verdicts import MODULE_KINDS, AggregateVerdict, Blame, Kind, NodeVerdict, Verdict
+from pytest_fxprof.records.verdicts import (
+    MODULE_KINDS,
+    AggregateVerdict,
+    Blame,
+    Kind,
+    NodeVerdict,
+    Verdict,
+)
 
 BLAME_SHARE = 2 / 3
 """The lead holds more than this share of the extra time: most of it, by a margin that noise in the modules beside it
@@ -36,12 +48,14 @@ cannot take away. At one half, one of two places that slowed alike (``ln_1`` of 
 def blame(nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict]) -> Blame | None:
     """What a failed comparison leads with (see the module's rule); None where nothing can be named."""
     slower = [a for a in aggregates if a.verdict is Verdict.SLOWER and a.delta_ns > 0]
-    modules = [a for a in slower if a.kind in MODULE_KINDS]
-    ops = [a for a in slower if a.kind is Kind.OP]
     gating = [v for v in nodes if v.verdict is Verdict.SLOWER and v.delta_ns > 0]  # small ones too: blame, not gate
-    if not slower and not gating:
+    ops = [a for a in slower if a.kind is Kind.OP]
+    # where the code changed, its module is named by the time it lost, found slower on its own or not: the new
+    # nodes that failed an operator type are a symptom of the module that lost more
+    modules = [a for a in aggregates if a.kind in MODULE_KINDS and a.delta_ns > 0 and (a in slower or a.changed)]
+    if not slower and not gating and not modules:  # the total alone, spread over unchanged code
         return None
-    extra = max(x.delta_ns for x in (*slower, *gating))
+    extra = max(_apart([*modules, *gating]), *(x.delta_ns for x in (*slower, *gating)))
     held = [a for a in modules if a.delta_ns > BLAME_SHARE * extra]
     held_nodes = [v for v in gating if v.delta_ns > BLAME_SHARE * extra]
     lead = min(held, key=lambda a: (a.baseline_ns, -_depth(a), _KINDS.index(a.kind), a.name), default=None)
@@ -51,12 +65,34 @@ def blame(nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict]) 
         chain = enclosing(node.node.module, direction, aggregates, inclusive=node.node.op != "call_module")
         return Blame(None, node, chain, node.delta_ns / extra, extra)
     if lead is None:  # no module holds most: one operator type slowed across the model
-        lead = min((a for a in ops if a.delta_ns > BLAME_SHARE * extra), key=lambda a: (a.baseline_ns, a.name))
-        return Blame(lead, None, (), lead.delta_ns / extra, extra)
+        op = min(
+            (a for a in ops if a.delta_ns > BLAME_SHARE * extra), key=lambda a: (a.baseline_ns, a.name), default=None
+        )
+        return Blame(op, None, (), op.delta_ns / extra, extra) if op is not None else None
     return Blame(lead, None, enclosing(_home(lead), lead.direction, aggregates), lead.delta_ns / extra, extra)
 
 
 _KINDS = (Kind.MODULE, Kind.PATTERN, Kind.CLASS)
+
+
+def _apart(candidates: Sequence[AggregateVerdict | NodeVerdict]) -> float:
+    """The time lost in places apart: the candidates that lost the most, each taken where it holds none of the nodes
+    of one taken before (a module before the modules in it), their losses summed. Two slowdowns in two places make
+    the extra time of both, so that neither leads alone."""
+    taken: set[str] = set()
+    lost = 0.0
+    for x in sorted(candidates, key=lambda x: -x.delta_ns):
+        keys = _keys(x)
+        if taken.isdisjoint(keys):
+            taken |= keys
+            lost += x.delta_ns
+    return lost
+
+
+def _keys(x: AggregateVerdict | NodeVerdict) -> set[str]:
+    if isinstance(x, NodeVerdict):
+        return {x.node.key}
+    return {n.key for n in (*x.members, *x.added, *x.removed)}
 
 
 def _depth(a: AggregateVerdict) -> int:

@@ -10,6 +10,7 @@ Must not import torch, pytest or pandas.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -190,8 +191,9 @@ class AggregateVerdict(_Judged):
 
     @property
     def changed(self) -> bool:
-        """Whether its code changed: nodes added or removed in it."""
-        return bool(self.added or self.removed)
+        """Whether its code changed: other operations added than removed (the same operations in another order
+        are a reordering, not a change)."""
+        return Counter(n.label for n in self.added) != Counter(n.label for n in self.removed)
 
 
 @dataclass(frozen=True)
