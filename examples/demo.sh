@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # make demo: record baselines of three torchvision models and of ResNet18's training step, check them, catch an
-# injected slowdown, catch a slowdown committed on a branch by checking it against its base revision, then catch a
-# slower backward in the training step, then keep a baseline's history and check under pytest-xdist, one
-# measurement at a time.
+# injected slowdown, catch a slowdown committed on a branch by checking it against its base revision, catch a code
+# change to the model's source and blame the block whose code changed, then catch a slower backward in the training
+# step, then keep a baseline's history and check under pytest-xdist, one measurement at a time.
 # Baselines go to a temporary directory, so the committed ones in baselines/ stay as they are.
 set -uo pipefail
 BIN=${BIN:-.venv/bin}
@@ -11,11 +11,11 @@ DIR="$WORK/baselines"
 PYTEST=("$BIN/pytest" examples -p no:cacheprovider -q --fxprof-baseline-dir "$DIR")
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-step "1/8 Record baselines: each test profiled in this process and 4 fresh ones (pytest --fxprof-update)"
+step "1/9 Record baselines: each test profiled in this process and 4 fresh ones (pytest --fxprof-update)"
 "${PYTEST[@]}" --fxprof-update || exit 1
 ls "$DIR"
 
-step "2/8 Check the unchanged models against them (pytest --fxprof): expect a pass"
+step "2/9 Check the unchanged models against them (pytest --fxprof): expect a pass"
 "${PYTEST[@]}" --fxprof
 checked=$?
 if [ $checked -ne 0 ]; then
@@ -23,7 +23,7 @@ if [ $checked -ne 0 ]; then
     printf 'see the fxprof summary above, and BENCHMARKS.md for the measured false-alarm rate.\033[0m\n'
 fi
 
-step "3/8 Make ResNet18's layer3.0.conv2 50% slower (FXPROF_DEMO_SLOWDOWN): expect a failure naming that node"
+step "3/9 Make ResNet18's layer3.0.conv2 50% slower (FXPROF_DEMO_SLOWDOWN): expect a failure naming that node"
 VIEWS=(--fxprof-report "$WORK/report.json" --fxprof-html "$WORK/report.html" --fxprof-trace "$WORK/traces"
        --fxprof-markdown "$WORK/summary.md" --fxprof-benchmark-json "$WORK/benchmark.json" --junitxml "$WORK/junit.xml")
 FXPROF_DEMO_SLOWDOWN=layer3.0.conv2=0.5 "${PYTEST[@]}" --fxprof "${VIEWS[@]}"
@@ -52,7 +52,7 @@ if caught != 1 or not named:
 PY
 printf '\nThe gate caught it.\n'
 
-step "4/8 The same verdicts, as reports"
+step "4/9 The same verdicts, as reports"
 printf 'HTML (open in a browser): %s\nChrome traces (open in Perfetto or chrome://tracing): %s\n' \
     "$WORK/report.html" "$(ls "$WORK"/traces/*resnet18* | head -1)"
 printf 'pytest-benchmark JSON: %s\nJSON report: %s\n' "$WORK/benchmark.json" "$WORK/report.json"
@@ -61,7 +61,7 @@ grep -o '<property name="fxprof[^>]*/>' "$WORK/junit.xml" | head -6
 printf '\nThe Markdown summary for a pull request (also appended to $GITHUB_STEP_SUMMARY in GitHub Actions):\n\n'
 cat "$WORK/summary.md"
 
-step "5/8 The fxprof command: show a baseline, diff it against the report, prune baselines of deleted tests"
+step "5/9 The fxprof command: show a baseline, diff it against the report, prune baselines of deleted tests"
 RESNET=$(grep -l '"test_id": "examples/test_models.py::test_resnet18"' "$DIR"/*.json)
 "$BIN/fxprof" show "$RESNET" --limit 8 || exit 1
 printf '\n'
@@ -79,21 +79,31 @@ PY
 printf '\n'
 "$BIN/fxprof" prune --baseline-dir "$DIR" -- examples || exit 1
 "$BIN/fxprof" prune --baseline-dir "$DIR" --yes -- examples || exit 1
-step "6/8 Against a revision: a branch commits a 25% slower layer3.0.conv2; check it against main (pytest --fxprof-against main): expect a failure naming it"
+step "6/9 Against a revision: a branch commits a 25% slower layer3.0.conv2; check it against main (pytest --fxprof-against main): expect a failure naming it"
 ABS_BIN=$(cd "$BIN" && pwd)
 REPO="$WORK/repo"
 mkdir -p "$REPO"
 export GIT_AUTHOR_NAME=demo GIT_AUTHOR_EMAIL=demo@example.com GIT_COMMITTER_NAME=demo GIT_COMMITTER_EMAIL=demo@example.com
 cat > "$REPO/net.py" <<'PY'
 import torch
-from torchvision import models
+from torchvision.models.resnet import BasicBlock, ResNet
 
 SLOWER = 0.0  # how much slower layer3.0.conv2 runs (pytest_fxprof.slow_down: real CPU work)
 
 
+class Block(BasicBlock):
+    """torchvision's ResNet18 block, its forward written out here: the code a pull request edits."""
+
+    def forward(self, x):
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return self.relu(out + identity)
+
+
 def build():
     torch.manual_seed(0)
-    model = models.resnet18(weights=None).eval()
+    model = ResNet(Block, [2, 2, 2, 2]).eval()
     if SLOWER:
         from pytest_fxprof import slow_down
 
@@ -127,7 +137,29 @@ if caught != 1 or "layer3.0.conv2" not in modules:
     sys.exit(f"demo: the committed slowdown was not caught and named against main (pytest exit {caught})")
 PY
 printf '\nThe check against main caught it.\n'
-step "7/8 A training step (fxprof.train_step): make ResNet18's layer3.0.conv2 backward 50% slower (FXPROF_DEMO_SLOW_BACKWARD): expect a failure naming that backward node"
+
+step "7/9 A code change, not a hook: a branch sums each block's residual in float64; check it against main: expect a failure that leads with the block's class and names the nodes the change added"
+git -C "$REPO" checkout -q main && git -C "$REPO" checkout -q -b float64 &&
+    sed -i 's/^        return self.relu(out + identity)$/        return self.relu((out.double() + identity.double()).float())/' "$REPO/net.py" &&
+    git -C "$REPO" commit -qam "sum the residual in float64" || exit 1
+git -C "$REPO" diff main -- net.py
+(cd "$REPO" && "$ABS_BIN/pytest" -p no:cacheprovider -q --fxprof-against main --fxprof-report "$WORK/change.json")
+caught=$?
+python3 - "$WORK/change.json" "$caught" <<'PY' || exit 1
+import json, sys
+report, caught = json.load(open(sys.argv[1])), int(sys.argv[2])
+(profile,) = report["profiles"]
+blame = profile.get("blame") or {}
+print(f"{profile['test_id']}: {profile['status']} against {profile.get('against')}, {profile.get('pairs')} pairs")
+print(f"    leads with: {blame.get('what', 'nothing')}")
+print(f"    {blame.get('changed', '')}")
+added = {n["target"] for n in blame.get("added", [])}
+blamed = blame.get("class") == "Block" or blame.get("name", "").startswith("layer")
+if caught != 1 or not blamed or not added:
+    sys.exit(f"demo: the code change was not caught and blamed on the blocks whose code changed (pytest exit {caught})")
+PY
+printf '\nThe check against main caught the code change and blamed the block whose code changed.\n'
+step "8/9 A training step (fxprof.train_step): make ResNet18's layer3.0.conv2 backward 50% slower (FXPROF_DEMO_SLOW_BACKWARD): expect a failure naming that backward node"
 STEP_TEST=("$BIN/pytest" examples/test_training.py -p no:cacheprovider -q --fxprof-baseline-dir "$DIR")
 TRAIN=$(grep -l '"test_id": "examples/test_training.py::test_resnet18_train_step"' "$DIR"/*.json)
 printf 'The recorded step, slowest nodes first (forward, backward and optimizer nodes):\n'
@@ -151,7 +183,7 @@ if caught != 1 or not named:
 PY
 printf '\nThe gate caught the slower backward.\n'
 
-step "8/8 Baseline history and busy machines: record ResNet18 twice more (its baseline keeps every recording), then check the models under pytest -n 2, measuring one at a time"
+step "9/9 Baseline history and busy machines: record ResNet18 twice more (its baseline keeps every recording), then check the models under pytest -n 2, measuring one at a time"
 RESNET_TEST=(examples/test_models.py::test_resnet18)
 for again in 2 3; do
     printf 'recording %s of ResNet18:\n' "$again"
