@@ -260,3 +260,24 @@ def test_a_stricter_level_needs_more_deviations_and_more_confidence() -> None:
     assert normal.cdf(-k) == pytest.approx(normal.cdf(-3.0) / 4)
     assert corrected_confidence(0.999, 1.0) == 0.999
     assert corrected_confidence(0.999, 0.25) == pytest.approx(1 - 0.001 / 4)
+
+
+def test_a_container_class_is_no_class_aggregate() -> None:
+    # two stages, each a Sequential of blocks: the class Sequential has no code of its own
+    nodes = tuple(
+        fn(f"{op}{s}{b}", f"torch.{op}", f"stages.{s}.blocks.{b}")
+        for s in range(2)
+        for b in range(2)
+        for op in ("sin", "cos")
+    )
+    classes = {"stages": "Sequential"} | {f"stages.{s}": "Stage" for s in range(2)}
+    classes |= {f"stages.{s}.blocks": "Sequential" for s in range(2)}
+    classes |= {f"stages.{s}.blocks.{b}": "Block" for s in range(2) for b in range(2)}
+    groups = by_name(graph_groups((*nodes, fn("head", "torch.tan", "head")), classes))
+    assert "Sequential" not in groups
+    # the blocks of every stage, with their class, for the Sequential that holds the stages and nothing else
+    assert (groups["stages.*.blocks.*"].kind, groups["stages.*.blocks.*"].cls) == (Kind.PATTERN, "Block")
+    assert "stages" not in groups
+    # a stage that holds its blocks and nothing else is named by the stage, which has code, not by its Sequential
+    assert (groups["stages.0"].kind, groups["stages.0"].cls) == (Kind.MODULE, "Stage")
+    assert "stages.0.blocks" not in groups

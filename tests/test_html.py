@@ -252,6 +252,10 @@ def test_a_regression_names_its_flagged_node_and_module() -> None:
     assert flagged == [("node", "conv12"), ("module", "layer12"), ("module", "layer3")]
     page = render_html("check", profiles(), [])
     text = text_of(section(page, regression["test_id"]))
+    # where the time went leads, above what failed the test
+    where = text[text.index("Where") : text.index("Failed by")]
+    assert "node conv12 (Conv2d in layer12.conv): " in where
+    assert "in: layer12 x" in where
     failed = text[text.index("Failed by") : text.index("Warnings")]
     assert "node conv12 (Conv2d in layer12.conv, models/net.py:32) x1.60 x1.60 beyond band" in failed
     assert "module layer12 x" in failed

@@ -83,6 +83,8 @@ def test_a_regression_names_what_failed_and_where() -> None:
     assert rows[0][3] == f"`conv` x{REGRESSION['nodes'][0]['ratio']:.2f}"
     assert rows[0][2].startswith(fmt_ns(REGRESSION["total"]["current_ns"]) + ", x")
     block = text[text.index("### `t.py::test_slow [call0]`: regression") :]
+    # where the time went leads: the slowed node, its module around it
+    assert "Where: node conv (Conv2d in stem.conv): 400.0 us -\\> 800.0 us = x2.00\n- in: stem x1.80" in block
     assert "Failed by:\n- node `conv` in `stem.conv` x2.00" in block
     assert "- module `stem` x" in block
     assert "led by `conv` 400.0 us -> 800.0 us" in block

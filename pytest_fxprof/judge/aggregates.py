@@ -1,8 +1,10 @@
 """Aggregates: which nodes both gates sum and judge together, and how strictly each level is tested.
 
 Owns ``plan``, which lays out the aggregates of a comparison over the nodes of both sides, so that a changed graph
-is judged by module: each aggregate holds its matched nodes and the nodes only one side holds (charged to the
-module they sit in). The aggregates:
+is judged by module: each module-like aggregate holds its matched nodes and the nodes only one side holds (charged
+to the module they sit in). An operator type holds the nodes both sides hold, no more: a change that swaps one
+operation for others (a ``linear`` for a ``matmul`` and an ``add``) moves time between operator types without
+slowing anything, and its new nodes are judged in the module whose code changed. The aggregates:
 
 - every operator type (all ``aten.linear.default``; per direction in a training step);
 - every module subtree at every depth (``transformer``, ``transformer.h``, ``transformer.h.2.mlp``), and in a
@@ -10,7 +12,8 @@ module they sit in). The aggregates:
 - every *pattern*: a module path with its indices folded (``transformer.h.*.mlp``, ``encoder.layer.*.attention``)
   that has two or more instances. A change to a block's code slows every instance alike, and their sum has the
   power that one instance lacks;
-- every module *class* with two or more instances (``LayerNorm``) that are not one pattern's instances.
+- every module *class* with two or more instances (``LayerNorm``) that are not one pattern's instances, but for
+  torch's containers (``Sequential``, ``ModuleList``), which have no code of their own.
 
 An aggregate is kept where both sides hold it (a module only one side has is judged within its parent), where
 it has two nodes or more on a side, and, but for an operator type, where it is not the whole graph. Aggregates
@@ -171,8 +174,15 @@ def plan(
         instances = old_instances | new_instances
         if key.kind in (Kind.PATTERN, Kind.CLASS) and len(instances) < 2:
             continue
+        if key.kind is Kind.CLASS and key.path in CONTAINERS:  # no code of its own: its children's class says more
+            continue
         olds, news = set(old_idx), set(new_idx)
         matched = tuple(sorted(k for i in olds if (k := pair_of.get(i)) is not None and pairs[k][1] in news))
+        if key.kind is Kind.OP:  # an operator type compares the nodes both sides hold: see the module's rules
+            if len(matched) < 2:
+                continue
+            found.append(Group(key.kind, key.path, key.direction, matched, (), ()))
+            continue
         paired_old = {pairs[k][0] for k in matched}
         paired_new = {pairs[k][1] for k in matched}
         found.append(
@@ -217,7 +227,7 @@ def _merged(groups: list[Group]) -> list[Group]:
             continue
         same.sort(key=_precedence)
         kept = same[0]
-        cls = kept.cls or next((g.cls for g in same if g.cls), "")
+        cls = kept.cls or next((g.cls for g in same if g.cls and g.cls not in CONTAINERS), "")
         out.append(replace(kept, cls=cls))
     return sorted(out, key=lambda g: (_KIND_ORDER[g.kind], g.path, g.direction))
 
@@ -228,8 +238,8 @@ same nodes as the pattern of its children (``transformer.h`` and ``transformer.h
 
 
 def _precedence(g: Group) -> tuple[float, int]:
-    """Which of several aggregates with the same nodes names them: a module subtree, but a container's pattern before
-    the container; then a pattern, then a class; of each kind, the deepest."""
+    """Which of several aggregates with the same nodes names them: a module subtree (a container after every other
+    one, and after a pattern), then a pattern, then a class; of each kind, the deepest."""
     kind = float(_PRIORITY.index(g.kind))
     if g.kind is Kind.MODULE and g.cls in CONTAINERS:
         kind = _PRIORITY.index(Kind.PATTERN) + 0.5

@@ -6,19 +6,20 @@ The rule:
 
 1. The extra time to explain is what the candidates below lost in places apart (a module and the modules in it
    count once; two slowdowns in two modules count both), or the most one aggregate or node found slower lost
-   (``delta_ns``), whichever is more.
+   (``delta_ns``), whichever is more. In a training step, each direction on its own: the one that lost the most
+   is explained (a change to a module's code slows its forward and, most often more, its backward).
 2. The candidates are the module-like aggregates (module subtrees, patterns and classes, ``judge.aggregates``)
    found slower beyond their own band, those whose code changed (other operations added than removed, whatever
    their verdict: a change is no noise), and the nodes found slower. A node too small to fail a test alone is a
    candidate too: the test failed already, and a 300 us convolution that took 5 ms more is where the time went.
    Noise in an unchanged module cannot be named.
 3. The lead is the *smallest* candidate (by its baseline time) that holds more than ``BLAME_SHARE`` of the extra
-   time: the deepest module subtree that explains the slowdown, a node where one node does, a pattern where the
-   instances of a repeated block slowed together (no one instance holds most), or a class where instances of one
-   class in several places did (a norm written by hand slows ``ln_1``, ``ln_2`` and ``ln_f`` alike). A norm by
-   hand inside a block that its convolutions dwarf fails the test by its new ``add`` nodes, and is led by the
-   block whose code changed, not by the operator type.
-4. Where no module or node holds most of it, one operator type slowed across the model (every ``Linear``, a
+   time, of those whose code changed where any of them does (the code that changed explains the slowdown: an
+   MLP that now runs its GELU in float64 leads, not the GELU module inside it that got slower): the deepest
+   module subtree that explains the slowdown, a node where one node does, a pattern where the instances of a
+   repeated block slowed together (no one instance holds most), or a class where instances of one class in
+   several places did (a norm written by hand slows ``ln_1``, ``ln_2`` and ``ln_f`` alike).
+4. Where no module or node holds most of it, one operator type slowed across the model (every ``Linear``: a
    kernel got slower): the lead is that operator type's aggregate. Where nothing does (the total alone failed,
    spread over unchanged code; two slowdowns in two places), there is no lead: no module is named.
 5. ``chain`` are the lead's enclosing modules and patterns the gate judged, outermost first, as the failure shows
@@ -30,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pytest_fxprof.judge.aggregates import depth_of, parent_path
+from pytest_fxprof.records.profile import ROOT
 from pytest_fxprof.records.verdicts import (
     MODULE_KINDS,
     AggregateVerdict,
@@ -55,19 +57,31 @@ def blame(nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict]) 
     modules = [a for a in aggregates if a.kind in MODULE_KINDS and a.delta_ns > 0 and (a in slower or a.changed)]
     if not slower and not gating and not modules:  # the total alone, spread over unchanged code
         return None
-    extra = max(_apart([*modules, *gating]), *(x.delta_ns for x in (*slower, *gating)))
+    step = any(a.direction for a in aggregates)  # a training step's: each direction is explained on its own
+    ways = {a.direction for a in modules} | {v.node.direction if step else "" for v in gating}
+    apart = [
+        _apart(
+            [*(a for a in modules if a.direction == d), *(v for v in gating if (v.node.direction if step else "") == d)]
+        )
+        for d in ways
+    ]
+    extra = max([*apart, *(x.delta_ns for x in (*slower, *gating))], default=0.0)
+    if extra <= 0:
+        return None
     held = [a for a in modules if a.delta_ns > BLAME_SHARE * extra]
     held_nodes = [v for v in gating if v.delta_ns > BLAME_SHARE * extra]
+    changed = [a for a in held if a.changed]
+    if changed:  # the code that changed explains it: named before the unchanged modules inside it that slowed
+        held, held_nodes = changed, []
     lead = min(held, key=lambda a: (a.baseline_ns, -_depth(a), _KINDS.index(a.kind), a.name), default=None)
     node = min(held_nodes, key=lambda v: (v.baseline_ns, v.node.key), default=None)
     if node is not None and (lead is None or node.baseline_ns <= lead.baseline_ns):
         direction = next((a.direction for a in aggregates if a.direction == node.node.direction), "")
         chain = enclosing(node.node.module, direction, aggregates, inclusive=node.node.op != "call_module")
         return Blame(None, node, chain, node.delta_ns / extra, extra)
-    if lead is None:  # no module holds most: one operator type slowed across the model
-        op = min(
-            (a for a in ops if a.delta_ns > BLAME_SHARE * extra), key=lambda a: (a.baseline_ns, a.name), default=None
-        )
+    if lead is None:  # no module holds most: one operator type does
+        held_ops = [a for a in ops if a.delta_ns > BLAME_SHARE * extra]
+        op = min(held_ops, key=lambda a: (a.baseline_ns, a.name), default=None)
         return Blame(op, None, (), op.delta_ns / extra, extra) if op is not None else None
     return Blame(lead, None, enclosing(_home(lead), lead.direction, aggregates), lead.delta_ns / extra, extra)
 
@@ -131,4 +145,7 @@ def enclosing(
         if found is not None and found not in out:
             out.append(found)
         here = parent_path(here)
+    whole = judged.get((ROOT, direction))  # a training step's direction whole, around everything in it
+    if whole is not None and whole not in out:
+        out.append(whole)
     return tuple(reversed(out))

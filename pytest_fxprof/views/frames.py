@@ -127,8 +127,12 @@ def verdict_rows(c: Comparison | None) -> Rows:
     return rows, VERDICT_COLUMNS
 
 
+MODULE_LIKE = ("module", "pattern")
+"""The aggregate kinds a DataFrame's ``module`` column names (a pattern's indices folded: ``transformer.h.*.mlp``)."""
+
+
 def _module_of(kind: str, name: str) -> str:
-    return name if kind == "module" else ""
+    return name if kind in MODULE_LIKE else ""
 
 
 def _verdict(
@@ -139,7 +143,7 @@ def _verdict(
     if direction is None:
         head, _, last = name.rpartition(" ")
         direction = last if head and last in DIRECTIONS else ""
-        module = head if direction and kind == "module" else module
+        module = head if direction and kind in MODULE_LIKE else module
     return {
         "kind": kind,
         "name": name,

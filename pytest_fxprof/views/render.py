@@ -294,7 +294,7 @@ def blame_lines(c: Comparison) -> list[str]:
     b = c.blame
     if b is None:
         return []
-    chain = " > ".join(f"{a.where} x{a.ratio:.2f}" for a in b.chain)
+    chain = " > ".join(f"{a.name} x{a.ratio:.2f}" for a in b.chain)  # with its direction in a training step
     if b.lead is None:  # a node: named here with where it sits, its verdict among the slower nodes below
         assert b.node is not None
         v = b.node
@@ -493,7 +493,8 @@ def summary_line(label: str, c: Comparison | None) -> str:
     where = ""
     if c.blame is not None and c.blame.lead is not None:
         a = c.blame.lead
-        where = f"; where: {a.where}{f' ({a.cls})' if a.cls else ''} x{round(a.ratio, 4):.2f}"
+        cls = f" ({a.cls})" if a.cls and a.kind is not Kind.CLASS else ""
+        where = f"; where: {'class ' if a.kind is Kind.CLASS else ''}{a.where}{cls} x{round(a.ratio, 4):.2f}"
     elif c.blame is not None and c.blame.node is not None:
         v = c.blame.node
         where = f"; where: {v.node.name} in {v.node.where} x{round(v.ratio, 4):.2f}"
