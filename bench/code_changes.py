@@ -85,7 +85,10 @@ wall seconds, ``flagged`` (what failed the test: kind, name, module, ratio), ``b
 change, repeat and pytest arguments) is skipped, so a stopped run goes on where it ended.
 
 ``--summary`` prints per mode and family: changes run, caught (the test failed, 95 % Wilson interval), named
-right, named wrong, and false alarms on neutral edits (95 % Wilson interval), then one line per change. Of the
+right, named wrong; the changes that slowed the module they should blame (the ratio of its aggregate that the
+pairs of the checks against a revision measured, median over the checks, at least x1.05: the node band), and
+of those the caught and the named right; and false alarms on neutral edits (95 % Wilson interval), then one line
+per change with that ratio. Each check's line keeps that aggregate (``expected``: ratio, band, verdict). Of the
 caught changes (module paths compared with block indices, the components made of digits, folded to ``*``; a
 ``*`` or ``?`` within an expected component matches as in a shell):
 
@@ -93,8 +96,10 @@ caught changes (module paths compared with block indices, the components made of
   is the expected class.
 * named wrong: the blame is a class other than the expected one, or a module or pattern that is neither the
   expected module, one of its ancestors, nor inside it; or a flagged node (by its module) or module lies
-  neither inside the expected module nor on its path from the root. Operator types (``aten.add.Tensor``) and
-  the total never count as wrong. A caught change can be neither (no blame, or an ancestor named).
+  neither inside the expected module nor on its path from the root. Inside an instance of the expected class
+  counts as inside (a change to ``LayerNorm``'s code slows the final norm too, outside the blocks). Operator
+  types (``aten.add.Tensor``) and the total never count as wrong. A caught change can be neither (no blame,
+  or an ancestor named).
 
 ``--summary-json PATH`` writes the same as JSON, to commit beside the JSON lines. ``--keep DIR`` copies the
 repository and every report into DIR. Exit code of a pytest process: 0 passed, 1 failed; anything else stops the
@@ -769,16 +774,54 @@ def check(repo: Repo, mode: str, c: Change, repeat: int, *, reports: Path, extra
         profile = found[0] if found else {}
     status = str(profile.get("status", "absent"))
     keep = ("kind", "name", "module", "ratio")
+    classes = (profile.get("capture") or {}).get("classes") or {}
     return {
+        # the modules of the class the change edited: a change to a class's code slows every instance of it
+        "class_instances": sorted(path for path, cls in classes.items() if c.cls and cls == c.cls),
         "exit": code,
         "status": status,
         "wall_s": round(wall, 2),
         "flagged": [{k: f.get(k) for k in keep} for f in profile.get("flagged", [])],
         "blame": profile.get("blame"),
+        "expected": expected_item(profile, c),
         "warned": [f"{w.get('kind')} {w.get('name')}" for w in profile.get("warned", [])],
         "pairs": profile.get("pairs"),
         "tail": gq.tail(output)[-1500:] if status not in ("pass", "regression") else "",
     }
+
+
+def expected_item(profile: dict[str, Any], c: Change) -> dict[str, Any] | None:
+    """What the gate measured of the module the change should blame: the aggregate of its pattern (or of one module
+    of it, or of its class), with its ratio (per pair, against a revision), band and verdict; None where no
+    aggregate is it (a module of one node)."""
+    found: list[tuple[int, dict[str, Any]]] = []
+    for a in profile.get("aggregates", []):
+        path = str(a.get("path") or a.get("name") or "")
+        if a.get("kind") in ("pattern", "module") and relation(path, c.module) == "same":
+            found.append((0 if a["kind"] == "pattern" else 1, a))
+        elif a.get("kind") == "class" and c.cls and a.get("name") == c.cls:
+            found.append((2, a))
+    if not found:
+        return None
+    _, a = min(found, key=lambda f: f[0])
+    return {k: a.get(k) for k in ("kind", "name", "ratio", "ratios", "band", "verdict")}
+
+
+def slowed(line: dict[str, Any], truth: dict[tuple[str, str], float]) -> bool | None:
+    """Whether the change slowed its module beyond the node band, by the ratio the pairs of the check against a
+    revision measured of it (the most exact measurement here: fresh processes in pairs); None where unknown."""
+    ratio = truth.get((line["model"], line["change"]))
+    return None if ratio is None else ratio >= 1.05
+
+
+def truths(checks: list[dict[str, Any]]) -> dict[tuple[str, str], float]:
+    """Per change, the median over its checks against a revision of its expected module's ratio."""
+    seen: dict[tuple[str, str], list[float]] = {}
+    for x in checks:
+        item = x.get("expected")
+        if x["mode"] == "against" and x["kind"] == "change" and isinstance(item, dict) and item.get("ratio"):
+            seen.setdefault((x["model"], x["change"]), []).append(float(item["ratio"]))
+    return {k: statistics.median(v) for k, v in seen.items()}
 
 
 def read_lines(path: Path) -> list[dict[str, Any]]:
@@ -954,17 +997,26 @@ def named_right(line: dict[str, Any]) -> bool:
     return relation(str(blame["name"]), line["module"]) == "same"
 
 
+def outside(module: str, line: dict[str, Any]) -> bool:
+    """Whether ``module`` lies outside the change's expected module and off its path from the root, and outside
+    every instance of the class the change edited (``class_instances``, where the check recorded them)."""
+    instances = line.get("class_instances") or []
+    if any(module == p or module.startswith(p + ".") for p in instances):
+        return False
+    return relation(module, line["module"]) == "outside"
+
+
 def named_wrong(line: dict[str, Any]) -> bool:
     blame = line.get("blame")
     if isinstance(blame, dict) and blame.get("name"):
         if blame.get("kind") == "class":
             if line["class"] and blame["name"] != line["class"]:
                 return True
-        elif relation(str(blame["name"]), line["module"]) == "outside":
+        elif outside(str(blame["name"]), line):
             return True
     for f in line.get("flagged", []):
         where = f.get("module") if f.get("kind") == "node" else f.get("name")
-        if f.get("kind") in ("node", "module", "pattern") and relation(str(where or ""), line["module"]) == "outside":
+        if f.get("kind") in ("node", "module", "pattern") and outside(str(where or ""), line):
             return True
         if f.get("kind") == "class" and line["class"] and f.get("name") != line["class"]:
             return True
@@ -981,9 +1033,11 @@ def span(k: int, n: int) -> str:
     return f"{w[0]:.0%}-{w[1]:.0%}" if w else "-"
 
 
-def tally(lines: list[dict[str, Any]]) -> dict[str, Any]:
+def tally(lines: list[dict[str, Any]], truth: dict[tuple[str, str], float]) -> dict[str, Any]:
     changed = [x for x in lines if x["kind"] == "change"]
     caught = [x for x in changed if x["status"] == "regression"]
+    real = [x for x in changed if slowed(x, truth)]
+    real_caught = [x for x in real if x["status"] == "regression"]
     neutral = [x for x in lines if x["kind"] == "neutral"]
     alarms = sum(x["status"] == "regression" for x in neutral)
     walls = [x["wall_s"] for x in lines]
@@ -993,6 +1047,9 @@ def tally(lines: list[dict[str, Any]]) -> dict[str, Any]:
         "caught_wilson95": interval(len(caught), len(changed)),
         "named_right": sum(named_right(x) for x in caught),
         "named_wrong": sum(named_wrong(x) for x in caught),
+        "slowed_its_module": len(real),
+        "slowed_caught": len(real_caught),
+        "slowed_named_right": sum(named_right(x) for x in real_caught),
         "blame_absent": sum(not isinstance(x.get("blame"), dict) for x in caught),
         "neutral": len(neutral),
         "false_alarms": alarms,
@@ -1005,27 +1062,34 @@ def tally(lines: list[dict[str, Any]]) -> dict[str, Any]:
 def summary(out: Path, summary_json: Path | None) -> None:
     checks = [x for x in read_lines(out) if x.get("type") == "check"]
     modes = [m for m in MODES if any(x["mode"] == m for x in checks)]
+    truth = truths(checks)
     result: dict[str, Any] = {"source": str(out), "date": now(), "modes": {}, "checks": []}
     for mode in modes:
         of_mode = [x for x in checks if x["mode"] == mode]
         print(f"\nmode {mode}")
         head = f"{'family':13} {'changes':>7} {'caught':>7} {'95 % interval':>13} {'right':>6} {'wrong':>6}"
-        print(f"{head} {'neutral':>7} {'alarms':>7} {'95 % interval':>13} {'other':10} {'wall s':>6}")
+        print(
+            f"{head} {'slowed':>6} {'caught':>6} {'right':>6} {'neutral':>7} {'alarms':>7} {'95 % interval':>13} "
+            f"{'other':10} {'wall s':>6}"
+        )
         result["modes"][mode] = {}
         for family in [*FAMILIES, "all"]:
             lines = [x for x in of_mode if family in ("all", x["family"])]
             if not lines:
                 continue
-            t = tally(lines)
+            t = tally(lines, truth)
             result["modes"][mode][family] = t
             other = ",".join(f"{s}:{n}" for s, n in t["other_statuses"].items()) or "-"
             print(
                 f"{family:13} {t['changes']:>7} {t['caught']:>7} {span(t['caught'], t['changes']):>13} "
-                f"{t['named_right']:>6} {t['named_wrong']:>6} {t['neutral']:>7} {t['false_alarms']:>7} "
+                f"{t['named_right']:>6} {t['named_wrong']:>6} {t['slowed_its_module']:>6} {t['slowed_caught']:>6} "
+                f"{t['slowed_named_right']:>6} {t['neutral']:>7} {t['false_alarms']:>7} "
                 f"{span(t['false_alarms'], t['neutral']):>13} {other:10} {t['wall_s_median'] or 0:>6.1f}"
             )
     print("\ncaught: the test failed; right, wrong: of the caught, the blame named the expected module or class, or")
-    print("named (or flagged) something outside it; alarms: neutral edits failed; wall s: median per check\n")
+    print("named (or flagged) something outside it; slowed: changes whose expected module the pairs against a")
+    print("revision measured x1.05 or more (median over its checks), then of those, caught and named right;")
+    print("alarms: neutral edits failed; wall s: median per check\n")
     for x in sorted(checks, key=lambda x: (MODES.index(x["mode"]), x["kind"], x["change"], x["repeat"])):
         caught = x["status"] == "regression"
         blame = x.get("blame")
@@ -1033,10 +1097,16 @@ def summary(out: Path, summary_json: Path | None) -> None:
         verdict = "" if not caught or x["kind"] == "neutral" else "right" if named_right(x) else ""
         verdict = "wrong" if caught and x["kind"] == "change" and named_wrong(x) else verdict
         flagged = ", ".join(f"{f.get('kind')} {f.get('name')}" for f in x.get("flagged", []))
-        print(f"{x['mode']:8} {x['change']:28} #{x['repeat']} {x['status']:10} {verdict:5} blame {said}; {flagged}")
+        ratio = truth.get((x["model"], x["change"]))
+        measured = f"x{ratio:.2f}" if ratio is not None else "-"
+        print(
+            f"{x['mode']:8} {x['change']:28} #{x['repeat']} {measured:>6} {x['status']:10} {verdict:5} "
+            f"blame {said}; {flagged}"
+        )
         result["checks"].append(
             {k: x.get(k) for k in ("mode", "family", "model", "change", "kind", "repeat", "module", "class")}
             | {"status": x["status"], "blame": said, "right": named_right(x), "wrong": named_wrong(x)}
+            | {"expected_module_ratio": truth.get((x["model"], x["change"]))}
             | {"flagged": flagged, "wall_s": x["wall_s"]}
         )
     if summary_json is not None:
