@@ -37,7 +37,9 @@ class ProfileResult(Profile):
 
     def table(self, sort: str = "time", limit: int | None = None, by: str = "node") -> str:
         """A per-node table (``by="node"``), or a roll-up table (``by="module"`` or ``"op"``); ``sort`` is
-        ``"time"`` (slowest first) or ``"graph"`` (execution order; nodes only)."""
+        ``"time"`` (slowest first), ``"graph"`` (execution order; nodes only) or, for a compared profile,
+        ``"stake"`` (what failed the test first, then the most time lost, never the largest ratio; the nodes too
+        small to fail a test alone folded into one row per module; nodes only)."""
         if by == "node":
             return profile_table(self, sort=sort, limit=limit)
         if sort != "time":

@@ -144,7 +144,7 @@ def test_table_default_is_time_and_method_delegates() -> None:
 
 
 def test_table_rejects_unknown_sort() -> None:
-    with pytest.raises(ValueError, match="sort must be 'time' or 'graph', not 'name'"):
+    with pytest.raises(ValueError, match="sort must be one of 'time', 'graph', 'stake', not 'name'"):
         profile_table(make_result(), sort="name")
 
 
@@ -864,7 +864,7 @@ def test_the_node_table_shows_host_time_and_peak_memory_on_cuda() -> None:
 def test_at_stake_ranks_what_failed_then_by_time_lost(
     worse: tuple[bool, float, str], better: tuple[bool, float, str]
 ) -> None:
-    assert at_stake(*worse) < at_stake(*better)
+    assert at_stake(*worse[1:], failed=worse[0]) < at_stake(*better[1:], failed=better[0])
 
 
 def test_a_noisy_tiny_node_does_not_outrank_a_large_node_that_lost_more_time() -> None:
@@ -874,3 +874,22 @@ def test_a_noisy_tiny_node_does_not_outrank_a_large_node_that_lost_more_time() -
         {"key": "c", "name": "conv", "ratio": 0.95, "band": 0.15, "baseline_ns": 2_000_000, "gates": True},
     ]
     assert [n["name"] for n in worst_nodes(report)] == ["classifier", "getitem", "conv"]
+
+
+def test_the_stake_table_ranks_what_failed_then_time_lost_and_folds_small_nodes_into_their_module() -> None:
+    # bn3 (40 us) x4 fails nothing alone: folded with the other small nodes of its block; conv0 lost 40 us
+    c = compare(CNN_BASELINE, cnn_entry({"bn3": 4.0, "conv0": 1.1, "lin5": 1.5}), POLICY)
+    result = replace(make_result(), comparison=c)
+    lines = result.table(sort="stake").splitlines()
+    assert lines[0].split() == ["node", "module", "baseline", "now", "ratio", "lost", "verdict"]
+    rows = lines[2:]
+    # lin5 failed the test: first; then the most time lost: bn3's block's small nodes (+120 us), conv0 (+40 us)
+    assert rows[0].split()[:2] == ["lin5", "blocks.5.lin"]
+    assert rows[0].endswith("slower (failed)")
+    assert rows[1].split()[:6] == ["4", "small", "node(s)", "blocks.3", "67.0", "us"]
+    assert "1 slower" in rows[1]
+    assert rows[2].split()[:2] == ["conv0", "blocks.0.conv"]
+    assert len(rows) == 8 + 8 + 8  # every conv and lin on its row, each block's small nodes on one
+    assert result.table(sort="stake", limit=2).splitlines()[-1] == "... 22 more rows"
+    with pytest.raises(ValueError, match="this profile was not compared"):
+        make_result().table(sort="stake")

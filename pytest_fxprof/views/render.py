@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pytest_fxprof.judge.aggregates import fold
-from pytest_fxprof.records.measurement import DIRECTIONS, FORWARD, Capture, NodeInfo, is_step
+from pytest_fxprof.judge.aggregates import fold, parent_path
+from pytest_fxprof.records.measurement import DIRECTIONS, FORWARD, Capture, NodeInfo, directed, is_step
 from pytest_fxprof.records.profile import ROOT, Profile
 from pytest_fxprof.records.units import fmt_ns, fmt_rate
 from pytest_fxprof.records.verdicts import (
@@ -36,10 +36,18 @@ def grid(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) 
     return [line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)]
 
 
+SORTS = ("time", "graph", "stake")
+
+
 def profile_table(result: Profile, sort: str = "time", limit: int | None = None) -> str:
-    """The per-node table of a profile, slowest first (``sort="time"``) or in graph order."""
-    if sort not in ("time", "graph"):
-        raise ValueError(f"sort must be 'time' or 'graph', not {sort!r}")
+    """The per-node table of a profile, slowest first (``sort="time"``), in graph order, or for a compared profile,
+    what is at stake first (``"stake"``: ``stake_table``)."""
+    if sort not in SORTS:
+        raise ValueError(f"sort must be one of {', '.join(map(repr, SORTS))}, not {sort!r}")
+    if sort == "stake":
+        if result.comparison is None or not result.comparison.nodes:
+            raise ValueError("sort='stake' ranks a compared profile's verdicts: this profile was not compared")
+        return stake_table(result.comparison, limit)
     nodes = list(result.nodes)
     cuda = any(n.host_ns is not None for n in nodes)
     if sort == "time":
@@ -76,6 +84,43 @@ def profile_table(result: Profile, sort: str = "time", limit: int | None = None)
         lines.append(f"... {len(nodes) - len(shown)} more nodes")
     lines.append(_totals_line(result))
     return "\n".join(lines)
+
+
+def stake_table(c: Comparison, limit: int | None = None) -> str:
+    """A comparison's nodes, what is at stake first (``at_stake``: what failed the test, then the time lost): each
+    node that can fail a test alone on its row, and the nodes too small to, folded into one row per module (their
+    times summed: "12 small nodes" in ``layer1.0``), ranked by the time they lost together."""
+    rows: list[tuple[tuple[int, float], list[str]]] = []
+    small: dict[str, list[NodeVerdict]] = {}
+    for v in c.nodes:
+        if v.gates:
+            what = f"{v.verdict.value}" + (" (failed)" if v.verdict is Verdict.SLOWER else "")
+            stake = at_stake(v.delta_ns, v.verdict.value, failed=v.verdict is Verdict.SLOWER)
+            cells = [v.node.name, directed(v.node.where, v.node.direction), fmt_ns(v.baseline_ns)]
+            cells += [fmt_ns(v.current_ns), f"x{v.ratio:.2f}", _signed(v.delta_ns), what]
+            rows.append((stake, cells))
+        else:  # in the module around it: a module called whole (call_module) is the node itself
+            home = parent_path(v.node.module) if v.node.op == "call_module" else v.node.module
+            small.setdefault(directed(home or "<root>", v.node.direction), []).append(v)
+    for where, group in small.items():
+        before, now = sum(v.baseline_ns for v in group), sum(v.current_ns for v in group)
+        lost = sum(v.delta_ns for v in group)
+        slower = sum(v.verdict is Verdict.SLOWER for v in group)
+        what = f"{slower} slower" if slower else "ok"
+        cells = [f"{len(group)} small node(s)", where, fmt_ns(before), fmt_ns(now)]
+        cells += [f"x{now / before:.2f}" if before else "-", _signed(lost), what]
+        rows.append((at_stake(lost, "", failed=False), cells))
+    rows.sort(key=lambda r: r[0])
+    shown = rows[:limit] if limit is not None else rows
+    header = ["node", "module", "baseline", "now", "ratio", "lost", "verdict"]
+    lines = grid(header, [cells for _, cells in shown], right={2, 3, 4, 5})
+    if len(shown) < len(rows):
+        lines.append(f"... {len(rows) - len(shown)} more rows")
+    return "\n".join(lines)
+
+
+def _signed(ns: float) -> str:
+    return f"{'+' if ns >= 0 else '-'}{fmt_ns(abs(ns))}"
 
 
 def _fmt_bytes(size: int | None) -> str:
@@ -463,7 +508,7 @@ def improvement_lines(c: Comparison) -> list[str]:
     return out
 
 
-def at_stake(failed: bool, delta_ns: float, verdict: str) -> tuple[int, float]:
+def at_stake(delta_ns: float, verdict: str, *, failed: bool) -> tuple[int, float]:
     """How every view ranks compared items, worst first: what failed the test, then by the time each lost (never by
     its ratio: a 200 ns node whose time tripled in a band a hundred times wider is not worse than a large Linear
     that lost 1 ms; a node too small to fail a test alone ranks by the time it lost, as its module does)."""
@@ -474,7 +519,7 @@ def worst_verdicts(nodes: Sequence[NodeVerdict]) -> list[NodeVerdict]:
     """Node verdicts worst first (``at_stake``), ties in graph order."""
     return sorted(
         nodes,
-        key=lambda v: at_stake(v.verdict is Verdict.SLOWER and v.gates, v.delta_ns, v.verdict.value),
+        key=lambda v: at_stake(v.delta_ns, v.verdict.value, failed=v.verdict is Verdict.SLOWER and v.gates),
     )
 
 

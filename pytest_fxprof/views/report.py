@@ -360,7 +360,7 @@ def worst_nodes(nodes: Sequence[Mapping[str, Any]], limit: int | None = None) ->
 def _stake(n: Mapping[str, Any]) -> tuple[int, float]:
     delta = float(n.get("baseline_ns") or 0) * (float(n["ratio"]) - 1.0)
     verdict = str(n.get("verdict", ""))
-    return at_stake(verdict == Verdict.SLOWER.value and bool(n.get("gates", True)), delta, verdict)
+    return at_stake(delta, verdict, failed=verdict == Verdict.SLOWER.value and bool(n.get("gates", True)))
 
 
 def write_report(path: Path, mode: str, records: Sequence[ProfileRecord], unused: Sequence[str]) -> None:
