@@ -45,8 +45,23 @@ def named(groups: Sequence[Group]) -> list[tuple[Kind, str, list[int]]]:
         ),
         pytest.param(
             (fn("w", "w", "enc", "get_attr"), fn("w_1", "w", "enc", "get_attr"), fn("r", "torch.relu")),
-            [(Kind.MODULE, "enc", [0, 1])],
-            id="get-attr-in-subtrees-not-op-types",
+            [],
+            id="get-attr-no-op-type-nor-a-subtree-of-its-own",
+        ),
+        pytest.param(
+            (fn("w", "w", "enc.fc", "get_attr"), fn("fc", "aten.linear.default", "enc.fc"), fn("r", "torch.relu")),
+            [],
+            id="one-computing-node-and-its-weight-are-that-node",
+        ),
+        pytest.param(
+            (
+                fn("w", "w", "enc", "get_attr"),
+                fn("a", "torch.sin", "enc"),
+                fn("b", "torch.cos", "enc"),
+                fn("r", "torch.relu"),
+            ),
+            [(Kind.MODULE, "enc", [0, 1, 2])],
+            id="get-attr-counts-in-a-subtree-of-two-computing-nodes",
         ),
         pytest.param(
             (

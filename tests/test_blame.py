@@ -488,3 +488,19 @@ def test_the_code_that_changed_leads_before_an_unchanged_module_inside_it_that_s
     b = blame([], [agg(Kind.MODULE, "a", 10e6, 1.12), agg(Kind.MODULE, "a.b", 4e6, 1.3), gelu])
     assert b is not None
     assert b.lead is gelu
+
+
+def knock_on(i: int) -> list[Timed]:
+    """Block ``i`` with its MLP's GELU by formula, and its attention, unchanged, 10 % slower: a knock-on of the change
+    (the layout or the memory its input comes in)."""
+    return [(n, ns * 1.1 if n.module.startswith(f"h.{i}.attn") else ns) for n, ns in gelu_by_formula(i)]
+
+
+def test_an_unchanged_module_that_slowed_too_is_named_apart_as_such() -> None:
+    c = against(model(), model(knock_on), seed=3)
+    assert c.blame is not None
+    assert c.blame.lead is not None
+    assert c.blame.lead.where == "h.*.mlp"  # the code that changed leads: it holds most of the extra time
+    text = regression_message("t", c).splitlines()
+    (attention,) = [line for line in text if "module h.*.attn " in line]
+    assert attention.startswith("  also slower, its code unchanged: module h.*.attn (CausalSelfAttention")

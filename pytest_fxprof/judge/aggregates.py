@@ -16,7 +16,8 @@ slowing anything, and its new nodes are judged in the module whose code changed.
   torch's containers (``Sequential``, ``ModuleList``), which have no code of their own.
 
 An aggregate is kept where both sides hold it (a module only one side has is judged within its parent), where
-it has two nodes or more on a side, and, but for an operator type, where it is not the whole graph. Aggregates
+it has two computing nodes or more on a side (``CALLS``), and, but for an operator type, where it is not the whole
+graph. Aggregates
 with the same nodes are one: a module subtree over a pattern (``encoder`` for ``encoder.*``), but the pattern over a
 container (``transformer.h.*`` of class ``Block`` for ``transformer.h``, a ``ModuleList`` of blocks and nothing
 else: the blocks hold the code), a pattern over a class (``transformer.h.*.mlp`` of class ``MLP`` for the class
@@ -43,7 +44,7 @@ from dataclasses import dataclass, replace
 
 from pytest_fxprof.records.measurement import NodeInfo, is_step
 from pytest_fxprof.records.profile import ROOT
-from pytest_fxprof.records.verdicts import Kind
+from pytest_fxprof.records.verdicts import AggregateVerdict, Judgement, Kind
 
 LEVEL_ITEMS = 10
 """A level of at most this many aggregates is tested at the base false-alarm rate, as the gate always tested a
@@ -51,6 +52,11 @@ network's stages and blocks (ResNet's four stages, their eight blocks); a level 
 of it each, so that the level as a whole never gets more likely to cry wolf than ten items."""
 
 _INDEX = re.compile(r"^\d+$")
+
+CALLS = ("call_module", "call_function", "call_method")
+"""The nodes that compute. An aggregate needs two of them on a side: a module of one computing node and its weights
+(``get_attr``, a few hundred nanoseconds) is that node, which fails a test alone only if it is large enough, and
+would otherwise fail it as a module however small."""
 
 _KIND_ORDER = {Kind.OP: 0, Kind.MODULE: 1, Kind.PATTERN: 2, Kind.CLASS: 3}
 _PRIORITY = (Kind.MODULE, Kind.PATTERN, Kind.CLASS)
@@ -97,6 +103,40 @@ class Group:
         """The name every view shows: ``layer3.0``, ``layer3.0 backward`` in a training step."""
         return f"{self.path} {self.direction}" if self.direction else self.path
 
+    def verdict(
+        self,
+        old: Sequence[NodeInfo],
+        new: Sequence[NodeInfo],
+        pairs: Sequence[tuple[int, int]],
+        *,
+        baseline_ns: float,
+        current_ns: float,
+        speed_factor: float,
+        judgement: Judgement,
+        divisor: float,
+    ) -> AggregateVerdict:
+        """This aggregate's verdict, its members and the nodes only one side holds named from the two sides' nodes
+        (``old``, ``new``) and the comparison's node ``pairs``: what both gates return."""
+        return AggregateVerdict(
+            self.kind,
+            self.name,
+            tuple(old[pairs[k][0]] for k in self.matched),
+            baseline_ns,
+            current_ns,
+            speed_factor,
+            judgement,
+            divisor,
+            self.matched,
+            cls=self.cls,
+            instances=self.instances,
+            added=tuple(new[j] for j in self.only_new),
+            removed=tuple(old[i] for i in self.only_old),
+            family=self.family,
+            tested=self.tested,
+            path=self.path,
+            direction=self.direction,
+        )
+
     @property
     def strictness(self) -> float:
         """The share of the base false-alarm rate it is tested at (1 for a level of ``LEVEL_ITEMS`` or fewer)."""
@@ -117,7 +157,7 @@ def memberships(n: NodeInfo, step: bool, classes: Mapping[str, str]) -> list[tup
     (``step``) each in the node's direction, and the direction whole."""
     direction = n.direction if step else ""
     out: list[tuple[_Key, str]] = []
-    if n.op in ("call_module", "call_function", "call_method"):
+    if n.op in CALLS:
         out.append((_Key(Kind.OP, n.target, direction), ""))
     parts = n.module.split(".") if n.module else []
     # a call_module node's own path is the node itself, not a subtree
@@ -169,7 +209,8 @@ def plan(
         old_idx, old_instances = before[key]
         new_idx, new_instances = after[key]
         whole = len(old_idx) == len(old) and len(new_idx) == len(new)
-        if max(len(old_idx), len(new_idx)) < 2 or (whole and key.kind is not Kind.OP):
+        calls = max(sum(old[i].op in CALLS for i in old_idx), sum(new[j].op in CALLS for j in new_idx))
+        if calls < 2 or (whole and key.kind is not Kind.OP):
             continue
         instances = old_instances | new_instances
         if key.kind in (Kind.PATTERN, Kind.CLASS) and len(instances) < 2:

@@ -4,9 +4,12 @@ Owns ``blame``, the rule both gates use once a comparison fails. Pure. Must not 
 
 The rule:
 
-1. The extra time to explain is what the candidates below lost in places apart (a module and the modules in it
-   count once; two slowdowns in two modules count both), or the most one aggregate or node found slower lost
-   (``delta_ns``), whichever is more. In a training step, each direction on its own: the one that lost the most
+1. What an item lost is its time in this run divided by the run's speed factor (against a baseline; against a
+   revision, none), less its baseline time: the same factor for every item, so that a module's loss is the sum of
+   its parts' (each verdict's own factor comes from peers outside it, and would not add up).
+   The extra time to explain is what the candidates below lost in places apart (a module and the modules in it
+   count once; two slowdowns in two modules count both), or the most one aggregate or node found slower lost,
+   whichever is more. In a training step, each direction on its own: the one that lost the most
    is explained (a change to a module's code slows its forward and, most often more, its backward).
 2. The candidates are the module-like aggregates (module subtrees, patterns and classes, ``judge.aggregates``)
    found slower beyond their own band, those whose code changed (other operations added than removed, whatever
@@ -28,7 +31,7 @@ The rule:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pytest_fxprof.judge.aggregates import depth_of, parent_path
 from pytest_fxprof.records.profile import ROOT
@@ -47,29 +50,33 @@ cannot take away. At one half, one of two places that slowed alike (``ln_1`` of 
 ``ln_2``) led by a hair over the class that holds both."""
 
 
-def blame(nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict]) -> Blame | None:
-    """What a failed comparison leads with (see the module's rule); None where nothing can be named."""
-    slower = [a for a in aggregates if a.verdict is Verdict.SLOWER and a.delta_ns > 0]
-    gating = [v for v in nodes if v.verdict is Verdict.SLOWER and v.delta_ns > 0]  # small ones too: blame, not gate
+def blame(nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict], speed: float = 1.0) -> Blame | None:
+    """What a failed comparison leads with (see the module's rule); None where nothing can be named. ``speed`` is the
+    run's speed factor (against a baseline; 1 against a revision): what each item lost is its time divided by it,
+    less its baseline's, so that the losses of a module and of the modules in it add up."""
+
+    def lost(x: AggregateVerdict | NodeVerdict) -> float:
+        return x.current_ns / max(speed, 1e-9) - x.baseline_ns
+
+    slower = [a for a in aggregates if a.verdict is Verdict.SLOWER and lost(a) > 0]
+    gating = [v for v in nodes if v.verdict is Verdict.SLOWER and lost(v) > 0]  # small ones too: blame, not gate
     ops = [a for a in slower if a.kind is Kind.OP]
-    # where the code changed, its module is named by the time it lost, found slower on its own or not: the new
-    # nodes that failed an operator type are a symptom of the module that lost more
-    modules = [a for a in aggregates if a.kind in MODULE_KINDS and a.delta_ns > 0 and (a in slower or a.changed)]
+    # where the code changed, its module is named by the time it lost, found slower on its own or not
+    modules = [a for a in aggregates if a.kind in MODULE_KINDS and lost(a) > 0 and (a in slower or a.changed)]
     if not slower and not gating and not modules:  # the total alone, spread over unchanged code
         return None
     step = any(a.direction for a in aggregates)  # a training step's: each direction is explained on its own
-    ways = {a.direction for a in modules} | {v.node.direction if step else "" for v in gating}
-    apart = [
-        _apart(
-            [*(a for a in modules if a.direction == d), *(v for v in gating if (v.node.direction if step else "") == d)]
-        )
-        for d in ways
-    ]
-    extra = max([*apart, *(x.delta_ns for x in (*slower, *gating))], default=0.0)
+
+    def way(x: AggregateVerdict | NodeVerdict) -> str:
+        return x.direction if isinstance(x, AggregateVerdict) else x.node.direction if step else ""
+
+    candidates: list[AggregateVerdict | NodeVerdict] = [*modules, *gating]
+    apart = [_apart([x for x in candidates if way(x) == d], lost) for d in {way(x) for x in candidates}]
+    extra = max([*apart, *map(lost, slower), *map(lost, gating)], default=0.0)
     if extra <= 0:
         return None
-    held = [a for a in modules if a.delta_ns > BLAME_SHARE * extra]
-    held_nodes = [v for v in gating if v.delta_ns > BLAME_SHARE * extra]
+    held = [a for a in modules if lost(a) > BLAME_SHARE * extra]
+    held_nodes = [v for v in gating if lost(v) > BLAME_SHARE * extra]
     changed = [a for a in held if a.changed]
     if changed:  # the code that changed explains it: named before the unchanged modules inside it that slowed
         held, held_nodes = changed, []
@@ -78,29 +85,30 @@ def blame(nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict]) 
     if node is not None and (lead is None or node.baseline_ns <= lead.baseline_ns):
         direction = next((a.direction for a in aggregates if a.direction == node.node.direction), "")
         chain = enclosing(node.node.module, direction, aggregates, inclusive=node.node.op != "call_module")
-        return Blame(None, node, chain, node.delta_ns / extra, extra)
+        return Blame(None, node, chain, lost(node) / extra, extra)
     if lead is None:  # no module holds most: one operator type does
-        held_ops = [a for a in ops if a.delta_ns > BLAME_SHARE * extra]
-        op = min(held_ops, key=lambda a: (a.baseline_ns, a.name), default=None)
-        return Blame(op, None, (), op.delta_ns / extra, extra) if op is not None else None
-    return Blame(lead, None, enclosing(_home(lead), lead.direction, aggregates), lead.delta_ns / extra, extra)
+        op = min((a for a in ops if lost(a) > BLAME_SHARE * extra), key=lambda a: (a.baseline_ns, a.name), default=None)
+        return Blame(op, None, (), lost(op) / extra, extra) if op is not None else None
+    return Blame(lead, None, enclosing(_home(lead), lead.direction, aggregates), lost(lead) / extra, extra)
 
 
 _KINDS = (Kind.MODULE, Kind.PATTERN, Kind.CLASS)
 
 
-def _apart(candidates: Sequence[AggregateVerdict | NodeVerdict]) -> float:
-    """The time lost in places apart: the candidates that lost the most, each taken where it holds none of the nodes
-    of one taken before (a module before the modules in it), their losses summed. Two slowdowns in two places make
-    the extra time of both, so that neither leads alone."""
+def _apart(
+    candidates: Sequence[AggregateVerdict | NodeVerdict], lost: Callable[[AggregateVerdict | NodeVerdict], float]
+) -> float:
+    """The time ``lost`` in places apart: the candidates that lost the most, each taken where it holds none of the
+    nodes of one taken before (a module before the modules in it), their losses summed. Two slowdowns in two places
+    make the extra time of both, so that neither leads alone."""
     taken: set[str] = set()
-    lost = 0.0
-    for x in sorted(candidates, key=lambda x: -x.delta_ns):
+    total = 0.0
+    for x in sorted(candidates, key=lambda x: -lost(x)):
         keys = _keys(x)
         if taken.isdisjoint(keys):
             taken |= keys
-            lost += x.delta_ns
-    return lost
+            total += lost(x)
+    return total
 
 
 def _keys(x: AggregateVerdict | NodeVerdict) -> set[str]:

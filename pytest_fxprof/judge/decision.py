@@ -609,7 +609,7 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
             policy=policy,
             baseline=baseline,
             current=current,
-            base_idx=base_idx,
+            pairs=pairs,
         )
         for group in plan(
             baseline.nodes, current.nodes, pairs, baseline.capture.class_map(), current.capture.class_map()
@@ -630,7 +630,7 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
         measurements=len(current.runs),
         graphs=(baseline.capture.graphs, current.capture.graphs),
         recordings=len(recordings),
-        blame=blame(verdicts, aggregates) if failed else None,
+        blame=blame(verdicts, aggregates, speed) if failed else None,
     )
 
 
@@ -655,7 +655,7 @@ def _judge_aggregate(
     policy: Policy,
     baseline: BaselineEntry,
     current: BaselineEntry,
-    base_idx: Sequence[int],
+    pairs: Sequence[tuple[int, int]],
 ) -> AggregateVerdict:
     """An aggregate judged on its matched nodes and, where the graph changed, on the time of its nodes that only
     one side holds (the baseline's median, and the current per measurement), divided by the same speed factor as
@@ -672,27 +672,16 @@ def _judge_aggregate(
     ratios = [(s[0] + extra / policy.divisor(s[3])) / centre for s, extra in zip(sums, new, strict=True)]
     quick = [(s[1] + extra / max(min(s[3], 1.0), 1e-9)) / centre for s, extra in zip(sums, new, strict=True)]
     raw = sum(measured[0].current[i] for i in idx) + new[0]
-    infos = tuple(baseline.nodes[base_idx[i]] for i in idx)
     verdict = judge(ratios, band, source, scale_ns=centre, faster=quick, sigma=sigma, floor=floor_ns / centre)
-    divisor = policy.divisor(sums[0][3])
-    return AggregateVerdict(
-        group.kind,
-        group.name,
-        infos,
-        centre,
-        raw,
-        sums[0][3],
-        verdict,
-        divisor,
-        tuple(idx),
-        cls=group.cls,
-        instances=group.instances,
-        added=tuple(current.nodes[j] for j in group.only_new),
-        removed=tuple(baseline.nodes[i] for i in group.only_old),
-        family=group.family,
-        tested=group.tested,
-        path=group.path,
-        direction=group.direction,
+    return group.verdict(
+        baseline.nodes,
+        current.nodes,
+        pairs,
+        baseline_ns=centre,
+        current_ns=raw,
+        speed_factor=sums[0][3],
+        judgement=verdict,
+        divisor=policy.divisor(sums[0][3]),
     )
 
 

@@ -48,7 +48,6 @@ from pytest_fxprof.judge.blame import blame
 from pytest_fxprof.judge.decision import GATING_NS, GATING_SHARE, align, regressed
 from pytest_fxprof.records.measurement import BaselineEntry, Run
 from pytest_fxprof.records.verdicts import (
-    AggregateVerdict,
     BandSource,
     Comparison,
     Judgement,
@@ -272,24 +271,15 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
         new_idx = [pairs[k][1] for k in g.matched] + list(g.only_new)
         judgement, centre, now = item(old_idx, new_idx, policy.node_tolerance, g.strictness)
         aggregates.append(
-            AggregateVerdict(
-                g.kind,
-                g.name,
-                tuple(old.nodes[pairs[k][0]] for k in g.matched),
-                centre,
-                now,
-                1.0,
-                judgement,
-                1.0,
-                g.matched,
-                cls=g.cls,
-                instances=g.instances,
-                added=tuple(new.nodes[j] for j in g.only_new),
-                removed=tuple(old.nodes[i] for i in g.only_old),
-                family=g.family,
-                tested=g.tested,
-                path=g.path,
-                direction=g.direction,
+            g.verdict(
+                old.nodes,
+                new.nodes,
+                pairs,
+                baseline_ns=centre,
+                current_ns=now,
+                speed_factor=1.0,
+                judgement=judgement,
+                divisor=1.0,
             )
         )
     before_total = [float(r.instrumented_ns or r.total_ns) for r in old_runs]

@@ -12,6 +12,7 @@ from pytest_fxprof.records.measurement import DIRECTIONS, FORWARD, Capture, Node
 from pytest_fxprof.records.profile import ROOT, Profile
 from pytest_fxprof.records.units import fmt_ns, fmt_rate
 from pytest_fxprof.records.verdicts import (
+    MODULE_KINDS,
     AggregateVerdict,
     Comparison,
     Kind,
@@ -427,6 +428,15 @@ def _capped(lines: Sequence[str], limit: int = AGGREGATES_SHOWN) -> list[str]:
     return [*lines[:limit], *([f"  ... {len(lines) - limit} more"] if len(lines) > limit else [])]
 
 
+def _slower(c: Comparison, a: AggregateVerdict) -> str:
+    """How a slower aggregate shown apart from the lead is introduced: a module whose code did not change, where the
+    lead's did, slowed as a knock-on of the change (its input's layout or the memory it finds) or by itself."""
+    lead = c.blame.lead if c.blame is not None else None
+    if lead is not None and lead.changed and a.kind in MODULE_KINDS and not a.changed:
+        return "also slower, its code unchanged"
+    return "slower"
+
+
 def _pointer(c: Comparison, a: AggregateVerdict) -> str:
     """What points at an aggregate's cause, on a line of its own: what changed in its code, or where its graph did
     not change, the members that lost the most."""
@@ -461,7 +471,7 @@ def regression_message(label: str, c: Comparison) -> str:
     lines.extend(blame_lines(c))
     lines.extend(f"  slower node: {node_line(v)}" for v in c.slower)
     apart = [a for a in c.slower_aggregates if _shown_apart(c, a)]
-    lines.extend(_capped([f"  slower: {aggregate_line(a)}{_pointer(c, a)}" for a in apart]))
+    lines.extend(_capped([f"  {_slower(c, a)}: {aggregate_line(a)}{_pointer(c, a)}" for a in apart]))
     small = c.slower_small[:WORST_SHOWN]  # the small nodes that slowed the aggregates above
     lines.extend(f"  slower small node (its aggregates gate it): {node_line(v)}" for v in small)
     if c.total is not None:
