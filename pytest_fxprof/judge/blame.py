@@ -7,10 +7,11 @@ The rule:
 1. What an item lost is its time in this run divided by the run's speed factor (against a baseline; against a
    revision, none), less its baseline time: the same factor for every item, so that a module's loss is the sum of
    its parts' (each verdict's own factor comes from peers outside it, and would not add up).
-   The extra time to explain is what the candidates below lost in places apart (a module and the modules in it
-   count once; two slowdowns in two modules count both), or the most one aggregate or node found slower lost,
-   whichever is more. In a training step, each direction on its own: the one that lost the most
-   is explained (a change to a module's code slows its forward and, most often more, its backward).
+   The extra time to explain is what the candidates below lost in places apart (the smallest first; a module
+   that holds smaller ones counts its loss beyond theirs only where it was found slower itself; two slowdowns in
+   two modules count both), or the most one operator type found slower lost, whichever is more. In a training
+   step, each direction on its own: the one that lost the most is explained (a change to a module's code slows
+   its forward and, most often more, its backward).
 2. The candidates are the module-like aggregates (module subtrees, patterns and classes, ``judge.aggregates``)
    found slower beyond their own band, those whose code changed (other operations added than removed, whatever
    their verdict: a change is no noise), and the nodes found slower. A node too small to fail a test alone is a
@@ -31,7 +32,7 @@ The rule:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from pytest_fxprof.judge.aggregates import depth_of, parent_path
 from pytest_fxprof.records.profile import ROOT
@@ -62,7 +63,8 @@ def blame(nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict], 
     gating = [v for v in nodes if v.verdict is Verdict.SLOWER and lost(v) > 0]  # small ones too: blame, not gate
     ops = [a for a in slower if a.kind is Kind.OP]
     # where the code changed, its module is named by the time it lost, found slower on its own or not
-    modules = [a for a in aggregates if a.kind in MODULE_KINDS and lost(a) > 0 and (a in slower or a.changed)]
+    found = {id(x) for x in (*slower, *gating)}  # by identity: verdicts are large records
+    modules = [a for a in aggregates if a.kind in MODULE_KINDS and lost(a) > 0 and (id(a) in found or a.changed)]
     if not slower and not gating and not modules:  # the total alone, spread over unchanged code
         return None
     step = any(a.direction for a in aggregates)  # a training step's: each direction is explained on its own
@@ -71,8 +73,8 @@ def blame(nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict], 
         return x.direction if isinstance(x, AggregateVerdict) else x.node.direction if step else ""
 
     candidates: list[AggregateVerdict | NodeVerdict] = [*modules, *gating]
-    apart = [_apart([x for x in candidates if way(x) == d], lost) for d in {way(x) for x in candidates}]
-    extra = max([*apart, *map(lost, slower), *map(lost, gating)], default=0.0)
+    apart = [_apart([x for x in candidates if way(x) == d], lost, found) for d in {way(x) for x in candidates}]
+    extra = max([*apart, *map(lost, ops)], default=0.0)
     if extra <= 0:
         return None
     held = [a for a in modules if lost(a) > BLAME_SHARE * extra]
@@ -96,19 +98,25 @@ _KINDS = (Kind.MODULE, Kind.PATTERN, Kind.CLASS)
 
 
 def _apart(
-    candidates: Sequence[AggregateVerdict | NodeVerdict], lost: Callable[[AggregateVerdict | NodeVerdict], float]
+    candidates: Sequence[AggregateVerdict | NodeVerdict],
+    lost: Callable[[AggregateVerdict | NodeVerdict], float],
+    slower: Collection[int],
 ) -> float:
-    """The time ``lost`` in places apart: the candidates that lost the most, each taken where it holds none of the
-    nodes of one taken before (a module before the modules in it), their losses summed. Two slowdowns in two places
-    make the extra time of both, so that neither leads alone."""
-    taken: set[str] = set()
-    total = 0.0
-    for x in sorted(candidates, key=lambda x: -lost(x)):
+    """The time ``lost`` in places apart, the smallest candidates first: each counts what it lost where it holds none
+    of the nodes of one counted before, and a module that holds some counts what it lost beyond them only where it
+    was found slower itself (``slower``: their ids): a large module whose code changed only in the small ones inside
+    it counts their loss, not its own noise, which can match theirs. Two slowdowns in two places make the extra time
+    of both, so that neither leads alone."""
+    counted: list[tuple[set[str], float]] = []
+    for x in sorted(candidates, key=lambda x: x.baseline_ns):
         keys = _keys(x)
-        if taken.isdisjoint(keys):
-            taken |= keys
-            total += lost(x)
-    return total
+        inside = [c for c in counted if c[0] <= keys]
+        if any(not c[0].isdisjoint(keys) for c in counted if c not in inside):
+            continue  # overlaps a counted one without holding it (a class across patterns): counted there
+        parts = sum(loss for _, loss in inside)
+        counted = [c for c in counted if c not in inside]
+        counted.append((keys, max(lost(x), parts) if id(x) in slower or not inside else parts))
+    return sum(loss for _, loss in counted)
 
 
 def _keys(x: AggregateVerdict | NodeVerdict) -> set[str]:
