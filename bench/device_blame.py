@@ -2,7 +2,7 @@
 its code changed the way pull requests change it, judged by both rules in one process.
 
     .venv/bin/python bench/device_blame.py --device cuda --out device_blame.json
-    .venv/bin/python bench/device_blame.py --device cpu --changes gelu --pairs 4
+    .venv/bin/python bench/device_blame.py --device cpu --changes gelu --pairs 4 --capture dynamo
 
 A smoke check of the device's code paths (capture, the timing engine's events, module classes, the decision and
 what a failure leads with), not a measurement of the gate's error rates: the old and new code alternate in one
@@ -88,6 +88,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--changes", default=",".join(CHANGES))
     parser.add_argument("--pairs", type=int, default=6)
+    parser.add_argument("--capture", default="auto", help="the capture method (auto: export, for the assert)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     model, x = gpt_style.build()
@@ -103,7 +104,8 @@ def main() -> None:
             for _ in range(args.pairs):
                 for side, forward in ((old, original), (new, changed or original)):
                     cls.forward = forward
-                    side.append(profile(model, x, passes=20, warmup=5).entry(tolerances))
+                    torch._dynamo.reset()  # as a fresh process would: dynamo does not guard on a class's method
+                    side.append(profile(model, x, passes=20, warmup=5, capture=args.capture).entry(tolerances))
         finally:
             cls.forward = original
         paired = compare_pairs(merged(old), merged(new), PairedPolicy(), against="the old code")

@@ -332,7 +332,12 @@ operator type, of all)."""
 def agg(
     kind: Kind, name: str, base: float, ratio: float, verdict: Verdict = Verdict.SLOWER, **kw: object
 ) -> AggregateVerdict:
-    inside = [leaf for leaf in LEAVES if kind is Kind.OP or leaf == name or leaf.startswith(name + ".")]
+    homes = kw.get("instances") or (name,)  # a class's nodes are those of its instances
+    inside = [
+        leaf
+        for leaf in LEAVES
+        if kind is Kind.OP or any(leaf == h or leaf.startswith(f"{h}.") for h in homes)  # type: ignore[attr-defined]
+    ]
     members = tuple(fn(f"n_{leaf}", "aten.mul.Tensor", leaf) for leaf in inside)
     return AggregateVerdict(kind, name, members, base, base * ratio, 1.0, judged(ratio, verdict), path=name, **kw)  # type: ignore[arg-type]
 
@@ -504,3 +509,21 @@ def test_an_unchanged_module_that_slowed_too_is_named_apart_as_such() -> None:
     text = regression_message("t", c).splitlines()
     (attention,) = [line for line in text if "module h.*.attn " in line]
     assert attention.startswith("  also slower, its code unchanged: module h.*.attn (CausalSelfAttention")
+
+
+def test_a_class_lead_has_the_module_its_instances_share_around_it() -> None:
+    mean = fn("mean", "aten.mean.dim", "a.e")
+    norms = agg(Kind.CLASS, "LayerNorm", 1e6, 2.0, instances=("a.b.c", "a.e"), added=(mean,))
+    around = agg(Kind.MODULE, "a", 10e6, 1.1, added=(mean,))
+    b = blame([], [norms, around])
+    assert b is not None
+    assert b.lead is norms
+    assert b.chain == (around,)
+    assert "slower: module a" not in regression_message(
+        "t", replace(compare_stub(), aggregates=(norms, around), blame=b)
+    )
+
+
+def compare_stub() -> Comparison:
+    """A failed comparison with nothing in it, to put aggregates and a lead into."""
+    return Comparison(Status.REGRESSION, (), 1.0, 1, (), None, (), ())

@@ -91,7 +91,9 @@ def blame(nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict], 
     if lead is None:  # no module holds most: one operator type does
         op = min((a for a in ops if lost(a) > BLAME_SHARE * extra), key=lambda a: (a.baseline_ns, a.name), default=None)
         return Blame(op, None, (), lost(op) / extra, extra) if op is not None else None
-    return Blame(lead, None, enclosing(_home(lead), lead.direction, aggregates), lost(lead) / extra, extra)
+    # a class's instances lie in the module they share: that module is around it too
+    around = enclosing(_home(lead), lead.direction, aggregates, inclusive=lead.kind is Kind.CLASS)
+    return Blame(lead, None, around, lost(lead) / extra, extra)
 
 
 _KINDS = (Kind.MODULE, Kind.PATTERN, Kind.CLASS)
