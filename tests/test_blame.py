@@ -527,3 +527,34 @@ def test_a_class_lead_has_the_module_its_instances_share_around_it() -> None:
 def compare_stub() -> Comparison:
     """A failed comparison with nothing in it, to put aggregates and a lead into."""
     return Comparison(Status.REGRESSION, (), 1.0, 1, (), None, (), ())
+
+
+def cast(home: str) -> NodeInfo:
+    """A float64 round trip added in ``home``."""
+    return fn(f"to64_{home}", "aten._to_copy.default", home)
+
+
+def test_the_instances_of_a_changed_class_count_their_net_loss() -> None:
+    # a small change to a block's code, measured with noise: one instance found slower, the others around zero
+    homes = {"a.e": 1.05, "a.x": 1.04, "a.y": 0.97, "b.f": 0.98}
+    instances = [
+        agg(Kind.MODULE, h, 1e6, r, Verdict.SLOWER if r > 1.045 else Verdict.OK, added=(cast(h),))
+        for h, r in homes.items()
+    ]
+    net = sum(homes.values()) / len(homes)
+    cls = agg(Kind.CLASS, "Blk", 4e6, net, Verdict.OK, instances=tuple(homes), added=tuple(map(cast, homes)))
+    b = blame([], [*instances, cls])
+    assert b is not None
+    assert b.lead is not None
+    # the extra time is what the instances lost together (+40 us), not the slower ones' alone (+90 us), of which
+    # none holds most
+    assert b.extra_ns == pytest.approx(0.04e6)
+    assert b.lead.where == "a.e"
+    # the same class, its instances faster by as much as slower: nothing to name
+    even = {"a.e": 1.05, "a.x": 1.04, "a.y": 0.96, "b.f": 0.95}
+    instances = [
+        agg(Kind.MODULE, h, 1e6, r, Verdict.SLOWER if r > 1.045 else Verdict.OK, added=(cast(h),))
+        for h, r in even.items()
+    ]
+    cls = agg(Kind.CLASS, "Blk", 4e6, 1.0, Verdict.OK, instances=tuple(even), added=tuple(map(cast, even)))
+    assert blame([], [*instances, cls]) is None

@@ -8,10 +8,10 @@ The rule:
    revision, none), less its baseline time: the same factor for every item, so that a module's loss is the sum of
    its parts' (each verdict's own factor comes from peers outside it, and would not add up).
    The extra time to explain is what the candidates below lost in places apart (the smallest first; a module
-   that holds smaller ones counts its loss beyond theirs only where it was found slower itself; two slowdowns in
-   two modules count both), or the most one operator type found slower lost, whichever is more. In a training
-   step, each direction on its own: the one that lost the most is explained (a change to a module's code slows
-   its forward and, most often more, its backward).
+   that holds smaller ones counts its loss beyond theirs only where it was found slower itself, and no more than
+   its own loss where it was not; two slowdowns in two modules count both), or the most one operator type found
+   slower lost, whichever is more. In a training step, each direction on its own: the one that lost the most is
+   explained (a change to a module's code slows its forward and, most often more, its backward).
 2. The candidates are the module-like aggregates (module subtrees, patterns and classes, ``judge.aggregates``)
    found slower beyond their own band, those whose code changed (other operations added than removed, whatever
    their verdict: a change is no noise), and the nodes found slower. A node too small to fail a test alone is a
@@ -107,8 +107,9 @@ def _apart(
     """The time ``lost`` in places apart, the smallest candidates first: each counts what it lost where it holds none
     of the nodes of one counted before, and a module that holds some counts what it lost beyond them only where it
     was found slower itself (``slower``: their ids): a large module whose code changed only in the small ones inside
-    it counts their loss, not its own noise, which can match theirs. Two slowdowns in two places make the extra time
-    of both, so that neither leads alone."""
+    it counts their loss, not its own noise, which can match theirs; and no more than it lost in all, where those
+    inside it that came out faster by noise (the other instances of a changed class) offset those that came out
+    slower. Two slowdowns in two places make the extra time of both, so that neither leads alone."""
     counted: list[tuple[set[str], float]] = []
     for x in sorted(candidates, key=lambda x: x.baseline_ns):
         keys = _keys(x)
@@ -117,7 +118,12 @@ def _apart(
             continue  # overlaps a counted one without holding it (a class across patterns): counted there
         parts = sum(loss for _, loss in inside)
         counted = [c for c in counted if c not in inside]
-        counted.append((keys, max(lost(x), parts) if id(x) in slower or not inside else parts))
+        if not inside:
+            counted.append((keys, lost(x)))
+        elif id(x) in slower:
+            counted.append((keys, max(lost(x), parts)))
+        else:  # not slower itself: at most what it lost in all, where the parts that came out faster offset them
+            counted.append((keys, max(0.0, min(lost(x), parts))))
     return sum(loss for _, loss in counted)
 
 
