@@ -95,11 +95,15 @@ caught changes (module paths compared with block indices, the components made of
 * named right: the blame is a module or pattern whose name matches the expected pattern, or a class whose name
   is the expected class.
 * named wrong: the blame is a class other than the expected one, or a module or pattern that is neither the
-  expected module, one of its ancestors, nor inside it; or a flagged node (by its module) or module lies
-  neither inside the expected module nor on its path from the root. Inside an instance of the expected class
-  counts as inside (a change to ``LayerNorm``'s code slows the final norm too, outside the blocks). Operator
-  types (``aten.add.Tensor``) and the total never count as wrong. A caught change can be neither (no blame,
-  or an ancestor named).
+  expected module, one of its ancestors, nor inside it. Inside an instance of the expected class counts as
+  inside (a change to ``LayerNorm``'s code slows the final norm too, outside the blocks). A caught change can be
+  neither (no blame, or an ancestor named).
+* also outside: a flagged node (by its module), module or pattern that lies neither inside the expected module
+  nor on its path from the root, or a flagged class other than the expected one: an unchanged module the
+  failure names "also slower, its code unchanged". Operator types (``aten.add.Tensor``) and the total never
+  count. Whether it slowed for real, not by noise, ``--verify --module-rounds N`` tells in-process: each
+  change's modules timed by hooks against the base's, and the unchanged ones outside that ran x1.05 or more
+  slower listed as knock-ons.
 
 ``--summary-json PATH`` writes the same as JSON, to commit beside the JSON lines. ``--keep DIR`` copies the
 repository and every report into DIR. Exit code of a pytest process: 0 passed, 1 failed; anything else stops the
@@ -931,10 +935,11 @@ def forward_ms(model: Any, x: Any, runs: int = 10) -> float:
     return statistics.median(times) * 1e3
 
 
-def verify(families: list[str], changes: list[Change]) -> None:
+def verify(families: list[str], changes: list[Change], module_rounds: int = 0) -> None:
     """Every edit applied to the installed source, every model built from it and run forward on one thread: its
     median time, and its ratio to the base's (the median of 3 rounds, each timing the base then the change, so that
-    the machine's drift cancels). No pytest, no git."""
+    the machine's drift cancels). With ``module_rounds``, each change's modules timed too (``knock_ons``). No
+    pytest, no git."""
     import torch
 
     torch.set_num_threads(1)
@@ -965,6 +970,71 @@ def verify(families: list[str], changes: list[Change]) -> None:
                 f"{c.name if c else 'base':30} {family.model:9} {c.kind if c else '':8} {ms:>6.1f} {ratio:>7}",
                 flush=True,
             )
+            if c is not None and module_rounds:
+                knock_ons(c, bases[family.model], (model, x), module_rounds)
+
+
+def module_seconds(model: Any, x: Any, runs: int = 5) -> dict[str, float]:
+    """Each module's forward time by its folded path (instances of a block summed), the median of ``runs``
+    forwards, timed by hooks around every module: the same wrapping on both sides of a change."""
+    import torch
+
+    times: dict[str, list[float]] = {}
+    stack: list[float] = []
+    spent: dict[str, float] = {}
+
+    def before(*_: Any) -> None:
+        stack.append(time.perf_counter())
+
+    def after(path: str) -> Any:
+        def hook(*_: Any) -> None:
+            spent[path] = spent.get(path, 0.0) + time.perf_counter() - stack.pop()
+
+        return hook
+
+    handles = []
+    for name, module in model.named_modules():
+        if name:
+            handles.append(module.register_forward_pre_hook(before))
+            handles.append(module.register_forward_hook(after(fold(name))))
+    try:
+        with torch.no_grad():
+            model(x)
+            for _ in range(runs):
+                spent.clear()
+                model(x)
+                for path, seconds in spent.items():
+                    times.setdefault(path, []).append(seconds)
+    finally:
+        for h in handles:
+            h.remove()
+    return {path: statistics.median(t) for path, t in times.items()}
+
+
+def knock_ons(c: Change, base: tuple[Any, Any], changed: tuple[Any, Any], rounds: int) -> None:
+    """The change's expected module and every module outside it (off its path from the root, not an instance of
+    the edited class) that ran x1.05 or more slower than the base, in-process: ``rounds`` rounds, each timing the
+    base then the change module by module, the median of the rounds' ratios. An unchanged module outside that
+    slows here too slowed for real, not by the pairs' noise: a knock-on of the change (the layout or the memory
+    its input comes in)."""
+    ratios: dict[str, list[float]] = {}
+    sizes: dict[str, float] = {}
+    for _ in range(rounds):
+        old, new = module_seconds(*base), module_seconds(*changed)
+        for path in old.keys() & new.keys():
+            ratios.setdefault(path, []).append(new[path] / old[path])
+            sizes[path] = old[path]
+    total = sum(t for p, t in sizes.items() if "." not in p)  # the top-level modules
+    model = changed[0]
+    instances = [fold(n) for n, m in model.named_modules() if n and type(m).__name__ == c.cls]
+    line = {"module": c.module, "class_instances": instances}
+    expected = {p: statistics.median(r) for p, r in ratios.items() if relation(p, c.module) == "same"}
+    for path, ratio in sorted(expected.items()):
+        print(f"    {'expected':9} {path:45} x{ratio:.2f}  {sizes[path] / max(total, 1e-12):>5.1%} of the model")
+    for path, r in sorted(ratios.items()):
+        ratio = statistics.median(r)
+        if outside(path, line) and ratio >= 1.05 and sizes[path] >= 0.01 * total:
+            print(f"    {'knock-on':9} {path:45} x{ratio:.2f}  {sizes[path] / max(total, 1e-12):>5.1%} of the model")
 
 
 # The summary -----------------------------------------------------------------------------------------
@@ -1007,20 +1077,25 @@ def outside(module: str, line: dict[str, Any]) -> bool:
 
 
 def named_wrong(line: dict[str, Any]) -> bool:
+    """The failure leads with something outside the expected module, or another class."""
     blame = line.get("blame")
-    if isinstance(blame, dict) and blame.get("name"):
-        if blame.get("kind") == "class":
-            if line["class"] and blame["name"] != line["class"]:
-                return True
-        elif outside(str(blame["name"]), line):
-            return True
+    if not isinstance(blame, dict) or not blame.get("name"):
+        return False
+    if blame.get("kind") == "class":
+        return bool(line["class"]) and blame["name"] != line["class"]
+    return outside(str(blame["name"]), line)
+
+
+def flagged_outside(line: dict[str, Any]) -> list[str]:
+    """What failed the test outside the expected module (a node by its module), or of another class."""
+    out = []
     for f in line.get("flagged", []):
         where = f.get("module") if f.get("kind") == "node" else f.get("name")
         if f.get("kind") in ("node", "module", "pattern") and outside(str(where or ""), line):
-            return True
+            out.append(f"{f.get('kind')} {f.get('name')}")
         if f.get("kind") == "class" and line["class"] and f.get("name") != line["class"]:
-            return True
-    return False
+            out.append(f"class {f.get('name')}")
+    return out
 
 
 def interval(k: int, n: int) -> list[float] | None:
@@ -1047,6 +1122,7 @@ def tally(lines: list[dict[str, Any]], truth: dict[tuple[str, str], float]) -> d
         "caught_wilson95": interval(len(caught), len(changed)),
         "named_right": sum(named_right(x) for x in caught),
         "named_wrong": sum(named_wrong(x) for x in caught),
+        "flagged_outside": sum(bool(flagged_outside(x)) for x in caught),
         "slowed_its_module": len(real),
         "slowed_caught": len(real_caught),
         "slowed_named_right": sum(named_right(x) for x in real_caught),
@@ -1067,7 +1143,7 @@ def summary(out: Path, summary_json: Path | None) -> None:
     for mode in modes:
         of_mode = [x for x in checks if x["mode"] == mode]
         print(f"\nmode {mode}")
-        head = f"{'family':13} {'changes':>7} {'caught':>7} {'95 % interval':>13} {'right':>6} {'wrong':>6}"
+        head = f"{'family':13} {'changes':>7} {'caught':>7} {'95 % interval':>13} {'right':>6} {'wrong':>6} {'also':>5}"
         print(
             f"{head} {'slowed':>6} {'caught':>6} {'right':>6} {'neutral':>7} {'alarms':>7} {'95 % interval':>13} "
             f"{'other':10} {'wall s':>6}"
@@ -1082,30 +1158,34 @@ def summary(out: Path, summary_json: Path | None) -> None:
             other = ",".join(f"{s}:{n}" for s, n in t["other_statuses"].items()) or "-"
             print(
                 f"{family:13} {t['changes']:>7} {t['caught']:>7} {span(t['caught'], t['changes']):>13} "
-                f"{t['named_right']:>6} {t['named_wrong']:>6} {t['slowed_its_module']:>6} {t['slowed_caught']:>6} "
+                f"{t['named_right']:>6} {t['named_wrong']:>6} {t['flagged_outside']:>5} {t['slowed_its_module']:>6} "
+                f"{t['slowed_caught']:>6} "
                 f"{t['slowed_named_right']:>6} {t['neutral']:>7} {t['false_alarms']:>7} "
                 f"{span(t['false_alarms'], t['neutral']):>13} {other:10} {t['wall_s_median'] or 0:>6.1f}"
             )
-    print("\ncaught: the test failed; right, wrong: of the caught, the blame named the expected module or class, or")
-    print("named (or flagged) something outside it; slowed: changes whose expected module the pairs against a")
-    print("revision measured x1.05 or more (median over its checks), then of those, caught and named right;")
-    print("alarms: neutral edits failed; wall s: median per check\n")
+    print("\ncaught: the test failed; right, wrong: of the caught, the failure led with the expected module or class,")
+    print("or with something outside it; also: of the caught, those where something outside it failed too (an")
+    print("unchanged module the gate names 'also slower, its code unchanged'); slowed: changes whose expected module")
+    print("the pairs against a revision measured x1.05 or more (median over its checks), then of those, caught and")
+    print("named right; alarms: neutral edits failed; wall s: median per check\n")
     for x in sorted(checks, key=lambda x: (MODES.index(x["mode"]), x["kind"], x["change"], x["repeat"])):
         caught = x["status"] == "regression"
         blame = x.get("blame")
         said = f"{blame.get('kind')} {blame.get('name')}" if isinstance(blame, dict) else "-"
         verdict = "" if not caught or x["kind"] == "neutral" else "right" if named_right(x) else ""
         verdict = "wrong" if caught and x["kind"] == "change" and named_wrong(x) else verdict
+        verdict += "+also" if caught and x["kind"] == "change" and flagged_outside(x) else ""
         flagged = ", ".join(f"{f.get('kind')} {f.get('name')}" for f in x.get("flagged", []))
         ratio = truth.get((x["model"], x["change"]))
         measured = f"x{ratio:.2f}" if ratio is not None else "-"
         print(
-            f"{x['mode']:8} {x['change']:28} #{x['repeat']} {measured:>6} {x['status']:10} {verdict:5} "
+            f"{x['mode']:8} {x['change']:28} #{x['repeat']} {measured:>6} {x['status']:10} {verdict:10} "
             f"blame {said}; {flagged}"
         )
         result["checks"].append(
             {k: x.get(k) for k in ("mode", "family", "model", "change", "kind", "repeat", "module", "class")}
             | {"status": x["status"], "blame": said, "right": named_right(x), "wrong": named_wrong(x)}
+            | {"also_outside": flagged_outside(x)}
             | {"expected_module_ratio": truth.get((x["model"], x["change"]))}
             | {"flagged": flagged, "wall_s": x["wall_s"]}
         )
@@ -1136,6 +1216,13 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument(
         "--verify", action="store_true", help="apply every edit, build and time each model in-process; no pytest"
     )
+    parser.add_argument(
+        "--module-rounds",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --verify: time every module too, N rounds, and list the unchanged ones outside that slowed (0)",
+    )
     ns = parser.parse_args(argv)
     ns.modes = [m for m in ns.modes.split(",") if m]
     ns.families = [f for f in ns.families.split(",") if f]
@@ -1162,7 +1249,7 @@ def main() -> None:
     require(families)
     try:
         if ns.verify:
-            verify(families, ns.selected)
+            verify(families, ns.selected, ns.module_rounds)
             return
         run(ns, extra, families, ns.selected)
     except (EditError, gq.PytestError) as exc:
