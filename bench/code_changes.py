@@ -105,9 +105,12 @@ caught changes (module paths compared with block indices, the components made of
   change's modules timed by hooks against the base's, and the unchanged ones outside that ran x1.05 or more
   slower listed as knock-ons.
 
-``--summary-json PATH`` writes the same as JSON, to commit beside the JSON lines. ``--keep DIR`` copies the
-repository and every report into DIR. Exit code of a pytest process: 0 passed, 1 failed; anything else stops the
-bench with the output's tail.
+``--summary-json PATH`` writes the same as JSON, to commit beside the JSON lines. Each check against a revision
+also keeps every item it judged with its ratio per pair (``items``); ``--tradeoff 0.01,0.02,0.05`` judges those
+checks again at other node and aggregate tolerances (``bench/ab_tradeoff.py``'s replay, each aggregate at its
+level's correction) and prints the false alarms on the neutral edits against the changes caught. ``--keep DIR``
+copies the repository and every report into DIR. Exit code of a pytest process: 0 passed, 1 failed; anything else
+stops the bench with the output's tail.
 """
 
 from __future__ import annotations
@@ -132,7 +135,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import ab_quality
+import ab_tradeoff
 import gate_quality as gq
+
+from pytest_fxprof.judge.aggregates import LEVEL_ITEMS, corrected_confidence
+from pytest_fxprof.judge.paired import CONFIDENCE
 
 BENCH = Path(__file__).resolve().parent
 INSTALL = ".venv/bin/pip install -c requirements/test.txt -r requirements/bench.txt"
@@ -790,8 +798,47 @@ def check(repo: Repo, mode: str, c: Change, repeat: int, *, reports: Path, extra
         "expected": expected_item(profile, c),
         "warned": [f"{w.get('kind')} {w.get('name')}" for w in profile.get("warned", [])],
         "pairs": profile.get("pairs"),
+        "items": items(profile),
         "tail": gq.tail(output)[-1500:] if status not in ("pass", "regression") else "",
     }
+
+
+def items(profile: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each judged item with its ratio per pair (``ab_quality.items``), each aggregate with how many its level
+    holds: what ``--tradeoff`` judges again."""
+    levels = {a["name"]: a.get("level_items", 1) for a in profile.get("aggregates", [])}
+    return [
+        i | ({"level_items": levels.get(i["name"], 1)} if i["kind"] not in ("node", "total") else {})
+        for i in ab_quality.items(profile)
+    ]
+
+
+def replayed_failure(check: dict[str, Any], tolerance: float, confidence: float) -> bool:
+    """Whether a check against a revision fails when judged again at another tolerance of its nodes and aggregates
+    (and ``confidence``), each aggregate at its level's correction (``aggregates.corrected_confidence``)."""
+    for item in check.get("items") or []:
+        strict = min(1.0, LEVEL_ITEMS / int(item.get("level_items") or 1))
+        level = corrected_confidence(confidence, strict) if item["kind"] not in ("node", "total") else confidence
+        if ab_tradeoff.failed([item], int(check.get("pairs") or 0), level, tolerance):
+            return True
+    return False
+
+
+def tradeoff(out: Path, tolerances: list[float], confidence: float) -> None:
+    """The checks against a revision that recorded their items, judged again at each node and aggregate tolerance:
+    false alarms on the neutral edits, changes caught."""
+    checks = [x for x in read_lines(out) if x.get("type") == "check" and x["mode"] == "against" and x.get("items")]
+    neutral = [x for x in checks if x["kind"] == "neutral"]
+    changed = [x for x in checks if x["kind"] == "change"]
+    print(f"{'tolerance':>9} {'confidence':>10} {'false alarms':>13} {'95 % interval':>13} {'changes caught':>14}")
+    for t in tolerances:
+        alarms = sum(replayed_failure(x, t, confidence) for x in neutral)
+        caught = sum(replayed_failure(x, t, confidence) for x in changed)
+        print(
+            f"{t:>9.0%} {confidence:>10} {f'{alarms}/{len(neutral)}':>13} {span(alarms, len(neutral)):>13} "
+            f"{f'{caught}/{len(changed)}':>14}"
+        )
+    print("each check judged again on the pairs it measured, no pairs added; the total at its own tolerance")
 
 
 def expected_item(profile: dict[str, Any], c: Change) -> dict[str, Any] | None:
@@ -1214,6 +1261,13 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--summary", action="store_true", help="print the tables of what --out holds, run nothing")
     parser.add_argument("--summary-json", type=Path, metavar="PATH", help="write the summary as JSON too")
     parser.add_argument(
+        "--tradeoff",
+        default="",
+        metavar="TOLERANCES",
+        help="judge the checks of --out against a revision again at these node and aggregate tolerances "
+        "(comma-separated, 0.01,0.02); run nothing",
+    )
+    parser.add_argument(
         "--verify", action="store_true", help="apply every edit, build and time each model in-process; no pytest"
     )
     parser.add_argument(
@@ -1244,6 +1298,9 @@ def main() -> None:
     ns, extra = parse_args(sys.argv[1:])
     if ns.summary:
         summary(ns.out, ns.summary_json)
+        return
+    if ns.tradeoff:
+        tradeoff(ns.out, [float(t) for t in ns.tradeoff.split(",")], CONFIDENCE)
         return
     families = list(dict.fromkeys(c.family for c in ns.selected))
     require(families)
