@@ -558,3 +558,14 @@ def test_the_instances_of_a_changed_class_count_their_net_loss() -> None:
     ]
     cls = agg(Kind.CLASS, "Blk", 4e6, 1.0, Verdict.OK, instances=tuple(even), added=tuple(map(cast, even)))
     assert blame([], [*instances, cls]) is None
+
+
+def test_a_small_class_the_change_touched_leaves_the_module_that_lost_the_time_to_lead() -> None:
+    # attention written by hand now calls its own Dropout (a node of microseconds) as well: the class Dropout, in
+    # places all over the model, changed too and lost a little; the attention lost the time
+    drop = agg(Kind.CLASS, "Dropout", 2e4, 1.3, Verdict.OK, instances=("a.b.d", "b.f"), added=(cast("a.b.d"),))
+    attention = agg(Kind.MODULE, "a.b", 4e6, 1.25, added=(cast("a.b.d"),))
+    b = blame([], [drop, attention, agg(Kind.MODULE, "a", 10e6, 1.1, Verdict.OK, added=(cast("a.b.d"),))])
+    assert b is not None
+    assert b.lead is attention
+    assert b.extra_ns == pytest.approx(1e6)

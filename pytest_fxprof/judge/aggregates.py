@@ -17,12 +17,11 @@ slowing anything, and its new nodes are judged in the module whose code changed.
 
 An aggregate is kept where both sides hold it (a module only one side has is judged within its parent), where
 it has two computing nodes or more on a side (``CALLS``), and, but for an operator type, where it is not the whole
-graph. Aggregates
-with the same nodes are one: a module subtree over a pattern (``encoder`` for ``encoder.*``), but the pattern over a
-container (``transformer.h.*`` of class ``Block`` for ``transformer.h``, a ``ModuleList`` of blocks and nothing
-else: the blocks hold the code), a pattern over a class (``transformer.h.*.mlp`` of class ``MLP`` for the class
-``MLP``), the deepest module of a chain that holds the same nodes; a class with the nodes of an operator type
-(every ``Linear`` module, each one node) is that operator type.
+graph. Aggregates with the same nodes are one: a module subtree over a pattern (``encoder`` for ``encoder.*``), but
+the pattern over a container (``transformer.h.*`` of class ``Block`` for ``transformer.h``, a ``ModuleList`` of
+blocks and nothing else: the blocks hold the code), a pattern over a class (``transformer.h.*.mlp`` of class
+``MLP`` for the class ``MLP``), the deepest module of a chain that holds the same nodes; a class with the nodes of
+an operator type (every ``Linear`` module, each one node) is that operator type.
 
 Levels: the operator types are one, each depth is one (the module subtrees and patterns of that depth), the
 classes are one. Each aggregate is tested at the base false-alarm rate (``Policy.spread_k`` deviations against a

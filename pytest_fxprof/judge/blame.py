@@ -104,14 +104,19 @@ def _apart(
     lost: Callable[[AggregateVerdict | NodeVerdict], float],
     slower: Collection[int],
 ) -> float:
-    """The time ``lost`` in places apart, the smallest candidates first: each counts what it lost where it holds none
+    """The time ``lost`` in places apart, the smallest candidates first (the classes after the modules, patterns and
+    nodes): each counts what it lost where it holds none
     of the nodes of one counted before, and a module that holds some counts what it lost beyond them only where it
     was found slower itself (``slower``: their ids): a large module whose code changed only in the small ones inside
     it counts their loss, not its own noise, which can match theirs; and no more than it lost in all, where those
     inside it that came out faster by noise (the other instances of a changed class) offset those that came out
     slower. Two slowdowns in two places make the extra time of both, so that neither leads alone."""
     counted: list[tuple[set[str], float]] = []
-    for x in sorted(candidates, key=lambda x: x.baseline_ns):
+    # classes last: one spans the tree, and counted first, a small one (every Dropout) would keep the large modules
+    # it touches (the attention whose code changed) from counting at all
+    for x in sorted(
+        candidates, key=lambda x: (isinstance(x, AggregateVerdict) and x.kind is Kind.CLASS, x.baseline_ns)
+    ):
         keys = _keys(x)
         inside = [c for c in counted if c[0] <= keys]
         if any(not c[0].isdisjoint(keys) for c in counted if c not in inside):
