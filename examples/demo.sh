@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # make demo: record baselines of three torchvision models and of ResNet18's training step, check them, catch an
 # injected slowdown, catch a slowdown committed on a branch by checking it against its base revision, catch a code
-# change to the model's source and blame the block whose code changed, then catch a slower backward in the training
-# step, then keep a baseline's history and check under pytest-xdist, one measurement at a time.
+# change to the model's source (a convolution in float64) and blame the block whose code changed, then catch a
+# slower backward in the training step, then keep a baseline's history and check under pytest-xdist, one
+# measurement at a time.
 # Baselines go to a temporary directory, so the committed ones in baselines/ stay as they are.
 set -uo pipefail
 BIN=${BIN:-.venv/bin}
@@ -138,10 +139,10 @@ if caught != 1 or "layer3.0.conv2" not in modules:
 PY
 printf '\nThe check against main caught it.\n'
 
-step "7/9 A code change, not a hook: a branch sums each block's residual in float64; check it against main: expect a failure that leads with the block's class and names the nodes the change added"
+step "7/9 A code change, not a hook: a branch runs each block's second convolution in float64; check it against main: expect a failure that leads with the block's class and names the nodes the change added"
 git -C "$REPO" checkout -q main && git -C "$REPO" checkout -q -b float64 &&
-    sed -i 's/^        return self.relu(out + identity)$/        return self.relu((out.double() + identity.double()).float())/' "$REPO/net.py" &&
-    git -C "$REPO" commit -qam "sum the residual in float64" || exit 1
+    sed -i 's/^        out = self.bn2(self.conv2(out))$/        out = self.bn2(torch.nn.functional.conv2d(out.double(), self.conv2.weight.double(), padding=1).float())/' "$REPO/net.py" &&
+    git -C "$REPO" commit -qam "the second convolution in float64" || exit 1
 git -C "$REPO" diff main -- net.py
 (cd "$REPO" && "$ABS_BIN/pytest" -p no:cacheprovider -q --fxprof-against main --fxprof-report "$WORK/change.json")
 caught=$?
