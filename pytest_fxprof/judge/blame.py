@@ -8,8 +8,9 @@ The rule:
    revision, none), less its baseline time: the same factor for every item, so that a module's loss is the sum of
    its parts' (each verdict's own factor comes from peers outside it, and would not add up).
    The extra time to explain is what the candidates below lost in places apart (the smallest first; a module
-   that holds smaller ones counts its loss beyond theirs only where it was found slower itself, and no more than
-   its own loss where it was not; two slowdowns in two modules count both), or the most one operator type found
+   that holds smaller ones counts its loss beyond theirs only where it was found slower itself; the modules whose
+   code changed and came out faster offset, in the module around them, those that came out slower; two slowdowns
+   in two modules count both), or the most one operator type found
    slower lost, whichever is more. In a training step, each direction on its own: the one that lost the most is
    explained (a change to a module's code slows its forward and, most often more, its backward).
 2. The candidates are the module-like aggregates (module subtrees, patterns and classes, ``judge.aggregates``)
@@ -73,7 +74,11 @@ def blame(nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict], 
         return x.direction if isinstance(x, AggregateVerdict) else x.node.direction if step else ""
 
     candidates: list[AggregateVerdict | NodeVerdict] = [*modules, *gating]
-    apart = [_apart([x for x in candidates if way(x) == d], lost, found) for d in {way(x) for x in candidates}]
+    # the modules whose code changed and came out faster count too where they add up, offsetting those that came out
+    # slower: the instances of a changed class measured around a small change
+    offsets = [a for a in aggregates if a.kind in MODULE_KINDS and a.changed and lost(a) <= 0]
+    counted = [*candidates, *offsets]
+    apart = [_apart([x for x in counted if way(x) == d], lost, found) for d in {way(x) for x in candidates}]
     extra = max([*apart, *map(lost, ops)], default=0.0)
     if extra <= 0:
         return None
@@ -105,12 +110,12 @@ def _apart(
     slower: Collection[int],
 ) -> float:
     """The time ``lost`` in places apart, the smallest candidates first (the classes after the modules, patterns and
-    nodes): each counts what it lost where it holds none
-    of the nodes of one counted before, and a module that holds some counts what it lost beyond them only where it
-    was found slower itself (``slower``: their ids): a large module whose code changed only in the small ones inside
-    it counts their loss, not its own noise, which can match theirs; and no more than it lost in all, where those
-    inside it that came out faster by noise (the other instances of a changed class) offset those that came out
-    slower. Two slowdowns in two places make the extra time of both, so that neither leads alone."""
+    nodes): each counts what it lost where it holds none of the nodes of one counted before, and a module that holds
+    some counts what it lost beyond them only where it was found slower itself (``slower``: their ids): a large
+    module whose code changed only in the small ones inside it counts their loss, not its own noise, which can match
+    theirs. A candidate that lost nothing or less counts inside the module that holds it (the instances of a changed
+    class that came out faster by noise offset those that came out slower), nothing on its own. Two slowdowns in two
+    places make the extra time of both, so that neither leads alone."""
     counted: list[tuple[set[str], float]] = []
     # classes last: one spans the tree, and counted first, a small one (every Dropout) would keep the large modules
     # it touches (the attention whose code changed) from counting at all
@@ -125,11 +130,9 @@ def _apart(
         counted = [c for c in counted if c not in inside]
         if not inside:
             counted.append((keys, lost(x)))
-        elif id(x) in slower:
-            counted.append((keys, max(lost(x), parts)))
-        else:  # not slower itself: at most what it lost in all, where the parts that came out faster offset them
-            counted.append((keys, max(0.0, min(lost(x), parts))))
-    return sum(loss for _, loss in counted)
+        else:
+            counted.append((keys, max(lost(x), parts) if id(x) in slower else parts))
+    return sum(max(loss, 0.0) for _, loss in counted)
 
 
 def _keys(x: AggregateVerdict | NodeVerdict) -> set[str]:
