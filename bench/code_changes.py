@@ -101,9 +101,9 @@ caught changes (module paths compared with block indices, the components made of
 * also outside: a flagged node (by its module), module or pattern that lies neither inside the expected module
   nor on its path from the root, or a flagged class other than the expected one: an unchanged module the
   failure names "also slower, its code unchanged". Operator types (``aten.add.Tensor``) and the total never
-  count. Whether it slowed for real, not by noise, ``--verify --module-rounds N`` tells in-process: each
-  change's modules timed by hooks against the base's, and the unchanged ones outside that ran x1.05 or more
-  slower listed as knock-ons.
+  count. Whether it slowed for real, not by noise between processes, ``--verify --module-rounds N`` tells
+  in-process: the base and the change profiled in turn (``pytest_fxprof.profile``, the graph the gate measures),
+  N rounds, and the unchanged modules outside that ran x1.05 or more slower listed as knock-ons.
 
 ``--summary-json PATH`` writes the same as JSON, to commit beside the JSON lines. Each check against a revision
 also keeps every item it judged with its ratio per pair (``items``); ``--tradeoff 0.01,0.02,0.05`` judges those
@@ -985,7 +985,7 @@ def forward_ms(model: Any, x: Any, runs: int = 10) -> float:
 def verify(families: list[str], changes: list[Change], module_rounds: int = 0) -> None:
     """Every edit applied to the installed source, every model built from it and run forward on one thread: its
     median time, and its ratio to the base's (the median of 3 rounds, each timing the base then the change, so that
-    the machine's drift cancels). With ``module_rounds``, each change's modules timed too (``knock_ons``). No
+    the machine's drift cancels). With ``module_rounds``, each change's modules profiled too (``knock_ons``). No
     pytest, no git."""
     import torch
 
@@ -1021,49 +1021,26 @@ def verify(families: list[str], changes: list[Change], module_rounds: int = 0) -
                 knock_ons(c, bases[family.model], (model, x), module_rounds)
 
 
-def module_seconds(model: Any, x: Any, runs: int = 5) -> dict[str, float]:
-    """Each module's forward time by its folded path (instances of a block summed), the median of ``runs``
-    forwards, timed by hooks around every module: the same wrapping on both sides of a change."""
-    import torch
+def module_seconds(model: Any, x: Any) -> dict[str, float]:
+    """Each module's time by its folded path at every depth (instances of a block summed), from this plugin's own
+    profile of the model (``pytest_fxprof.profile``: the graph the gate measures, node by node, the median of 20
+    passes): a node counts in every module around it."""
+    from pytest_fxprof import profile
 
-    times: dict[str, list[float]] = {}
-    stack: list[float] = []
-    spent: dict[str, float] = {}
-
-    def before(*_: Any) -> None:
-        stack.append(time.perf_counter())
-
-    def after(path: str) -> Any:
-        def hook(*_: Any) -> None:
-            spent[path] = spent.get(path, 0.0) + time.perf_counter() - stack.pop()
-
-        return hook
-
-    handles = []
-    for name, module in model.named_modules():
-        if name:
-            handles.append(module.register_forward_pre_hook(before))
-            handles.append(module.register_forward_hook(after(fold(name))))
-    try:
-        with torch.no_grad():
-            model(x)
-            for _ in range(runs):
-                spent.clear()
-                model(x)
-                for path, seconds in spent.items():
-                    times.setdefault(path, []).append(seconds)
-    finally:
-        for h in handles:
-            h.remove()
-    return {path: statistics.median(t) for path, t in times.items()}
+    out: dict[str, float] = {}
+    for n in profile(model, x, passes=20, flops=False).nodes:
+        parts = n.info.module.split(".") if n.info.module else []
+        for path in {fold(".".join(parts[:d])) for d in range(1, len(parts) + 1)}:
+            out[path] = out.get(path, 0.0) + n.median_ns * 1e-9
+    return out
 
 
 def knock_ons(c: Change, base: tuple[Any, Any], changed: tuple[Any, Any], rounds: int) -> None:
     """The change's expected module and every module outside it (off its path from the root, not an instance of
-    the edited class) that ran x1.05 or more slower than the base, in-process: ``rounds`` rounds, each timing the
-    base then the change module by module, the median of the rounds' ratios. An unchanged module outside that
-    slows here too slowed for real, not by the pairs' noise: a knock-on of the change (the layout or the memory
-    its input comes in)."""
+    the edited class, 1 % of the model or more) that ran x1.05 or more slower than the base, in-process: ``rounds``
+    rounds, each profiling the base then the change (``module_seconds``), the median of the rounds' ratios. An
+    unchanged module outside that slows here too slowed for real, in one process, not by the noise between the
+    pairs' processes: a knock-on of the change."""
     ratios: dict[str, list[float]] = {}
     sizes: dict[str, float] = {}
     for _ in range(rounds):
@@ -1071,7 +1048,7 @@ def knock_ons(c: Change, base: tuple[Any, Any], changed: tuple[Any, Any], rounds
         for path in old.keys() & new.keys():
             ratios.setdefault(path, []).append(new[path] / old[path])
             sizes[path] = old[path]
-    total = sum(t for p, t in sizes.items() if "." not in p)  # the top-level modules
+    total = sum(t for p, t in sizes.items() if "." not in p)  # the top-level modules (the root's own nodes aside)
     model = changed[0]
     instances = [fold(n) for n, m in model.named_modules() if n and type(m).__name__ == c.cls]
     line = {"module": c.module, "class_instances": instances}
@@ -1275,7 +1252,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         type=int,
         default=0,
         metavar="N",
-        help="with --verify: time every module too, N rounds, and list the unchanged ones outside that slowed (0)",
+        help="with --verify: profile every module too, N rounds, and list the unchanged ones outside that slowed (0)",
     )
     ns = parser.parse_args(argv)
     ns.modes = [m for m in ns.modes.split(",") if m]
