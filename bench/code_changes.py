@@ -1024,20 +1024,21 @@ def verify(families: list[str], changes: list[Change], module_rounds: int = 0) -
 def module_seconds(model: Any, x: Any) -> dict[str, float]:
     """Each module's time by its folded path at every depth (instances of a block summed), from this plugin's own
     profile of the model (``pytest_fxprof.profile``: the graph the gate measures, node by node, the median of 20
-    passes): a node counts in every module around it."""
+    passes): a node counts in every module around it, as the gate's module aggregates count it."""
     from pytest_fxprof import profile
 
     out: dict[str, float] = {}
     for n in profile(model, x, passes=20, flops=False).nodes:
         parts = n.info.module.split(".") if n.info.module else []
-        for path in {fold(".".join(parts[:d])) for d in range(1, len(parts) + 1)}:
+        depth = len(parts) - 1 if n.info.op == "call_module" else len(parts)  # a module called whole is a node
+        for path in {fold(".".join(parts[:d])) for d in range(1, depth + 1)}:
             out[path] = out.get(path, 0.0) + n.median_ns * 1e-9
     return out
 
 
 def knock_ons(c: Change, base: tuple[Any, Any], changed: tuple[Any, Any], rounds: int) -> None:
     """The change's expected module and every module outside it (off its path from the root, not an instance of
-    the edited class, 1 % of the model or more) that ran x1.05 or more slower than the base, in-process: ``rounds``
+    the edited class, 0.2 % of the model or more) that ran x1.05 or more slower than the base, in-process: ``rounds``
     rounds, each profiling the base then the change (``module_seconds``), the median of the rounds' ratios. An
     unchanged module outside that slows here too slowed for real, in one process, not by the noise between the
     pairs' processes: a knock-on of the change."""
@@ -1057,7 +1058,7 @@ def knock_ons(c: Change, base: tuple[Any, Any], changed: tuple[Any, Any], rounds
         print(f"    {'expected':9} {path:45} x{ratio:.2f}  {sizes[path] / max(total, 1e-12):>5.1%} of the model")
     for path, r in sorted(ratios.items()):
         ratio = statistics.median(r)
-        if outside(path, line) and ratio >= 1.05 and sizes[path] >= 0.01 * total:
+        if outside(path, line) and ratio >= 1.05 and sizes[path] >= 0.002 * total:
             print(f"    {'knock-on':9} {path:45} x{ratio:.2f}  {sizes[path] / max(total, 1e-12):>5.1%} of the model")
 
 
