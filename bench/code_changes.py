@@ -835,7 +835,7 @@ def tradeoff(out: Path, tolerances: list[float], confidence: float) -> None:
         alarms = sum(replayed_failure(x, t, confidence) for x in neutral)
         caught = sum(replayed_failure(x, t, confidence) for x in changed)
         print(
-            f"{t:>9.0%} {confidence:>10} {f'{alarms}/{len(neutral)}':>13} {span(alarms, len(neutral)):>13} "
+            f"{t:>9.1%} {confidence:>10} {f'{alarms}/{len(neutral)}':>13} {span(alarms, len(neutral)):>13} "
             f"{f'{caught}/{len(changed)}':>14}"
         )
     print("each check judged again on the pairs it measured, no pairs added; the total at its own tolerance")

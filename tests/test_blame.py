@@ -497,7 +497,7 @@ def test_the_code_that_changed_leads_before_an_unchanged_module_inside_it_that_s
 
 def knock_on(i: int) -> list[Timed]:
     """Block ``i`` with its MLP's GELU by formula, and its attention, unchanged, 10 % slower: a knock-on of the change
-    (the layout or the memory its input comes in)."""
+    (its input, or the caches it runs in, changed)."""
     return [(n, ns * 1.1 if n.module.startswith(f"h.{i}.attn") else ns) for n, ns in gelu_by_formula(i)]
 
 

@@ -430,7 +430,7 @@ def _capped(lines: Sequence[str], limit: int = AGGREGATES_SHOWN) -> list[str]:
 
 def _slower(c: Comparison, a: AggregateVerdict) -> str:
     """How a slower aggregate shown apart from the lead is introduced: a module whose code did not change, where the
-    lead's did, slowed as a knock-on of the change (its input's layout or the memory it finds) or by itself."""
+    lead's did, slowed as a knock-on of the change (its input, or the caches it runs in, changed) or by itself."""
     lead = c.blame.lead if c.blame is not None else None
     if lead is not None and lead.changed and a.kind in MODULE_KINDS and not a.changed:
         return "also slower, its code unchanged"
