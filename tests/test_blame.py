@@ -28,7 +28,7 @@ from pytest_fxprof.records.verdicts import (
     Verdict,
 )
 from pytest_fxprof.views.frames import verdict_rows
-from pytest_fxprof.views.render import regression_message
+from pytest_fxprof.views.render import code_change_line, regression_message
 from pytest_fxprof.views.report import blame_json
 from tests.records_for_tests import ENV, PROTOCOL, node
 
@@ -582,3 +582,21 @@ def test_a_class_whose_instances_slowed_leads_over_one_of_them_in_a_model_that_c
     assert b is not None
     assert b.lead is cls
     assert b.extra_ns == pytest.approx(3.9e5)
+
+
+def test_the_nodes_each_instance_added_are_counted_once_though_each_reads_its_own_weights() -> None:
+    # each block's second convolution in float64: the weights each instance reads are its own attributes
+    homes = ("a.e", "a.x")
+    added = tuple(
+        n
+        for h in homes
+        for n in (
+            fn(f"double_{h}", "double", h, "net.py:13"),
+            fn(f"w_{h}", f"{h}.conv2.weight", h, "net.py:13"),
+            fn(f"conv_{h}", "torch.conv2d", h, "net.py:13"),
+        )
+    )
+    cls = agg(Kind.CLASS, "Block", 2e6, 3.0, instances=homes, added=added)
+    assert code_change_line(cls) == (
+        "its code changed: 3 node(s) added in each of 2 instances at net.py:13 (double, weight, conv2d)"
+    )

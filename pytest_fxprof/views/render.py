@@ -281,7 +281,7 @@ def sources_text(nodes: Sequence[NodeInfo]) -> str:
 
 
 def _per_instance(a: AggregateVerdict, nodes: Sequence[NodeInfo]) -> tuple[list[NodeInfo], int]:
-    """The nodes of one instance and how many instances hold the same (by target, in order), where every instance
+    """The nodes of one instance and how many instances hold the same (by operation, in order), where every instance
     of the pattern or class that holds any does; else all of ``nodes`` and 1."""
     if not a.instances or not nodes:
         return list(nodes), 1
@@ -291,8 +291,9 @@ def _per_instance(a: AggregateVerdict, nodes: Sequence[NodeInfo]) -> tuple[list[
         instance = next((p for p in longest if n.module == p or n.module.startswith(p + ".")), "")
         by.setdefault(instance, []).append(n)
     groups = list(by.values())
-    first = [n.target for n in groups[0]]
-    if len(groups) > 1 and all([n.target for n in g] == first for g in groups):
+    # by their operations as the line names them: each instance's weights (``layer1.0.conv2.weight``) are its own
+    first = [op_name(n.target) for n in groups[0]]
+    if len(groups) > 1 and all([op_name(n.target) for n in g] == first for g in groups):
         return groups[0], len(groups)
     return list(nodes), 1
 
