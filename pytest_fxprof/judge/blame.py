@@ -10,9 +10,9 @@ The rule:
    The extra time to explain is what the candidates below lost in places apart (the smallest first; a module
    that holds smaller ones counts its loss beyond theirs only where it was found slower itself; the modules whose
    code changed and came out faster offset, in the module around them, those that came out slower; two slowdowns
-   in two modules count both), or the most one operator type found
-   slower lost, whichever is more. In a training step, each direction on its own: the one that lost the most is
-   explained (a change to a module's code slows its forward and, most often more, its backward).
+   in two modules count both), or the most one operator type found slower lost, whichever is more. In a training
+   step, each direction on its own: the one that lost the most is explained (a change to a module's code slows
+   its forward and, most often more, its backward).
 2. The candidates are the module-like aggregates (module subtrees, patterns and classes, ``judge.aggregates``)
    found slower beyond their own band, those whose code changed (other operations added than removed, whatever
    their verdict: a change is no noise), and the nodes found slower. A node too small to fail a test alone is a
