@@ -139,7 +139,7 @@ import ab_quality
 import ab_tradeoff
 import gate_quality as gq
 
-from pytest_fxprof.judge.aggregates import LEVEL_ITEMS, corrected_confidence
+from pytest_fxprof.judge.aggregates import LEVEL_ITEMS, corrected_confidence, fold
 from pytest_fxprof.judge.paired import CONFIDENCE
 
 BENCH = Path(__file__).resolve().parent
@@ -1063,11 +1063,6 @@ def knock_ons(c: Change, base: tuple[Any, Any], changed: tuple[Any, Any], rounds
 
 
 # The summary -----------------------------------------------------------------------------------------
-
-
-def fold(path: str) -> str:
-    """Block indices (components made of digits) as ``*``: ``transformer.h.3.mlp`` -> ``transformer.h.*.mlp``."""
-    return ".".join("*" if part.isdigit() else part for part in path.split(".")) if path else ""
 
 
 def relation(module: str, expected: str) -> str:
