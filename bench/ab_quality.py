@@ -318,7 +318,7 @@ def summary(checks: list[dict[str, Any]]) -> None:
             f"{statistics.median(pairs):>4g} ({max(pairs):>2}) {statistics.median(walls):>6.1f} ({max(walls):>5.1f})"
         )
     print("failed: checks whose test failed; named: failed naming the slowed thing; noisy: checks that ended with")
-    print("an item that gates too noisy to decide (a warning); pairs and wall s: median (largest) per check")
+    print("an item that gates too noisy to decide (undecided where nothing failed); pairs and wall s: median (largest)")
 
 
 def run_rounds(

@@ -13,13 +13,13 @@ import json
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_fxprof.against.check import Against, SideWatch
 from pytest_fxprof.judge.decision import DEFAULT_FLOOR_NS, FLOOR_SHARE, NODE_TOLERANCE, TOTAL_TOLERANCE
-from pytest_fxprof.judge.paired import PAIRED_NODE_TOLERANCE, PAIRED_TOTAL_TOLERANCE
+from pytest_fxprof.judge.paired import MIN_DECIDING_PAIRS, PAIRED_NODE_TOLERANCE, PAIRED_TOTAL_TOLERANCE
 from pytest_fxprof.measure.sampling import (
     Relaunch,
     SampleRequest,
@@ -33,11 +33,11 @@ from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.session import (
     Confirm,
     FinishedTest,
-    OnBusy,
     OnFaster,
     OnGraphChange,
     OnMismatch,
     OnMissing,
+    OnUndecided,
     OnUnused,
     Outcome,
     Reactions,
@@ -48,13 +48,18 @@ from pytest_fxprof.session import (
 )
 from pytest_fxprof.settings import KINDS, SETTING_NAMES, TEXT_CHOICES, Mode, Settings, SettingsError, apply, from_json
 from pytest_fxprof.store.baseline import BaselineError, BaselineStore
-from pytest_fxprof.store.files import loads
+from pytest_fxprof.store.files import loads, unwritable
+
+if TYPE_CHECKING:
+    from pytest_fxprof.views.report import AgainstJSON
 
 RUN_KEY = pytest.StashKey[RunState]()
 SETTINGS_KEY = pytest.StashKey[Settings]()
 SAMPLE_KEY = pytest.StashKey[SampleRequest]()
 TEST_KEY = pytest.StashKey[TestState]()
 SPOILED_KEY = pytest.StashKey[bool]()
+SKIPPED_KEY = pytest.StashKey[bool]()
+"""Set on a test that fxprof skipped (a missing baseline, another setup, no verdict), to report the skip there."""
 AGAINST_KEY = pytest.StashKey[Against]()
 WATCH_KEY = pytest.StashKey[SideWatch]()
 WORKER_KEY = "fxprof"
@@ -70,8 +75,8 @@ _SETTING_HELP = {
     f"{NODE_TOLERANCE:g} against baselines, {PAIRED_NODE_TOLERANCE:g} against a revision)",
     "total_tolerance": f"Smallest relative band the model's total gets (default {TOTAL_TOLERANCE:g} against "
     f"baselines, {PAIRED_TOTAL_TOLERANCE:g} against a revision)",
-    "pairs": "Against a revision: pairs of old and new processes per test; up to 3 times as many while a verdict "
-    "is undecided (default 6)",
+    "pairs": "Against a revision: pairs of old and new processes per test, at least "
+    f"{MIN_DECIDING_PAIRS}; up to 3 times as many while a verdict is undecided (default 6)",
     "budget_s": "Against a revision: seconds a test's pairs may take before no more are added (default 150)",
     "schedule": "Against a revision: duet (the old and new process of a pair run at the same time, pass for pass, "
     "trading their cores), alternate (one after the other, in a balanced order) or auto (a duet on the CPU, "
@@ -86,18 +91,20 @@ _SETTING_HELP = {
     "engine": "How nodes are timed: compiled (timestamps compiled into the graph's code, almost free) or "
     "interpreter (torch.fx.Interpreter, the slower reference) (default compiled)",
     "capture": "How the model becomes graphs: auto (symbolic tracing, then with the submodule that broke it kept "
-    "whole, then torch.export, then a torch.compile backend), symbolic, export or dynamo (default auto); a "
-    "training step (fxprof.train_step) is always captured by AOTAutograd",
+    "whole, then torch.export, then a torch.compile backend; with tracer= or leaf_modules= given to the fixture, "
+    "symbolic tracing with them or a failure), symbolic, export or dynamo (default auto); a training step "
+    "(fxprof.train_step) is always captured by AOTAutograd",
     "floor_us": f"Node and aggregate changes smaller than this many microseconds (or {FLOOR_SHARE * 100:g} percent of "
     f"the model's time, if larger) never fail (default {DEFAULT_FLOOR_NS / 1e3:g})",
 }
 _CHOICES: dict[str, tuple[type, str]] = {
     "on_missing": (OnMissing, "A test without a baseline under --fxprof: fail or skip (default fail)"),
     "on_mismatch": (OnMismatch, "A baseline from another environment: skip or fail (default skip)"),
-    "on_busy": (
-        OnBusy,
-        "A profile still measured on a busy machine after 2 more profiles under --fxprof (too noisy to decide): "
-        "skip or fail (default skip)",
+    "on_undecided": (
+        OnUndecided,
+        "A check that failed nothing but reached no verdict: an item that gates too noisy to decide (a band of its "
+        "baseline too wide, or pairs that still disagree when they end), or a profile measured on a busy machine "
+        "every time (replaces --fxprof-on-busy): fail, skip or pass-with-warning (default fail)",
     ),
     "on_graph_change": (OnGraphChange, "Nodes added or removed since the baseline: warn or fail (default warn)"),
     "on_unused": (OnUnused, "Baselines whose test no longer exists: warn or fail (default warn)"),
@@ -185,6 +192,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         values = [c.value for c in choices]  # type: ignore[attr-defined]
         group.addoption(_flag(name), dest=f"fxprof_{name}", choices=values, default=None, help=text)
         parser.addini(f"fxprof_{name}", text, default=None)
+    # the earlier name of --fxprof-on-undecided, whose choices it kept
+    group.addoption("--fxprof-on-busy", dest="fxprof_on_undecided", choices=["skip", "fail"], help=argparse.SUPPRESS)
+    parser.addini("fxprof_on_busy", "Like fxprof_on_undecided (its earlier name)", default=None)
     group.addoption(
         "--fxprof-against",
         metavar="REF",
@@ -352,14 +362,16 @@ def _settings(config: pytest.Config) -> Settings:
 def _reactions(config: pytest.Config) -> Reactions:
     values = {}
     for name, (choices, _) in _CHOICES.items():
-        raw = _ini_or_option(config, name)
+        raw, key = _ini_or_option(config, name), f"fxprof_{name}"
+        if name == "on_undecided" and raw in (None, ""):
+            raw, key = config.getini("fxprof_on_busy"), "fxprof_on_busy"  # its earlier name
         if raw in (None, ""):
             continue
         try:
             values[name.removeprefix("on_")] = choices(raw)
         except ValueError:
             allowed = ", ".join(c.value for c in choices)  # type: ignore[attr-defined]
-            raise pytest.UsageError(f"fxprof_{name} = {raw!r} in the ini file; use one of: {allowed}") from None
+            raise pytest.UsageError(f"{key} = {raw!r} in the ini file; use one of: {allowed}") from None
     return Reactions(**values)
 
 
@@ -375,6 +387,13 @@ def pytest_configure(config: pytest.Config) -> None:
     mode = _mode(config)
     directory = _path_setting(config, "baseline_dir", "baselines")
     assert directory is not None
+    if mode is Mode.UPDATE and not hasattr(config, "workerinput"):  # before anything is measured, not after
+        problem = unwritable(directory)
+        if problem:
+            raise pytest.UsageError(
+                f"--fxprof-update cannot write baselines to {directory}: {problem}. Make it writable, or record "
+                "them elsewhere with --fxprof-baseline-dir (or the fxprof_baseline_dir ini key)"
+            )
     config.stash[RUN_KEY] = run = RunState(mode, BaselineStore(directory), _reactions(config))
     # a fresh process measures inside the turn of the process that started it
     run.lock_path = _lock_path(config) if mode is not Mode.SAMPLE else None
@@ -585,6 +604,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     if outcome.failures:
         pytest.fail("\n\n".join(outcome.failures), pytrace=False)
     if outcome.skips:
+        item.stash[SKIPPED_KEY] = True
         pytest.skip("\n".join(outcome.skips))
     return result
 
@@ -592,6 +612,10 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     report = yield
+    if report.skipped and item.stash.get(SKIPPED_KEY, False) and isinstance(report.longrepr, tuple):
+        # skipped by fxprof: reported at the test, as a skip mark is, not at the line of this plugin that raised it
+        path, line = item.reportinfo()[:2]
+        report.longrepr = (str(path), (line or 0) + 1, report.longrepr[2])
     watch = item.config.stash.get(WATCH_KEY, None)
     if watch is not None and item.nodeid == watch.test_id:
         reason = report.longrepr[2] if report.skipped and isinstance(report.longrepr, tuple) else ""
@@ -654,6 +678,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         errors += failed
     unused = run.unused(_selected_paths(session), config.rootpath) if run.mode is not Mode.AGAINST else []
     outputs: list[Path] = []
+    side = _against_json(config.stash.get(AGAINST_KEY, None)) if run.mode is Mode.AGAINST else None
     for name in ("report", *VIEWS):
         path = _path_setting(config, name, None)
         if path is None:
@@ -661,13 +686,26 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         from pytest_fxprof.views.outputs import write_view
 
         try:
-            outputs.extend(write_view(name, path, run.mode.value, run.records, unused))
+            outputs.extend(write_view(name, path, run.mode.value, run.records, unused, against=side))
         except (OSError, ValueError) as exc:
             errors.append(f"could not write the {name.replace('_', '-')} report {path}: {exc}")
     config.stash[_FINAL_KEY] = _Final(written, unused, errors, outputs)
     failing_unused = unused and run.reactions.unused is OnUnused.FAIL and run.mode is Mode.CHECK
     if (errors or failing_unused) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _against_json(old: Against | None) -> AgainstJSON | None:
+    """The old side of a run against a revision, as its report records it (for ``fxprof merge``)."""
+    if old is None:
+        return None
+    rev = old.revision
+    return {
+        "label": old.label,
+        "ref": rev.ref if rev is not None else "",
+        "commit": rev.sha if rev is not None else "",
+        "python": old.python or "",
+    }
 
 
 @dataclass(frozen=True)
@@ -700,6 +738,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         tr.write_line(
             f"no profile was taken: {run.failed_calls} call(s) of the fxprof fixture failed (their tests say why)"
         )
+    elif not records and exitstatus == pytest.ExitCode.INTERRUPTED:
+        tr.write_line("interrupted before any profile was taken", yellow=True)
     elif not records:
         tr.write_line("no test called the fxprof fixture")
     from pytest_fxprof.views.terminal import busy_counts, profile_lines

@@ -26,7 +26,7 @@ from pytest_fxprof.measure.lockstep import Barrier, lockstep_barrier
 from pytest_fxprof.measure.sampling import BUSY_RETRIES, Relaunch, SampleJSON, SamplingError, sample, write_samples
 from pytest_fxprof.measure.turns import Turn, Turns
 from pytest_fxprof.records.disturbance import BUSY_LINE, Disturbance, disturbance_to_json, least_disturbed
-from pytest_fxprof.records.measurement import BaselineEntry, Run
+from pytest_fxprof.records.measurement import BaselineEntry, Run, capture_difference
 from pytest_fxprof.records.verdicts import Comparison, Status
 from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.settings import Mode, Settings
@@ -49,6 +49,7 @@ from pytest_fxprof.views.render import (
     regression_message,
     structural_lines,
     summary_line,
+    undecided_message,
 )
 from pytest_fxprof.views.report import ProfileRecord, profile_report
 
@@ -66,9 +67,10 @@ class OnMismatch(StrEnum):
     FAIL = "fail"
 
 
-class OnBusy(StrEnum):
-    SKIP = "skip"
+class OnUndecided(StrEnum):
     FAIL = "fail"
+    SKIP = "skip"
+    PASS_WITH_WARNING = "pass-with-warning"  # noqa: S105 - a reaction, not a password
 
 
 class OnGraphChange(StrEnum):
@@ -104,9 +106,10 @@ class Reactions:
     unused: OnUnused = OnUnused.WARN
     faster: OnFaster = OnFaster.WARN
     confirm: Confirm = Confirm.FRESH
-    busy: OnBusy = OnBusy.SKIP
-    """A profile still measured on a busy machine after ``BUSY_RETRIES`` more: too noisy to decide, skipped or
-    failed."""
+    undecided: OnUndecided = OnUndecided.FAIL
+    """A check that reached no verdict (``Status.UNDECIDED``: an item that gates too noisy to decide, or a profile
+    measured on a busy machine every time): failed, skipped, or passed with a warning. Failed by default: a gate
+    that did not judge must not look green in CI, and an undecided check says so, never "slower"."""
 
 
 @dataclass
@@ -149,8 +152,8 @@ SETUP_FIELDS = ("inputs:", "mode:")
 
 
 def noisy(baseline: BaselineEntry, why: str) -> Comparison:
-    """The verdict of a profile measured on a busy machine: too noisy to decide, nothing judged, ``why``."""
-    return Comparison(Status.NOISY, (), 1.0, len(baseline.runs), (), None, (), (), noisy_reason=why)
+    """The verdict of a profile measured on a busy machine: undecided, nothing judged, ``why``."""
+    return Comparison(Status.UNDECIDED, (), 1.0, len(baseline.runs), (), None, (), (), noisy_reason=why)
 
 
 def rerecord_hint(test_id: str) -> str:
@@ -318,10 +321,12 @@ class TestState:
         tries = [result]
         while tries[-1].busy and len(tries) <= BUSY_RETRIES:
             again = measure()
-            if [n.info.key for n in again.nodes] != [n.info.key for n in result.nodes]:
+            first, second = [n.info.key for n in result.nodes], [n.info.key for n in again.nodes]
+            if first != second:
                 raise SamplingError(
                     f"fxprof: {self.label(key)}: measured again in this process (the first profile was measured on "
-                    "a busy machine), the model captured a different graph; the capture must be deterministic"
+                    "a busy machine), the model captured a different graph; the capture must be deterministic: "
+                    + capture_difference(first, second, ("the first profile's capture", "the one measured again"))
                 )
             tries.append(again)
         return tries[least_disturbed([t.disturbance for t in tries])]
@@ -352,10 +357,12 @@ class TestState:
                     f"again in this process instead: {exc}"
                 )
         again = measure()
-        if [n.info.key for n in again.nodes] != [n.info.key for n in result.nodes]:
+        first, second = [n.info.key for n in result.nodes], [n.info.key for n in again.nodes]
+        if first != second:
             raise SamplingError(
                 f"fxprof: {self.label(key)}: measured again in this process, the model captured a different graph; "
-                "the capture must be deterministic (a model whose graph depends on state cannot be gated)"
+                "the capture must be deterministic (a model whose graph depends on state cannot be gated): "
+                + capture_difference(first, second, ("the first profile's capture", "the one measured again"))
             )
         again = self._calmer(key, again, measure)
         self._confirmed_busy = again.disturbance
@@ -432,13 +439,8 @@ class TestState:
             assert measured is not None  # both sides made the call
             judged = ProfileResult.of(replace(measured, comparison=call.comparison, seconds=tested.seconds))
             self.results[key] = judged
-            status = self._judge(key, judged, outcome)
-            if call.stopped:
-                outcome.warnings.append(
-                    f"fxprof: {self.label(key)}: {tested.pairs} pairs measured when {call.stopped} ended them with "
-                    "a verdict still open; what is undecided is reported as too noisy (raise --fxprof-budget-s or "
-                    "--fxprof-pairs)"
-                )
+            ended = f"{tested.pairs} pairs measured" + (f", when {call.stopped} ended them" if call.stopped else "")
+            status = self._judge(key, judged, outcome, ended)
             if call.left_out:
                 outcome.warnings.append(
                     f"fxprof: {self.label(key)}: {call.left_out} of {tested.pairs} pairs left out, their processes "
@@ -458,13 +460,15 @@ class TestState:
         c = result.comparison
         text = (
             summary_line(self.label(key), c)
-            if status in ("pass", "regression", "mismatch", "noisy")
+            if status in ("pass", "regression", "mismatch", "undecided")
             else f"{self.label(key)}: {status}" + (f" ({why})" if why else "")
         )
         report = profile_report(self.test_id, key, status, result, c)
         # when this call's measuring (and the test's, shared by its calls) held the machine: never overlapping another's
         report["measuring"] = [t.to_json() for t in (*self.taken.get(key, ()), *self.taken.get("", ()))]
         report["notices"] = [*capture_notices(result.capture), *self.notices.get(key, [])]
+        if key in self.busy_recorded:  # recorded: how many of its processes stayed busy, as its warning says
+            report["busy_processes"] = len(self.busy_recorded[key])
         return {"test_id": self.test_id, "key": key, "status": status, "summary": text, "report": report}
 
     def waited(self) -> tuple[int, float]:
@@ -472,16 +476,17 @@ class TestState:
         turns = [t for taken in self.taken.values() for t in taken]
         return len(turns), sum(t.waited_s for t in turns)
 
-    def _judge(self, key: str, result: ProfileResult, outcome: Outcome) -> str:
+    def _judge(self, key: str, result: ProfileResult, outcome: Outcome, stopped: str = "") -> str:
+        """How the profile's comparison ends the test (added to ``outcome``), and its status; ``stopped`` says
+        how a revision's pairs ended."""
         label, c = self.label(key), result.comparison
         if c is not None and not c.against:  # a baseline recorded on a busy machine says so in every check
             weak = self._weak(key)
             if weak:
                 outcome.warnings.append(f"fxprof: {weak}")
-        if c is not None and c.status is Status.NOISY:
-            msg = f"fxprof: {label}: too noisy to decide: {c.noisy_reason}; run the check on a quieter machine"
-            (outcome.failures if self.reactions.busy is OnBusy.FAIL else outcome.skips).append(msg)
-            return "noisy"
+        if c is not None and c.status is Status.UNDECIDED and c.noisy_reason:  # nothing judged
+            self._undecided(outcome, undecided_message(label, c, "run the check on a quieter machine"))
+            return c.status.value
         if c is None:
             msg = f"fxprof: no baseline for {label} in {self.store.directory}; {rerecord_hint(self.test_id)}"
             (outcome.failures if self.reactions.missing is OnMissing.FAIL else outcome.skips).append(msg)
@@ -516,8 +521,15 @@ class TestState:
         if c.status is Status.REGRESSION:
             advice = "" if c.against else f"\n  {if_intended(self.test_id)}"
             outcome.failures.append(regression_message(label, c) + advice)
+        if c.status is Status.UNDECIDED:
+            fix = (
+                f"{stopped}; more pairs decide it (raise --fxprof-budget-s or --fxprof-pairs), or a quieter runner"
+                if c.against
+                else self._wide_bands(c)
+            )
+            self._undecided(outcome, undecided_message(label, c, fix))
         # what asks nothing of the user (a flag its confirmation cleared, a small node its aggregates gate, an item
-        # too noisy to decide) is no warning: the summary counts it, -v and the reports list it
+        # too noisy to decide beside a failure) is no warning: the summary counts it, -v and the reports list it
         self.notices[key] = notice_lines(c)
         improved = improvement_lines(c)
         if improved and self.reactions.faster is not OnFaster.IGNORE:
@@ -526,6 +538,27 @@ class TestState:
                 msg += f"\nrefresh the baseline so that it keeps guarding the new speed; {rerecord_hint(self.test_id)}"
             (outcome.failures if self.reactions.faster is OnFaster.FAIL else outcome.warnings).append(msg)
         return c.status.value
+
+    def _wide_bands(self, c: Comparison) -> str:
+        """What makes the bands of a baseline too wide to decide, and how to narrow them."""
+        again = "record it again on a quieter machine, or from more processes (--fxprof-processes): "
+        again += update_command(self.test_id)
+        if c.recordings > 1:  # the drift between its recordings counts too, and a new recording keeps them
+            return (
+                f"its {c.recordings} recordings (or the processes of one) disagreed too much on these: start its "
+                f"history afresh with `fxprof prune --history 1 --yes`, then {again}"
+            )
+        return f"its baseline's processes disagreed too much on these: {again}"
+
+    def _undecided(self, outcome: Outcome, msg: str) -> None:
+        """A check without a verdict fails, skips or passes with a warning, as ``--fxprof-on-undecided`` says."""
+        reaction = self.reactions.undecided
+        if reaction is OnUndecided.FAIL:
+            outcome.failures.append(msg)
+        elif reaction is OnUndecided.SKIP:
+            outcome.skips.append(msg)
+        else:
+            outcome.warnings.append(msg)
 
     def _record(self, run: RunState, passed: bool) -> Outcome:
         """Profile the extra processes and hold the entries until ``settle`` knows every phase passed."""
@@ -768,6 +801,11 @@ class RunState:
                 written.append(self.store.write(as_file(test_id, entries)))
             except (OSError, ValueError) as exc:
                 errors.append(f"could not write the baseline of {test_id}: {exc}")
+                for record in self.records:  # every view then says what became of it
+                    if record["test_id"] == test_id and record["status"] == "recorded":
+                        record["status"] = record["report"]["status"] = "not recorded"
+                        label = f"{test_id} [{record['key']}]"
+                        record["summary"] = f"{label}: not recorded (its baseline could not be written)"
         return written, errors
 
     def unused(self, selected_paths: Iterable[Path] | None, rootdir: Path) -> list[str]:

@@ -21,7 +21,7 @@ from pytest_fxprof.judge.decision import (
     TOTAL_TOLERANCE,
     Policy,
 )
-from pytest_fxprof.judge.paired import PAIRED_NODE_TOLERANCE, PAIRED_TOTAL_TOLERANCE, PairedPolicy
+from pytest_fxprof.judge.paired import MIN_DECIDING_PAIRS, PAIRED_NODE_TOLERANCE, PAIRED_TOTAL_TOLERANCE, PairedPolicy
 from pytest_fxprof.records.measurement import Protocol, Tolerances
 from pytest_fxprof.store.history import DEFAULT_KEEP
 
@@ -130,9 +130,15 @@ _MINIMUM: dict[str, float] = {
     "threads": 1,
     "processes": 1,
     "floor_us": 0.0,
-    "pairs": 2,
+    "pairs": MIN_DECIDING_PAIRS,
     "budget_s": 0.0,
     "history": 1,
+}
+
+
+_WHY_MINIMUM = {
+    "pairs": f": fewer pairs cannot decide the total of a check whose pairs spread as usual (1 %) at the gate's "
+    f"confidence (use {MIN_DECIDING_PAIRS} or more; the default is {Settings.pairs})",
 }
 
 
@@ -156,7 +162,8 @@ def _coerce(name: str, value: object, source: str) -> float | int | str:
     if not math.isfinite(number):
         raise SettingsError(f"{source}: {name} must be a finite number, not {value!r}")
     if number < _MINIMUM[name]:
-        raise SettingsError(f"{source}: {name} must be at least {_MINIMUM[name]:g}, not {value!r}")
+        why = _WHY_MINIMUM.get(name, "")
+        raise SettingsError(f"{source}: {name} must be at least {_MINIMUM[name]:g}, not {value!r}{why}")
     return number
 
 

@@ -2,7 +2,7 @@
 
 Every inner run (and each of its old and new processes) reads the fake clock of ``tests/test_plugin.py``: a
 model's time is what its code says, so that each verdict asserted here is fixed, whatever the machine does.
-Each pair's ratio is then exact, and two pairs decide.
+Each pair's ratio is then exact, and the fewest pairs a check may ask for decide.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_fxprof.judge.paired import MIN_DECIDING_PAIRS
 from tests.test_plugin import CLOCK_CONFTEST, FAKE_CLOCK
 
 pytest.importorskip("torch")
@@ -64,6 +65,9 @@ def test_net(fxprof):
 
 FAST = "2_000_000"
 
+PAIRS = str(MIN_DECIDING_PAIRS)
+"""The fewest pairs a check may ask for: on the fake clock every pair's ratio is exact, and they decide."""
+
 
 def model(slow_ns: str = FAST, *, extra: bool = False) -> str:
     return MODEL.format(
@@ -96,7 +100,7 @@ def base(pytester: pytest.Pytester) -> str:
 
 
 def against(pytester: pytest.Pytester, ref: str, *args: str, env: dict[str, str] | None = None) -> pytest.RunResult:
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--fxprof-against", ref, "--fxprof-pairs", "2"]
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--fxprof-against", ref, "--fxprof-pairs", PAIRS]
     done = subprocess.run(
         [*cmd, *args], cwd=pytester.path, capture_output=True, text=True, check=False, env={**os.environ, **(env or {})}
     )
@@ -118,27 +122,29 @@ def test_a_slowdown_committed_on_top_of_the_base_fails_naming_the_node_and_the_r
     result = against(pytester, "HEAD~1", *views, env={"TMPDIR": str(tmp), "GITHUB_STEP_SUMMARY": str(summary)})
     assert result.ret == 1, result.stdout.str()
     out = result.stdout.str()
-    assert f"got slower than HEAD~1 ({base[:7]}) (2 pairs of old and new processes)" in out
+    assert f"got slower than HEAD~1 ({base[:7]}) ({PAIRS} pairs of old and new processes)" in out
     assert "slower node: slow (call_module Slow in slow, model.py:" in out  # the source line
-    assert "per pair x1.50, x1.50" in out
+    assert "per pair x1.50, x1.50, x1.50, x1.50" in out
     report = json.loads((pytester.path / "r.json").read_text())
+    # the commit it was checked against, for fxprof merge to compare shards by
+    assert report["against"] == {"label": f"HEAD~1 ({base[:7]})", "ref": "HEAD~1", "commit": base, "python": ""}
     (profile,) = report["profiles"]
     assert profile["status"] == "regression"
     assert profile["against"] == f"HEAD~1 ({base[:7]})"
-    assert profile["pairs"] == 2
+    assert profile["pairs"] == MIN_DECIDING_PAIRS
     slow = next(n for n in profile["nodes"] if n["name"] == "slow")
-    assert slow["ratios"] == pytest.approx([1.5, 1.5], abs=1e-3)
+    assert slow["ratios"] == pytest.approx([1.5] * MIN_DECIDING_PAIRS, abs=1e-3)
     assert slow["verdict"] == "slower"
-    assert len(slow["samples_ns"]) == 2  # one per new process
+    assert len(slow["samples_ns"]) == MIN_DECIDING_PAIRS  # one per new process
     props = {p.get("name"): p.get("value") for p in ET.parse(pytester.path / "j.xml").iter("property")}
     assert props["fxprof[call0].against"] == f"HEAD~1 ({base[:7]})"
-    assert props["fxprof[call0].pairs"] == "2"
-    assert len(str(props["fxprof[call0].pair_ratios"]).split()) == 2
+    assert props["fxprof[call0].pairs"] == PAIRS
+    assert len(str(props["fxprof[call0].pair_ratios"]).split()) == MIN_DECIDING_PAIRS
     assert left_trees(tmp) == []  # the exported tree is gone
     markdown = (pytester.path / "r.md").read_text()
     assert f"## pytest-fxprof against HEAD~1 ({base[:7]}): 1 regression" in markdown
     assert markdown in summary.read_text()  # appended to the GitHub Actions step summary
-    assert "2 pairs" in markdown
+    assert f"{PAIRS} pairs" in markdown
     assert (
         f"Check against HEAD~1 ({base[:7]}), in pairs of old and new processes"
         in (pytester.path / "r.html").read_text()
@@ -148,11 +154,53 @@ def test_a_slowdown_committed_on_top_of_the_base_fails_naming_the_node_and_the_r
     bench = json.loads((pytester.path / "b.json").read_text())
     whole = next(b for b in bench["benchmarks"] if b["name"] == "test_net[call0]")
     assert whole["extra_info"]["against"] == f"HEAD~1 ({base[:7]})"
-    assert len(whole["extra_info"]["pair_ratios"]) == 2
+    assert len(whole["extra_info"]["pair_ratios"]) == MIN_DECIDING_PAIRS
+
+
+FLIP = """
+import os
+from pathlib import Path
+
+_seen = Path(os.environ["FLIP_DIR"]) / "count"
+_n = int(_seen.read_text()) if _seen.exists() else 0
+_seen.write_text(str(_n + 1))
+# the new side's processes take turns: 3 times the old side's 2 ms, then half of it
+SLOW_NS = 6_000_000 if _n % 2 == 0 else 1_000_000
+"""
+
+
+def test_pairs_that_stop_undecided_fail_the_test_as_undecided_in_every_view(
+    pytester: pytest.Pytester, base: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Pairs that disagree (x3.0, x0.5, ...) until the budget ends them reach no verdict: never a pass."""
+    commit(pytester, {"flip.py": FLIP, "model.py": model('__import__("flip").SLOW_NS')}, "a model that flips")
+    views = ["--fxprof-report", "r.json", "--fxprof-markdown", "r.md", "--junitxml", "j.xml"]
+    env = {"FLIP_DIR": str(tmp_path_factory.mktemp("flip"))}
+    result = against(pytester, "HEAD~1", "--fxprof-budget-s", "0.001", *views, env=env)
+    out = result.stdout.str()
+    assert result.ret == 1, out
+    assert f"undecided against HEAD~1 ({base[:7]}), no verdict (neither a pass nor a slowdown)" in out
+    assert "too noisy to decide: node slow: x1.22 beyond band +5%" in out
+    assert f"{PAIRS} pairs measured, when the time budget of 0.001 s per test ended them; more pairs decide it" in out
+    assert "1 profile(s) undecided, too noisy to decide" in out  # the terminal summary counts it
+    (profile,) = json.loads((pytester.path / "r.json").read_text())["profiles"]
+    assert profile["status"] == "undecided"
+    assert "node slow: x1.22" in profile["noisy"]
+    assert "1 undecided" in (pytester.path / "r.md").read_text().splitlines()[0]
+    props = {p.get("name"): p.get("value") for p in ET.parse(pytester.path / "j.xml").iter("property")}
+    assert props["fxprof[call0].status"] == "undecided"
+
+
+def test_fewer_pairs_than_can_decide_is_a_usage_error_naming_the_minimum(pytester: pytest.Pytester, base: str) -> None:
+    result = against(pytester, "HEAD", "--fxprof-pairs", str(MIN_DECIDING_PAIRS - 1))
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"pairs must be at least {MIN_DECIDING_PAIRS}, not '{MIN_DECIDING_PAIRS - 1}': fewer pairs cannot" in (
+        result.stderr.str()
+    )
 
 
 def test_a_change_that_does_not_matter_passes(pytester: pytest.Pytester, base: str) -> None:
-    marked = TEST.replace("def test_net", "import pytest\n\n\n@pytest.mark.fxprof(pairs=3)\ndef test_net", 1)
+    marked = TEST.replace("def test_net", "import pytest\n\n\n@pytest.mark.fxprof(pairs=5)\ndef test_net", 1)
     commit(pytester, {"model.py": model() + "\n# a comment\n", "test_net.py": marked}, "comment")
     baselines = pytester.path / "baselines"
     baselines.mkdir()
@@ -160,7 +208,7 @@ def test_a_change_that_does_not_matter_passes(pytester: pytest.Pytester, base: s
     result = against(pytester, "HEAD~1", "--fxprof-schedule", "alternate")
     assert result.ret == 0, result.stdout.str()
     assert "test_net.py::test_net [call0]: pass, total x1.00" in result.stdout.str()
-    assert f"against HEAD~1 ({base[:7]}), 3 pairs" in result.stdout.str()  # the marker's pairs
+    assert f"against HEAD~1 ({base[:7]}), 5 pairs" in result.stdout.str()  # the marker's pairs
     assert [f.name for f in baselines.iterdir()] == ["stray.json"]
     assert "stray.json" not in result.stdout.str()
 
@@ -253,7 +301,8 @@ def test_a_src_layout_project_runs_its_own_code_on_each_side(
     assert result.ret == 1, result.stdout.str()
     out = result.stdout.str()
     assert "slower node: slow (call_module Slow in slow" in out
-    assert "per pair x1.50, x1.50" in out  # the old side ran the revision's package (2 ms), the new side 3 ms
+    # the old side ran the revision's package (2 ms), the new side 3 ms
+    assert "per pair x1.50, x1.50, x1.50, x1.50" in out
     assert "imported code from the working tree" not in out
 
 
@@ -340,10 +389,10 @@ def test_a_project_below_the_repositorys_top_level_runs_from_its_own_rootdir(
     commit(pytester, {}, "the tests in perf/")
     commit(pytester, {"perf/model.py": model("3_000_000")}, "slower")
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--fxprof-against", "HEAD~1", "--fxprof-pairs"]
-    done = subprocess.run([*cmd, "2"], cwd=sub, capture_output=True, text=True, check=False)
+    done = subprocess.run([*cmd, PAIRS], cwd=sub, capture_output=True, text=True, check=False)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "slower node: slow (call_module Slow in slow" in done.stdout
-    assert "per pair x1.50, x1.50" in done.stdout
+    assert "per pair x1.50, x1.50, x1.50, x1.50" in done.stdout
 
 
 def test_the_old_side_importing_the_working_tree_is_refused(pytester: pytest.Pytester, base: str) -> None:
@@ -430,7 +479,7 @@ def test_another_python_for_the_old_side(pytester: pytest.Pytester, base: str) -
     wrapper = pytester.path / "oldpy"
     wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
     wrapper.chmod(0o755)
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--fxprof-pairs", "2"]
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--fxprof-pairs", PAIRS]
     done = subprocess.run(
         [*cmd, "--fxprof-against-python", "./oldpy"], cwd=pytester.path, capture_output=True, text=True, check=False
     )
@@ -487,7 +536,8 @@ def test_ctrl_c_removes_the_exported_tree_and_leaves_no_process(
 ) -> None:
     commit(pytester, {"test_net.py": HANG}, "the sides hang")
     tmp, hung = tmp_path_factory.mktemp("tmpdir"), tmp_path_factory.mktemp("hung")
-    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--fxprof-against", "HEAD", "--fxprof-pairs", "2"]
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--fxprof-against", "HEAD"]
+    cmd += ["--fxprof-pairs", PAIRS]
     env = {**os.environ, "TMPDIR": str(tmp), "HANG_DIR": str(hung)}
     # As at a terminal: a suite started in the background (nohup, `cmd &` in a script) has SIGINT ignored, and a
     # child would inherit that; one started while this process handles SIGINT gets the default.
@@ -561,7 +611,7 @@ def test_under_xdist_one_test_measures_at_a_time(
     for f in stamps.iterdir():
         start, end = map(float, f.read_text().split())
         spans[f.name.split("-")[0]].append((start, end))
-    assert len(spans["one"]) == len(spans["two"]) == 4  # 2 pairs of 2 processes each
+    assert len(spans["one"]) == len(spans["two"]) == 2 * MIN_DECIDING_PAIRS  # each pair: 2 processes
     one = (min(s for s, _ in spans["one"]), max(e for _, e in spans["one"]))
     two = (min(s for s, _ in spans["two"]), max(e for _, e in spans["two"]))
     assert one[1] <= two[0] or two[1] <= one[0], (one, two)  # the two tests' measurements never overlapped

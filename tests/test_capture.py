@@ -671,7 +671,7 @@ def test_the_module_is_left_as_it_was(mode: str, training: bool) -> None:
         ({"leaf_modules": "layer"}, CaptureError, r"takes a list.*leaf_modules=\['layer'\]"),
         ({"leaf_modules": [3]}, CaptureError, r"submodule paths \(str\) or nn\.Module classes, got 3"),
         ({"tracer": "fx"}, CaptureError, r"tracer= takes a torch\.fx\.Tracer instance, got str"),
-        ({"mode": "export", "leaf_modules": ["layer"]}, CaptureError, r'(?s)capture="export" cannot use them.*Fix:'),
+        ({"mode": "export", "leaf_modules": ["layer"]}, CaptureError, r'(?s)capture="export" cannot use it.*Fix:'),
     ],
 )
 def test_bad_requests_say_the_cause_and_the_fix(kwargs: dict[str, Any], error: type, message: str) -> None:

@@ -1224,6 +1224,17 @@ def test_too_noisy_bands_decide_nothing(case: NoisyCase) -> None:
         assert pool.reason.startswith("x10.00, but band +")
 
 
+def test_a_check_that_fails_nothing_but_could_not_decide_what_gates_is_undecided_never_passed() -> None:
+    c = compare(noisy_baseline(1.3, 0.75), current_entry(), NO_FLOOR)
+    assert c.noisy  # items that gate, too noisy to decide
+    assert not c.slower
+    assert not c.slower_aggregates
+    assert c.total is not None
+    assert c.total.verdict is Verdict.OK
+    assert c.status is Status.UNDECIDED
+    assert compare(BASELINE_1, current_entry(), POLICY).status is Status.PASS  # decided throughout: a pass
+
+
 def test_noisy_small_nodes_are_not_warned_about() -> None:
     # processes scattering +-30 %: add and flatten (which do not gate) scatter too, yet neither is listed
     c = compare(noisy_baseline(1.3, 0.75), current_entry(), NO_FLOOR)

@@ -75,7 +75,7 @@ def test_resnet18_record_check_and_catch(pytester: pytest.Pytester, monkeypatch:
     assert check.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
     report = json.loads((pytester.path / "report.json").read_text())
     (profile,) = report["profiles"]
-    assert profile["status"] in ("pass", "regression")
+    assert profile["status"] in ("pass", "regression", "undecided")  # undecided: a node too noisy to decide
     verdicts = ("ok", "slower", "faster", "too noisy")
     assert all(node["verdict"] in verdicts for node in profile["nodes"])
     assert all(a["verdict"] in verdicts for a in profile["aggregates"])

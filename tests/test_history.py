@@ -82,6 +82,11 @@ CHANGES = [
         "the capture method changed (symbolic_trace -> export)",
         id="capture",
     ),
+    pytest.param(
+        lambda e: replace(e, protocol=replace(e.protocol, passes=40)),
+        "the protocol changed (passes 20 -> 40)",
+        id="protocol",
+    ),
     pytest.param(lambda e: make_entry(node_count=4), "the graph changed (1 node(s) added, 0 removed)", id="added"),
     pytest.param(
         lambda e: replace(e, nodes=tuple(reversed(e.nodes))),

@@ -141,6 +141,38 @@ def test_a_baseline_of_another_environment_restarts_the_history(pytester: pytest
     assert not any("history restarted" in line for line in fxprof_section(result))
 
 
+def test_a_history_that_holds_a_recording_of_another_environment_restarts(
+    pytester: pytest.Pytester, days: list[str]
+) -> None:
+    """A merge resolved by hand put a recording of another torch into the history: the bands never learnt from it
+    (``BaselineEntry.comparable_recordings``), and the next update starts the history afresh and says why."""
+    write_tests(pytester, TEST)
+    for _ in range(3):
+        update(pytester)
+    path = only_file(pytester.path / "baselines")
+    data = load(path)
+    torch = data["entries"]["call0"]["environment"]["torch"]
+    data["entries"]["call0"]["history"][1]["environment"]["torch"] = "2.4.0+merged"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    assert [r.environment.torch for r in parse(path.read_text(), path).entries["call0"].recordings] == [
+        torch,
+        torch,
+        "2.4.0+merged",
+    ]
+
+    result = update(pytester)
+    assert dates(entry(pytester)) == [DAYS[3]]
+    note = (
+        f"{LABEL}: history restarted, environment torch '2.4.0+merged' -> {torch!r} in its recording of {DAYS[0]}; "
+        "its 3 earlier recording(s) were not kept"
+    )
+    assert note in fxprof_section(result)
+
+    result = update(pytester)  # learnt from again from here on
+    assert dates(entry(pytester)) == [DAYS[4], DAYS[3]]
+    assert not any("history restarted" in line for line in fxprof_section(result))
+
+
 def test_a_changed_graph_restarts_the_history(pytester: pytest.Pytester, days: list[str]) -> None:
     write_tests(pytester, TEST)
     update(pytester)

@@ -428,3 +428,16 @@ def test_module_share_bars_are_proportional_to_the_share() -> None:
     rollups = recorded("t.py::test_bars", 4)["rollups"]["module"]
     assert max(widths) == SHARE_BAR_EM  # the whole model
     assert widths == {round(min(r["share"], 1.0) * SHARE_BAR_EM, 2) for r in rollups}
+
+
+def test_an_undecided_profile_comes_right_after_the_regressions_and_says_why() -> None:
+    given = profiles()
+    judged = next(p for p in given if p["status"] == "pass")
+    undecided = {**judged, "test_id": "a.py::test_open", "status": "undecided", "noisy": "node fc: x1.22"}
+    page = render_html("check", [*given, undecided], [])
+    sections = [attrs["id"] for tag, attrs in Page(page).tags if tag == "section" and "data-index" in attrs]
+    regressions = sum(p["status"] == "regression" for p in given)
+    assert sections[regressions] == section_id("a.py::test_open", "call0")
+    assert "Undecided: these items that gate were too noisy to decide" in section(page, "a.py::test_open")
+    badges = text_of(page[: page.index("<section")])
+    assert badges.index("1 undecided") < badges.index(" pass")

@@ -246,3 +246,26 @@ def test_the_step_summary_alone(tmp_path: Path) -> None:
     assert write_markdown(None, text, {"GITHUB_STEP_SUMMARY": str(summary)}) == [summary]
     assert summary.read_text(encoding="utf-8") == text
     assert write_markdown(None, text, {}) == []
+
+
+def test_against_a_revision_the_summary_speaks_of_the_revision_not_of_a_baseline() -> None:
+    """That mode reads no baseline and corrects by no reference workload: each line names the old side."""
+    profile = {**checked({"conv": 2.0}), "against": "origin/main (1a2b3c4)", "pairs": 6}
+    profile["added"] = [{"name": "new"}]
+    text = markdown_summary("against", [profile], [])
+    total = next(line for line in text.splitlines() if line.startswith("Total: "))
+    assert "at origin/main (1a2b3c4), per pair of old and new processes" in total
+    assert "reference workload" not in text
+    assert "| Slower node | Module | Old -> new |" in text
+    assert "graph changed since origin/main (1a2b3c4), 1 node(s) added" in text
+    assert "the baseline" not in text
+    mismatch = {**PASSED, "status": "mismatch", "against": "origin/main (1a2b3c4)", "mismatches": ["inputs: x"]}
+    assert "other inputs or another mode than at origin/main (1a2b3c4)" in markdown_summary("against", [mismatch], [])
+
+
+def test_an_undecided_profile_is_counted_in_the_heading_and_says_what_it_could_not_decide() -> None:
+    undecided = {**PASSED, "status": "undecided", "noisy": "node conv: x1.22 beyond band +5%, but the pairs disagree"}
+    text = markdown_summary("check", [PASSED, undecided], [])
+    assert text.startswith("## pytest-fxprof: 1 undecided, 1 passed\n")
+    assert "| **undecided (no verdict)** |" in text
+    assert "- `t.py::test_fine [call0]`: undecided, too noisy to decide: node conv: x1.22 beyond band +5%" in text

@@ -10,8 +10,11 @@ import pytest
 
 from pytest_fxprof.judge.paired import (
     CONFIDENCE,
+    MIN_DECIDING_PAIRS,
     MIN_PAIRS,
+    PAIR_SPREAD,
     PairedPolicy,
+    can_decide,
     compare_pairs,
     judge_pairs,
     needs_more,
@@ -148,7 +151,7 @@ def test_pairs_that_disagree_are_too_noisy_never_passed_or_failed() -> None:
     assert "disagree too much" in c.total.judgement.reason
     assert any(t.startswith("total:") for t in c.noisy)
     assert needs_more(c)
-    assert c.status is Status.PASS  # not failed; the plugin warns that it is too noisy to decide
+    assert c.status is Status.UNDECIDED  # neither failed nor passed: no verdict
 
 
 def test_no_more_pairs_once_a_node_or_aggregate_failed_the_test() -> None:
@@ -157,12 +160,13 @@ def test_no_more_pairs_once_a_node_or_aggregate_failed_the_test() -> None:
 
     open_ = compare_pairs(*sides(6, slowed={"conv2": 1.07}, noise=0.03, seed=1), POLICY, against=AGAINST)
     assert conv2(open_) is Verdict.NOISY  # x1.07 beyond the band, not yet confirmed: more pairs decide it
-    assert open_.status is Status.PASS
+    assert open_.status is Status.UNDECIDED
     assert needs_more(open_)
     failed = compare_pairs(*sides(6, slowed={"conv2": 1.07, "conv3": 1.4}, noise=0.03, seed=1), POLICY, against=AGAINST)
     assert conv2(failed) is Verdict.NOISY
     assert [v.node.name for v in failed.slower] == ["conv3"]
     assert not needs_more(failed)  # the test fails on conv3 whatever conv2 turns out to be
+    assert failed.status is Status.REGRESSION
 
 
 def test_one_pair_decides_nothing() -> None:
@@ -327,3 +331,18 @@ def test_pairs_out_of_lock_step_are_left_out_or_kept_and_counted() -> None:
     assert found is not None
     assert (len(found[0]), found[2], found[3]) == (4, 0, 3)  # one pair held: all kept, the three counted
     assert paired_entries(Pairs(children(old, [None] * 4), [Child((), 0, {"calls": {}}, "")] * 4), "call0") is None
+
+
+def test_fewer_pairs_than_the_minimum_can_never_decide_a_usual_total() -> None:
+    """The minimum of --fxprof-pairs: the fewest pairs whose interval, at the gate's confidence, can decide the
+    total of a check whose pairs spread as usual; one fewer cannot, however the pairs fall."""
+    assert can_decide(MIN_DECIDING_PAIRS)
+    assert not can_decide(MIN_DECIDING_PAIRS - 1)
+    assert not can_decide(2, spread=0.001)  # with 2 pairs (t = 318), even pairs agreeing within 0.1 % decide nothing
+    # an unchanged model whose pairs spread as usual, measured in one pair fewer than the minimum: undecided
+    spread = [math.exp(PAIR_SPREAD * z) for z in (1.0, -1.0, 0.0)][: MIN_DECIDING_PAIRS - 1]
+    old = [1_000_000.0] * len(spread)
+    total = judge_pairs(
+        old, [o * r for o, r in zip(old, spread, strict=True)], 0.03, BandSource.TOLERANCE, resolve=True
+    )
+    assert total.verdict is Verdict.NOISY

@@ -39,6 +39,7 @@ from pytest_fxprof.session import (
     OnGraphChange,
     OnMismatch,
     OnMissing,
+    OnUndecided,
     OnUnused,
     Reactions,
     rerecord_hint,
@@ -179,14 +180,14 @@ def decide(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
 
 def skip_if_the_machine_was_busy(result: pytest.RunResult) -> None:
     """Skip when a profile was not compared because its reference workload ran beyond MACHINE_FACTOR_LIMIT, or
-    because it was measured on a busy machine (too noisy to decide).
+    because it was measured on a busy machine (undecided: too noisy to decide).
 
     For runs on real clocks (the end-to-end test): a loaded machine can slow the reference workload of the
     recording or of the check that much; the gate then rightly calls the machine another one, and the run
     can say nothing about what the test checks. The fake clock of this module's runs never does.
     """
     # another machine speed, or a profile the gate would not judge because its passes were disturbed
-    signs = (": mismatch (machine speed: ", ": too noisy to decide (")
+    signs = (": mismatch (machine speed: ", ": undecided, too noisy to decide (")
     busy = [line for line in result.outlines if any(sign in line for sign in signs)]
     if busy:
         pytest.skip("the machine was too busy to compare profiles: " + "; ".join(busy))
@@ -899,6 +900,7 @@ def test_reactions_and_their_defaults() -> None:
         unused=OnUnused.WARN,
         faster=OnFaster.WARN,
         confirm=Confirm.FRESH,
+        undecided=OnUndecided.FAIL,
     )
     assert [c.value for c in OnFaster] == ["ignore", "warn", "fail"]
     assert [c.value for c in Confirm] == ["fresh", "same", "off"]

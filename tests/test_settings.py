@@ -40,8 +40,8 @@ def test_pairs_and_their_budget() -> None:
     s = apply(Settings(), {"pairs": "4", "budget_s": 30, "schedule": "alternate"}, "marker")
     assert (s.pairs, s.max_pairs, s.budget_s, s.schedule) == (4, 12, 30.0, "alternate")
     assert Settings().schedule == "auto"
-    with pytest.raises(SettingsError, match="pairs must be at least 2, not 1"):
-        apply(Settings(), {"pairs": 1}, "marker")
+    with pytest.raises(SettingsError, match=r"pairs must be at least 4, not 3: fewer pairs cannot decide"):
+        apply(Settings(), {"pairs": 3}, "marker")
 
 
 @pytest.mark.parametrize(("name", "good"), [("engine", "interpreter"), ("capture", "dynamo")])

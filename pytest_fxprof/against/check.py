@@ -22,7 +22,7 @@ from pytest_fxprof.against.revision import Revision
 from pytest_fxprof.against.rounds import Pairs, Side, SideFailedError, measure_pairs
 from pytest_fxprof.judge.paired import MIN_PAIRS, PairedPolicy, compare_pairs, needs_more
 from pytest_fxprof.measure.sampling import Child, Relaunch, tail
-from pytest_fxprof.records.measurement import BaselineEntry, iqr_int, median_int
+from pytest_fxprof.records.measurement import BaselineEntry, capture_difference, iqr_int, median_int
 from pytest_fxprof.records.profile import Profile
 from pytest_fxprof.records.verdicts import Comparison, Status
 from pytest_fxprof.store.baseline import entry_from_json
@@ -224,7 +224,10 @@ def merged(entries: Sequence[BaselineEntry]) -> BaselineEntry:
         if [n.key for n in e.nodes] != [n.key for n in first.nodes]:
             raise AgainstError(
                 "one side's processes captured different graphs of the same call; the capture must be "
-                "deterministic (a model whose graph depends on state or randomness cannot be compared)"
+                "deterministic (a model whose graph depends on state or randomness cannot be compared): "
+                + capture_difference(
+                    [n.key for n in first.nodes], [n.key for n in e.nodes], ("its first process's capture", "another's")
+                )
             )
     return replace(first, runs=tuple(e.runs[0] for e in entries))
 
@@ -236,7 +239,8 @@ def side_profile(base: Profile, entry: BaselineEntry) -> Profile:
     if keys != [n.key for n in entry.nodes]:
         raise AgainstError(
             "the new side's processes captured another graph than this process did; the capture must be "
-            "deterministic (a model whose graph depends on state or randomness cannot be compared)"
+            "deterministic (a model whose graph depends on state or randomness cannot be compared): "
+            + capture_difference(keys, [n.key for n in entry.nodes], ("this process's capture", "the new side's"))
         )
     per_node = [tuple(r.node_ns[i] for r in entry.runs) for i in range(len(keys))]
     medians = [median_int(s) for s in per_node]

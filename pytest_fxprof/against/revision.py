@@ -101,13 +101,72 @@ def resolve(ref: str, cwd: Path) -> tuple[Path, str]:
     if shallow:
         raise RevisionError(
             f"--fxprof-against {ref}: the revision is not in this clone, which is shallow (it holds only the "
-            "newest commits); fetch the history: `git fetch --unshallow origin` (and the branch: "
-            f"`git fetch origin {ref.removeprefix('origin/')}`), or in GitHub Actions check out with "
-            "`fetch-depth: 0`"
+            f"newest commits); {shallow_fetch(ref, repo)}; in GitHub Actions, check out with `fetch-depth: 0` "
+            "(actions/checkout) instead"
         )
     raise RevisionError(
         f"--fxprof-against {ref}: git knows no revision {ref!r} in {repo}; name a branch, tag or sha it has "
         f"(`git log --oneline -3 {ref}` must work), or fetch it first (`git fetch origin`)"
+    )
+
+
+_STEPS = re.compile(r"(?:~\d*|\^\d*)+$")
+_STEP = re.compile(r"([~^])(\d*)")
+_FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}", re.IGNORECASE)
+_SHORT_SHA = re.compile(r"[0-9a-f]{4,}", re.IGNORECASE)
+_NAME = re.compile(r"\w[\w./-]*")
+
+
+def _generations(steps: str) -> int:
+    """How many commits back ``~2^`` reaches from its base (``^2``, a second parent, is one back)."""
+    total = 0
+    for kind, count in _STEP.findall(steps):
+        total += (int(count) if count else 1) if kind == "~" else int(count != "0")
+    return total
+
+
+def _remote(name: str, repo: Path) -> str:
+    """The remote ``name`` belongs to (``upstream`` for ``upstream/main``), else ``origin`` or the first one."""
+    remotes = _git(["remote"], repo).stdout.split()
+    for remote in remotes:
+        if name.startswith(remote + "/"):
+            return remote
+    return "origin" if "origin" in remotes or not remotes else remotes[0]
+
+
+def shallow_fetch(ref: str, repo: Path) -> str:
+    """The advice for a ``ref`` the shallow clone ``repo`` lacks: the git command after which it resolves.
+
+    A remote takes only names and full shas, never ``HEAD~1``: a commit behind one the clone has
+    (``HEAD~2``) needs the clone deepened (``git fetch --deepen=2 origin``); ``origin/main`` its branch fetched
+    into the remote-tracking ref by name (a single-branch clone's refspec would leave it in ``FETCH_HEAD``),
+    ``N`` commits deeper for ``origin/main~N``; a full sha or a branch or tag name itself; anything else (a
+    short sha) the whole history of every branch and tag.
+    """
+    steps = _STEPS.search(ref)
+    base = ref[: steps.start()] if steps else ref
+    back = _generations(steps.group()) if steps else 0
+    remote = _remote(base, repo)
+    found = _git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{base}^{{commit}}"], repo)
+    if base and back and found.returncode == 0:
+        return (
+            f"deepen it by {back} commit(s): `git fetch --deepen={back} {remote}`, or fetch the whole "
+            f"history: `git fetch --unshallow {remote}`"
+        )
+    depth = back + 1
+    if base.startswith(remote + "/") and _NAME.fullmatch(base):
+        branch = base.removeprefix(remote + "/")
+        return f"fetch the branch: `git fetch --depth={depth} {remote} {branch}:refs/remotes/{base}`"
+    if _FULL_SHA.fullmatch(base):
+        return f"fetch the commit: `git fetch --depth={depth} {remote} {base.lower()}`"
+    if _NAME.fullmatch(base) and not _SHORT_SHA.fullmatch(base):
+        return (
+            f"fetch the branch: `git fetch --depth={depth} {remote} {base}:{base}` (a tag: "
+            f"`git fetch --depth={depth} {remote} tag {base}`)"
+        )
+    return (
+        "fetch the history of every branch and tag: "
+        f"`git fetch --unshallow --tags {remote} '+refs/heads/*:refs/remotes/{remote}/*'`"
     )
 
 

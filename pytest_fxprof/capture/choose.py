@@ -4,7 +4,8 @@ Owns ``capture_module``, the entry to this package for a forward (``step.capture
 it refuses what cannot be captured before trying (each refusal with its fix), keeps the module as it was
 throughout, and for ``auto`` tries symbolic tracing (keeping each submodule that breaks it whole, up to
 ``MAX_LEAF_RETRIES``), then ``torch.export``, then dynamo, checking each against the module's own output;
-when all fail, the error lists why each one did.
+when all fail, the error lists why each one did. What the user asked for is honoured or fails with its own
+error: given a tracer or a leaf list, ``auto`` traces with them only, and never puts other graphs in their place.
 
 Must not import pytest.
 """
@@ -50,6 +51,8 @@ def capture_module(
     ``export``: ``torch.export`` (non-strict), one graph. ``dynamo``: ``torch.compile`` with a backend that
     keeps each graph, several where the model has graph breaks. ``auto``: symbolic tracing, keeping each
     submodule that breaks it whole; then export; then dynamo; the first whose graphs run like the module.
+    ``auto`` given a ``tracer`` or ``leaf_modules`` traces symbolically with them or raises ``CaptureError``
+    (a ``tracer`` beside ``leaf_modules``, or either with ``export`` or ``dynamo``, is refused before trying).
     Every capture but an explicit ``symbolic`` one is checked against the module's own output. The module
     is left as it was (modes, buffers, attributes) and so is torch's random state.
     """
@@ -116,10 +119,20 @@ def _check_request(
     if tracer is not None and not isinstance(tracer, torch.fx.Tracer):
         raise CaptureError(f"tracer= takes a torch.fx.Tracer instance, got {type(tracer).__name__}")
     check_leaf_modules(module, leaf_modules)
-    if mode in ("export", "dynamo") and (leaf_modules or tracer is not None):
+    given = [arg for arg, on in (("tracer=", tracer is not None), ("leaf_modules=", bool(leaf_modules))) if on]
+    if mode in ("export", "dynamo") and given:
+        them = "them" if len(given) > 1 else "it"
         raise CaptureError(
-            f'leaf_modules= and tracer= are for symbolic tracing; capture="{mode}" cannot use them. '
-            'Fix: drop them, or use capture="symbolic" or capture="auto".'
+            f'{" and ".join(given)} {"are" if len(given) > 1 else "is"} for symbolic tracing; capture="{mode}" '
+            f"cannot use {them}. "
+            f'Fix: drop {them} to capture with {_MODE_NAMES[mode]}, or set capture="symbolic" (or "auto") '
+            "with @pytest.mark.fxprof(capture=...), the fxprof_capture ini key or --fxprof-capture."
+        )
+    if len(given) > 1:
+        raise CaptureError(
+            f"tracer= and leaf_modules= cannot be used together: the tracer decides which submodules are traced "
+            f"into (its is_leaf_module), so leaf_modules={_shown_leaves(leaf_modules)} would be ignored. "
+            "Fix: have the tracer's is_leaf_module return True for those submodules, or drop tracer=."
         )
     with contextlib.suppress(TypeError, ValueError):  # a signature inspect cannot read binds anything
         try:
@@ -157,7 +170,9 @@ def _auto(
     tracer: torch.fx.Tracer | None,
     checker: Checker,
 ) -> Captured:
-    """The first of symbolic (with submodules kept whole), export and dynamo whose graphs run like the module."""
+    """The first of symbolic (with submodules kept whole), export and dynamo whose graphs run like the module.
+
+    Given a tracer or a leaf list, only symbolic tracing with them: their graphs, or a ``CaptureError``."""
     checker.expected()  # a module that fails on its inputs is refused before any capture is blamed
     captured, failed = _auto_symbolic(module, leaf_modules, tracer, checker)
     if captured is not None:
@@ -191,7 +206,8 @@ def _auto_symbolic(
     checker: Checker,
 ) -> tuple[Captured | None, str]:
     """Symbolic tracing, keeping each submodule that breaks it whole (up to ``MAX_LEAF_RETRIES``), checked
-    against the module: the capture, or ``None`` and why it failed."""
+    against the module: the capture, or ``None`` and why it failed. Given a tracer or a leaf list, a failure
+    raises a ``CaptureError`` instead (``_refused``): no other capture may stand in for what was asked."""
     leaves = list(leaf_modules)
     kept: list[str] = []
     name = "symbolic_trace" if tracer is None else f"tracer:{type(tracer).__name__}"
@@ -207,7 +223,11 @@ def _auto_symbolic(
             where = f" in {failed[0]!r} ({failed[1]})" if failed and failed[0] else ""
             if len(kept) >= MAX_LEAF_RETRIES and where:
                 where += f", after keeping {len(kept)} submodules whole"
-            return None, f"{name} failed{where}: {one_line(exc.cause)}"
+            why = f"{name} failed{where}: {one_line(exc.cause)}"
+            if tracer is not None or leaf_modules:
+                added = leaves[len(leaf_modules) :]
+                raise _refused(module, leaf_modules, tracer, why, failed_in=failed, added=added) from exc.cause
+            return None, why
         break
     try:
         problem = checker.problem(captured)
@@ -218,9 +238,55 @@ def _auto_symbolic(
     if problem:
         if kept:
             problem += f" (with {', '.join(repr(leaf) for leaf in leaves[len(leaf_modules) :])} kept whole)"
+        if tracer is not None or leaf_modules:
+            added = leaves[len(leaf_modules) :]
+            raise _refused(module, leaf_modules, tracer, f"{name}: {problem}", differs=True, added=added)
         return None, f"{name}: {problem}"
     cap = dataclasses.replace(captured.capture, detail="; ".join(kept))
     return dataclasses.replace(captured, capture=cap), ""
+
+
+def _refused(
+    module: torch.nn.Module,
+    leaf_modules: Sequence[LeafSpec],
+    tracer: torch.fx.Tracer | None,
+    why: str,
+    *,
+    failed_in: tuple[str, str] | None = None,
+    differs: bool = False,
+    added: Sequence[LeafSpec] = (),
+) -> CaptureError:
+    """The error of ``auto`` given a tracer or a leaf list that it could not capture with: what was asked, why
+    (tracing failed, in ``failed_in`` where known, or the graph ``differs`` from the module) and the fix.
+    ``added`` are the submodules ``auto`` kept whole besides the leaf list."""
+    if tracer is not None:
+        asked = f"with the tracer passed (tracer={type(tracer).__name__})"
+    else:
+        asked = f"by symbolic tracing with leaf_modules={_shown_leaves(leaf_modules)}"
+    head = f'could not capture {type(module).__name__} {asked}, and capture="auto" uses no other capture in its place:'
+    if tracer is not None and not differs:
+        fix = symbolic.tracer_fix(failed_in)
+    elif tracer is not None:
+        fix = (
+            "  Fix: make the tracer trace what forward computes on these inputs (a Python branch on an input is "
+            "fixed at trace time: give the tracer's trace() concrete_args for it, or keep the submodule that "
+            f"branches whole in its is_leaf_module), or drop tracer= to let {symbolic.AUTO_CHOOSES}."
+        )
+    else:
+        if differs:
+            part = "add the submodule whose graph differs to leaf_modules="
+        elif failed_in and failed_in[0]:
+            part = f"add {failed_in[0]!r} to leaf_modules="
+        else:
+            part = "make the failing code traceable (torch.fx.wrap a function to keep it as one node)"
+        also = f" (auto kept {', '.join(map(repr, added))} whole already)" if added else ""
+        fix = f"  Fix: {part}{also}, or drop leaf_modules= to let {symbolic.AUTO_CHOOSES}."
+    return CaptureError("\n".join([head, f"  {why}", fix]))
+
+
+def _shown_leaves(leaf_modules: Sequence[LeafSpec]) -> str:
+    """``leaf_modules=`` as a user writes it: paths quoted, classes by name."""
+    return "[" + ", ".join(spec.__name__ if isinstance(spec, type) else repr(spec) for spec in leaf_modules) + "]"
 
 
 def _capture_by(

@@ -1,8 +1,9 @@
 """Capture by ``torch.fx.symbolic_trace``: one graph that shares the module's parameters and submodules.
 
 Owns the tracer (``symbolic_trace``'s, plus user-named leaf modules and a note of the submodule that broke
-tracing), the error that names that submodule, the user's source line and the fix, and the binding of a
-call's inputs to the graph's placeholders (including a tracer given ``concrete_args``).
+tracing), the error that names that submodule (found in the traceback for a user's tracer), the user's source
+line and the fix, and the binding of a call's inputs to the graph's placeholders (including a tracer given
+``concrete_args``).
 
 Must not import pytest.
 """
@@ -82,8 +83,8 @@ def trace_symbolic(
         try:
             graph = active.trace(module)
         except Exception as exc:
-            failed = active.failed_in if isinstance(active, _LeafTracer) else None
-            raise SymbolicTraceError(_capture_advice(module, exc, active), failed, exc) from exc
+            failed = active.failed_in if isinstance(active, _LeafTracer) else _failed_in(module, active, exc)
+            raise SymbolicTraceError(_capture_advice(module, exc, tracer, failed), failed, exc) from exc
         gm = torch.fx.GraphModule(active.root, graph, type(module).__name__)  # copies what it needs
     finally:
         for name in set(vars(module)) - before:  # tensor constants torch.fx parks on the traced module
@@ -93,15 +94,40 @@ def trace_symbolic(
     return gm, Capture(method=method, leaf_modules=names)
 
 
-def _capture_advice(module: torch.nn.Module, exc: Exception, tracer: torch.fx.Tracer) -> str:
+def _failed_in(module: torch.nn.Module, tracer: torch.fx.Tracer, exc: Exception) -> tuple[str, str] | None:
+    """The submodule a user's tracer failed in, from the traceback: the innermost frame of a submodule's own
+    code, or of the tracer's code given a submodule (its ``call_module``); ``None`` where none is found."""
+    paths = {id(m): path for path, m in module.named_modules()}
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        owner = frame.f_locals.get("self")
+        if id(owner) in paths:
+            found = owner
+        elif owner is tracer:
+            code = frame.f_code
+            given = [frame.f_locals.get(name) for name in code.co_varnames[1 : code.co_argcount]]
+            found = next((m for m in given if id(m) in paths), found)
+        tb = tb.tb_next
+    return None if found is None else (paths[id(found)], type(found).__name__)
+
+
+def _capture_advice(
+    module: torch.nn.Module, exc: Exception, tracer: torch.fx.Tracer | None, failed: tuple[str, str] | None
+) -> str:
     cause = f"{type(exc).__name__}: {exc}".strip().splitlines()[0]
-    lines = [f"torch.fx.symbolic_trace could not capture {type(module).__name__}: {cause}"]
-    failed = tracer.failed_in if isinstance(tracer, _LeafTracer) else None
+    name = type(module).__name__
+    asked = "torch.fx.symbolic_trace" if tracer is None else f"the tracer passed (tracer={type(tracer).__name__})"
+    lines = [f"{asked} could not capture {name}: {cause}"]
     if failed and failed[0]:
         lines.append(f"  while tracing submodule {failed[0]!r} ({failed[1]})")
     where = user_frame(exc)
     if where:
         lines.append(f"  at {where}")
+    if tracer is not None:
+        lines.append(tracer_fix(failed))
+        return "\n".join(lines)
     lines.append(
         "  Data-dependent control flow (if/for on tensor values), len()/int() of a traced value and "
         "submodules kept in plain lists cannot be traced symbolically."
@@ -117,6 +143,19 @@ def _capture_advice(module: torch.nn.Module, exc: Exception, tracer: torch.fx.Tr
             "traceable (torch.fx.wrap a function to keep it as one node)."
         )
     return "\n".join(lines)
+
+
+AUTO_CHOOSES = (
+    'capture="auto" choose: symbolic tracing (keeping each submodule that breaks it whole), then torch.export, '
+    "then dynamo"
+)
+"""What ``capture="auto"`` does without a tracer or a leaf list, for the fix that says to drop them."""
+
+
+def tracer_fix(failed: tuple[str, str] | None) -> str:
+    """The fix for a user's tracer that could not trace: mend the tracer, or let ``auto`` choose without it."""
+    keep = f" (its is_leaf_module can keep {failed[0]!r} whole)" if failed and failed[0] else ""
+    return f"  Fix: make the tracer handle it{keep}, or drop tracer= to let {AUTO_CHOOSES}."
 
 
 def placeholder_args(

@@ -10,6 +10,8 @@ Must not import torch or pytest. Must not import pandas at module level.
 from __future__ import annotations
 
 import argparse
+import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +117,54 @@ def load(path: Path) -> BaselineFile | Report:
         path,
         "neither a pytest-fxprof baseline (it has no schema_version) nor a report (no report_version)",
         "Pass a file from the baseline directory or a report written by `pytest --fxprof --fxprof-report PATH`",
+    )
+
+
+REPORT_AGAIN = "run the shard again to write it anew"
+"""The fix for a report that cannot be used: it is written again by running its tests, never recorded."""
+
+_PARTIAL_TOKEN = re.compile(r"(?:t(?:r(?:ue?)?)?|f(?:a(?:l(?:se?)?)?)?|n(?:u(?:ll?)?)?|-?[0-9.eE+-]*)")
+"""What the end of a JSON text cut inside a literal or a number holds."""
+
+
+def read_report(path: Path) -> tuple[Report, dict[str, Any]]:
+    """A JSON report of ``--fxprof-report`` and its data, for a command that reads reports only: a file that is not
+    whole JSON gets advice for a report (written by a run, not recorded as a baseline is)."""
+    text = _read_text(path)
+    try:
+        raw = loads(text)
+    except json.JSONDecodeError as exc:
+        raise _not_json(path, text, exc) from None
+    except ValueError as exc:
+        raise error(
+            path, f"the report is malformed: {exc}", f"It is not as pytest-fxprof writes it: {REPORT_AGAIN}"
+        ) from None
+    if isinstance(raw, dict) and "schema_version" in raw:
+        raise error(path, "is a baseline file, not a report", "Pass the reports written by --fxprof-report")
+    if not isinstance(raw, dict) or "report_version" not in raw:
+        raise error(
+            path,
+            "is not a pytest-fxprof report (it has no report_version)",
+            "Pass the JSON reports written by `pytest --fxprof-report PATH`",
+        )
+    return _report(raw, path), raw
+
+
+def _not_json(path: Path, text: str, exc: json.JSONDecodeError) -> CliError:
+    """Why ``text`` is no report: empty, cut short (its JSON ends early: an interrupted write or copy), or not JSON."""
+    if not text.strip():
+        return error(path, "the report is empty", f"Was the run that wrote it interrupted? Then {REPORT_AGAIN}")
+    rest = text[exc.pos :].strip()
+    if exc.msg.startswith("Unterminated string") or _PARTIAL_TOKEN.fullmatch(rest):
+        return error(
+            path,
+            f"the report ends before its JSON does (line {exc.lineno}: {exc.msg}): it was cut short",
+            f"Was the run that wrote it interrupted, or its copy (a CI artifact) incomplete? Then {REPORT_AGAIN}",
+        )
+    return error(
+        path,
+        f"the report is not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})",
+        f"Pass the JSON report of --fxprof-report (not its HTML or Markdown view), or {REPORT_AGAIN}",
     )
 
 

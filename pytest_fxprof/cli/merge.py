@@ -3,7 +3,11 @@
 Owns the command's arguments and output. A suite split over several machines (CI matrix shards, each with
 ``--fxprof-report``) merges its reports into one, and can write the Markdown summary and the HTML report of
 the whole from it. Shards must not overlap (a profile of one test and key in two reports is refused, naming
-both) and must come from runs of one mode, against one revision where they were checked against one.
+both) and must come from runs of one mode, against one commit where they were checked against a revision: the
+commit each report records at its top (``against``), whatever name the revision was given (``HEAD``, ``main``) and
+whether or not the shard compared any test. A report that does not record it (written before reports did) is
+compared by the revision's name in its profiles. Nothing is written where an output is one of the inputs or a
+report is given twice.
 
 Must not import torch or pytest.
 """
@@ -11,14 +15,18 @@ Must not import torch or pytest.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_fxprof.cli.inputs import EXIT_OK, Report, error, load
-from pytest_fxprof.store.files import dumps, loads, read_text, write_atomic
+from pytest_fxprof.cli.inputs import EXIT_OK, REPORT_AGAIN, error, read_report
+from pytest_fxprof.store.files import dumps, write_atomic
 from pytest_fxprof.views.html import write_html
 from pytest_fxprof.views.markdown import markdown_summary, write_markdown
-from pytest_fxprof.views.report import REPORT_MAX_BYTES, REPORT_VERSION
+from pytest_fxprof.views.report import REPORT_VERSION, AgainstJSON
 
 
 def add_parser(sub: Any) -> None:
@@ -26,8 +34,9 @@ def add_parser(sub: Any) -> None:
         "merge",
         help="Merge the JSON reports of several shards into one",
         description="Merge JSON reports of --fxprof-report (one per shard of a run split over several machines) "
-        "into OUT, and optionally write the Markdown summary and the HTML report of the whole. The shards must "
-        "be of one mode and must not hold the same test and key twice.",
+        "into OUT (a new path, not one of the reports), and optionally write the Markdown summary and the HTML "
+        "report of the whole. The shards must be of one mode, checked against one commit where they were checked "
+        "against a revision, and must not hold the same test and key twice.",
     )
     p.add_argument("out", metavar="OUT", help="The merged report to write")
     p.add_argument("reports", metavar="REPORT", nargs="+", help="The shards' reports")
@@ -37,16 +46,17 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    reports = [Path(name) for name in args.reports]
+    outputs = [(Path(args.out), "the merged report (OUT)")]
+    outputs += [(Path(p), f"the --{flag} file") for flag, p in (("markdown", args.markdown), ("html", args.html)) if p]
+    _refuse_clashes(reports, outputs)
     profiles: list[dict[str, Any]] = []
     unused: set[str] = set()
     owner: dict[tuple[str, str], Path] = {}
     modes: dict[str, Path] = {}
-    for name in args.reports:
-        path = Path(name)
-        checked = load(path)
-        if not isinstance(checked, Report):
-            raise error(path, "is a baseline file, not a report", "Pass the reports written by --fxprof-report")
-        raw = loads(read_text(path, REPORT_MAX_BYTES))
+    sides: list[_Side] = []
+    for path in reports:
+        _, raw = read_report(path)
         modes.setdefault(str(raw.get("mode", "")), path)
         for profile in raw["profiles"]:
             ident = (str(profile["test_id"]), str(profile["key"]))
@@ -59,22 +69,30 @@ def run(args: argparse.Namespace) -> int:
             owner[ident] = path
             profiles.append(profile)
         unused.update(str(u) for u in raw.get("unused_baselines", []))
+        sides += _sides(raw, path)
     if len(modes) > 1:
         shown = ", ".join(f"{m or '?'} ({p})" for m, p in modes.items())
-        raise error(
-            args.reports[0], f"the reports come from runs of different modes: {shown}", "Merge one run's shards"
-        )
-    revisions = {str(p["against"]): owner[(str(p["test_id"]), str(p["key"]))] for p in profiles if p.get("against")}
-    if len(revisions) > 1:
-        shown = ", ".join(f"{r} ({p})" for r, p in revisions.items())
-        raise error(
-            args.reports[0],
-            f"the reports were checked against different revisions: {shown}",
-            "Merge the shards of one run, all checked against one revision",
-        )
+        raise error(reports[0], f"the reports come from runs of different modes: {shown}", "Merge one run's shards")
+    against = _one_side(sides, reports[0])
     mode = next(iter(modes))
+    if mode == "against":
+        known = {s.path for s in sides}
+        for path in reports:
+            if path not in known:
+                print(
+                    f"{path}: does not record which revision it was checked against (written before reports "
+                    "recorded it, and none of its profiles was compared): merged unchecked",
+                    file=sys.stderr,
+                )
     profiles.sort(key=lambda p: (p["test_id"], p["key"]))
-    merged = {"report_version": REPORT_VERSION, "mode": mode, "profiles": profiles, "unused_baselines": sorted(unused)}
+    merged: dict[str, Any] = {
+        "report_version": REPORT_VERSION,
+        "mode": mode,
+        "profiles": profiles,
+        "unused_baselines": sorted(unused),
+    }
+    if against is not None:
+        merged["against"] = dict(against)
     write_atomic(Path(args.out), dumps(merged))
     written = [Path(args.out)]
     if args.markdown:
@@ -90,3 +108,101 @@ def run(args: argparse.Namespace) -> int:
     for path in written[1:]:
         print(f"wrote {path}")
     return EXIT_OK
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name one file: the same file where both exist (links included), else the same path."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        pass
+    try:
+        return a.resolve() == b.resolve()
+    except (OSError, RuntimeError):  # a loop of symbolic links
+        return False
+
+
+def _refuse_clashes(reports: Sequence[Path], outputs: Sequence[tuple[Path, str]]) -> None:
+    """Refuse, before anything is read or written, a report given twice (a shard meant once and another forgotten,
+    more likely than a shard meant twice: never merged as one) and an output that is an input or another output."""
+    for i, path in enumerate(reports):
+        for earlier in reports[:i]:
+            if _same_file(path, earlier):
+                also = "" if str(path) == str(earlier) else f" (as {earlier} too)"
+                raise error(path, f"is given twice{also}", "Pass each shard's report once")
+    for i, (path, what) in enumerate(outputs):
+        for report in reports:
+            if _same_file(path, report):
+                raise error(
+                    path,
+                    f"{what} would overwrite the report {report} it merges",
+                    "The first path is where the merged report goes (fxprof merge OUT REPORT...): pass a new path "
+                    "for it",
+                )
+        for other, named in outputs[:i]:
+            if _same_file(path, other):
+                raise error(
+                    path, f"{what} would overwrite {named}", "Write each output to its own path: pass a new path"
+                )
+
+
+@dataclass(frozen=True)
+class _Side:
+    """What a shard was checked against: its label, and the commit and Python the report records at its top
+    (``exact``) or its profiles' label alone (a report written before reports recorded the commit)."""
+
+    path: Path
+    label: str
+    commit: str = ""
+    python: str = ""
+    record: AgainstJSON | None = None
+
+    @property
+    def exact(self) -> bool:
+        return self.record is not None
+
+    def shown(self) -> str:
+        commit = f" = {self.commit[:12]}" if self.commit else ""
+        return f"{self.label}{commit} in {self.path}"
+
+
+def _sides(raw: Mapping[str, Any], path: Path) -> list[_Side]:
+    """What the report at ``path`` was checked against: the record at its top, else its profiles' labels."""
+    top = raw.get("against")
+    if top is not None:
+        fields = AgainstJSON.__annotations__
+        if not isinstance(top, dict) or any(not isinstance(top.get(name), str) for name in fields):
+            raise error(
+                path,
+                f"the report's 'against' should be an object of strings ({', '.join(fields)})",
+                f"It is not as pytest-fxprof writes it: {REPORT_AGAIN}",
+            )
+        record: AgainstJSON = {
+            "label": top["label"],
+            "ref": top["ref"],
+            "commit": top["commit"],
+            "python": top["python"],
+        }
+        return [_Side(path, record["label"], record["commit"], record["python"], record)]
+    labels = dict.fromkeys(str(p["against"]) for p in raw["profiles"] if p.get("against"))
+    return [_Side(path, label) for label in labels]
+
+
+def _one_side(sides: Sequence[_Side], where: Path) -> AgainstJSON | None:
+    """The one old side the shards were checked against (its record, None where no report records one); an error
+    naming each where they differ: the commits (and Pythons) where every report records them, else the labels."""
+    keys: dict[object, _Side]
+    if all(s.exact for s in sides):
+        keys = {(s.commit, s.python): s for s in sides}
+        differ = "commits" if len({s.commit for s in sides}) > 1 else "Pythons"
+    else:
+        keys = {s.label: s for s in sides}
+        differ = "revisions"
+    if len(keys) > 1:
+        shown = ", ".join(s.shown() for s in keys.values())
+        raise error(
+            where,
+            f"the reports were checked against different {differ}: {shown}",
+            "Merge the shards of one run, all checked against one commit",
+        )
+    return next((s.record for s in sides if s.record is not None), None)

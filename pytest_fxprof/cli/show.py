@@ -2,7 +2,7 @@
 
 Owns the command's arguments and output: each entry's environment, capture and protocol, per node the
 median across the recorded processes, the spread across them, its share, module, target and source line, and
-below them the entry's recordings (its own and its history), newest first.
+below them the entry's recordings (its own and its history), newest first, each marked learnt from or not and why.
 
 Must not import torch or pytest.
 """
@@ -47,7 +47,8 @@ def add_parser(sub: Any) -> None:
         "with, and per node the median across the recorded processes, the spread across them (interquartile "
         "range / median), its share of the summed node time, its module, target and source line; then the "
         "entry's recordings, newest first (the latest and the earlier ones --fxprof-update kept, see "
-        "--fxprof-history): date, processes, environment and the median of the total.",
+        "--fxprof-history): date, processes, environment, the median of the total, and whether the bands are learnt "
+        "from it (not from an earlier one made on a busy machine or of another environment or protocol).",
     )
     p.add_argument(
         "baseline",
@@ -131,10 +132,13 @@ def _fmt_spread(spread: float | None) -> str:
 
 def bands_line(entry: BaselineEntry) -> str:
     """How the gate sets this entry's bands: from its recording's processes and the default tolerances, or learnt
-    from the drift between its recordings (``judge.decision.MIN_RECORDINGS``)."""
+    from the drift between its recordings (``judge.decision.MIN_RECORDINGS``), counting only those learnt from."""
     held = len(learnt_from(entry, Policy()))
-    busy = len(entry.recordings) - held
+    comparable = len(entry.comparable_recordings)
+    busy, unlike = comparable - held, len(entry.recordings) - comparable
     skipped = f"; {busy} recorded on a busy machine not learnt from" if busy else ""
+    if unlike:
+        skipped += f"; {unlike} of another environment or protocol than the latest not learnt from ({UNLIKE_FATE})"
     if held >= MIN_RECORDINGS:
         return (
             f"bands: learnt from {held} recordings (the spread within them and the drift between them; "
@@ -145,6 +149,13 @@ def bands_line(entry: BaselineEntry) -> str:
         f"bands: from {held} recording(s) and the default tolerances{skipped}; {more} more recording(s) with "
         "--fxprof-update (the history) will learn the runner's drift"
     )
+
+
+UNLIKE_FATE = "the next --fxprof-update drops it, starting the history afresh where it would be kept"
+"""What becomes of a recording measured otherwise than its entry's own (``BaselineEntry.not_comparable``): kept in
+the file as it was read, never learnt from, and dropped with the whole history by the next update, which says so
+(``store.history.carry``): only a file edited by hand holds one, and which of its other recordings are the
+runner's drift cannot be told."""
 
 
 def entry_header(entry: BaselineEntry) -> list[str]:
@@ -210,7 +221,7 @@ def environment_summary(env: Environment) -> str:
 
 def recording_lines(entry: BaselineEntry) -> list[str]:
     """The entry's recordings, newest first: date, processes, the medians of the plain forward and of the reference
-    workload, environment."""
+    workload, environment, and whether the bands are learnt from each (and why not)."""
     recordings = entry.recordings
     spreads = [recording_spread(entry.nodes, r.runs, Policy()) for r in recordings]
     cells = [
@@ -221,18 +232,33 @@ def recording_lines(entry: BaselineEntry) -> list[str]:
             fmt_ns(median_int([run.total_ns for run in r.runs])),
             fmt_ns(median_int([run.reference_ns for run in r.runs])),
             f"+{spread.widest:.0%} ({spread.widest_of})" if spread.widest_of else "-",
-            ("busy" + ("" if i == 0 else ", not learnt from")) if spread.weak else "",
+            "busy" if spread.weak else "",
             environment_summary(r.environment),
+            learnt_cell(entry, i, spread.weak),
         ]
         for i, (r, spread) in enumerate(zip(recordings, spreads, strict=True))
     ]
-    header = ["date", "recording", "processes", "total", "reference", "widest band", "machine", "environment"]
+    header = [
+        "date", "recording", "processes", "total", "reference", "widest band", "machine", "environment", "learnt from",
+    ]  # fmt: skip
     return [
         f"recordings: {len(recordings)}, newest first (total: the plain forward's median over the processes; "
         "reference: the fixed workload's, the machine's speed at the time; widest band: what the recording's own "
-        "spread sets; busy: made on a busy machine, its spread a neighbour's)",
+        "spread sets; busy: made on a busy machine, its spread a neighbour's; learnt from: whether the bands are "
+        "learnt from it, and why not)",
         *grid(header, cells, right={2, 3, 4}),
     ]
+
+
+def learnt_cell(entry: BaselineEntry, index: int, busy: bool) -> str:
+    """``yes``, or ``not learnt from: <why>``, for the recording at ``index`` of ``entry.recordings``: an earlier one
+    measured otherwise than the latest (``BaselineEntry.not_comparable``) or made on a busy machine."""
+    if index == 0:
+        return "yes"  # the centre of every band, whatever its spread
+    unlike = entry.not_comparable(entry.recordings[index])
+    if unlike:
+        return f"not learnt from: {unlike}"
+    return "not learnt from: made on a busy machine" if busy else "yes"
 
 
 SHOW_COLUMNS = [

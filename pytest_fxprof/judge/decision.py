@@ -72,6 +72,7 @@ from pytest_fxprof.records.verdicts import (
     TotalVerdict,
     Verdict,
     conservative,
+    settle,
 )
 
 NODE_TOLERANCE = 0.15
@@ -617,7 +618,7 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
     )
     total = _judge_total([rec.runs for rec in learnt_from(baseline, policy)], current.runs, policy)
     failed = regressed(total, verdicts, aggregates)
-    return Comparison(
+    comparison = Comparison(
         status=Status.REGRESSION if failed else Status.PASS,
         mismatches=(),
         speed_factor=speed,
@@ -632,12 +633,14 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
         recordings=len(recordings),
         blame=blame(verdicts, aggregates, speed) if failed else None,
     )
+    return settle(comparison)
 
 
 def learnt_from(baseline: BaselineEntry, policy: Policy) -> list[Recording]:
     """The recordings the bands are learnt from: the newest (the centre, whatever its spread), then each earlier one
-    not made on a busy machine (``RecordingSpread.weak``), whose spread is a neighbour's, not the runner's drift."""
-    newest, *older = baseline.recordings
+    measured as it was (``BaselineEntry.comparable_recordings``: the same environment and protocol) and not made on
+    a busy machine (``RecordingSpread.weak``), whose spread is a neighbour's, not the runner's drift."""
+    newest, *older = baseline.comparable_recordings
     return [newest, *(r for r in older if not recording_spread(baseline.nodes, r.runs, policy).weak)]
 
 

@@ -55,6 +55,7 @@ from pytest_fxprof.records.verdicts import (
     Status,
     TotalVerdict,
     Verdict,
+    settle,
 )
 
 PAIRED_NODE_TOLERANCE = 0.05
@@ -76,6 +77,20 @@ RESOLVE = 2.0
 total's +3 %): a total whose interval is wider than that on either side is too noisy to decide. A total
 decided this way sees a slowdown of twice its band beyond the band in all but a few checks in a thousand (its
 estimate's spread is at most ``RESOLVE / t`` bands), and more pairs then confirm it."""
+
+
+PAIR_SPREAD = 0.01
+"""The usual spread of the total's log ratio between pairs of an unchanged check (sample standard deviation): the
+median over 59 such checks on a 2-core CPU runner was 0.0102 (0.0021-0.0525; BENCHMARKS.md, "The fewest pairs",
+``bench/pair_spread.py``). Sets ``MIN_DECIDING_PAIRS``."""
+
+
+def can_decide(pairs: int, spread: float = PAIR_SPREAD, band: float = PAIRED_TOTAL_TOLERANCE) -> bool:
+    """Whether ``pairs`` pairs whose log ratios spread by ``spread`` can decide a total of ``band``: its interval
+    at ``CONFIDENCE`` is then no wider than ``RESOLVE`` bands (``judge_pairs``)."""
+    if pairs < MIN_PAIRS:
+        return False
+    return t_quantile(CONFIDENCE, pairs - 1) * spread / math.sqrt(pairs) <= math.log1p(RESOLVE * band)
 
 
 @dataclass(frozen=True)
@@ -130,6 +145,12 @@ def t_quantile(p: float, df: int) -> float:
         if high - low <= 1e-12 * high:
             break
     return (low + high) / 2.0
+
+
+MIN_DECIDING_PAIRS = next(n for n in range(MIN_PAIRS, 100) if can_decide(n))
+"""The fewest pairs a check may ask for (``--fxprof-pairs``): the fewest that decide the total of a check whose pairs
+spread as usual (``PAIR_SPREAD``) at ``CONFIDENCE``. Fewer can never decide it there: with 2 pairs, t is 318 and
+the pairs would have to agree within 0.03 %."""
 
 
 @dataclass(frozen=True)
@@ -288,7 +309,7 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
     total_judgement = judge_pairs(before_total, after_total, band, source, confidence=policy.confidence, resolve=True)
     total = TotalVerdict(statistics.median(before_total), statistics.median(after_total), 1.0, total_judgement)
     failed = regressed(total, verdicts, aggregates)
-    return Comparison(
+    comparison = Comparison(
         status=Status.REGRESSION if failed else Status.PASS,
         mismatches=(),
         speed_factor=1.0,
@@ -304,6 +325,7 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
         pairs=len(old_runs),
         blame=blame(verdicts, aggregates) if failed else None,
     )
+    return settle(comparison)
 
 
 def needs_more(c: Comparison) -> bool:

@@ -15,15 +15,18 @@ On CUDA a stamp records an event from a pool (and the host's clock and the alloc
 pass synchronises once, when its times are collected; host time per node (the launch cost) is reported
 beside the device time, with the memory allocated after each node and the peak while it ran.
 A graph that runs several times in one pass (a loop across graph breaks) adds its times up per node.
+A profile that runs out of device memory gives the cached memory back (``release_memory``) before it fails.
 
 Must not import pytest.
 """
 
 from __future__ import annotations
 
+import gc
 import itertools
 import operator
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -190,6 +193,40 @@ class Engine:
         return out
 
 
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and every error it was raised from or while handling (a ``NodeError``'s, a ``ProfileError``'s)."""
+    out: list[BaseException] = []
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is not None and all(e is not seen for seen in out):
+            out.append(e)
+            todo += [e.__cause__, e.__context__]
+    return out
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or was raised from, the device's allocator running out of memory
+    (``torch.cuda.OutOfMemoryError``, which torch 2.5 and later also name ``torch.OutOfMemoryError``)."""
+    return any(isinstance(e, torch.cuda.OutOfMemoryError) for e in _chain(exc))
+
+
+def release_memory(exc: BaseException) -> None:
+    """Give back what a profile that failed with ``exc`` held on the device, so that the next test has it.
+
+    The error's traceback keeps every frame it passed through alive, and with them their locals: the inputs
+    copied for the pass and each node's output (the interpreter's values, the generated forward's variables),
+    until the next failure replaces pytest's ``sys.last_traceback``. The frames that finished are cleared (the
+    traceback keeps its lines, and the message already names the node), cycles collected, then CUDA's caching
+    allocator empties its cache: only where CUDA was initialised, so that nothing starts it here.
+    """
+    for e in _chain(exc):
+        traceback.clear_frames(e.__traceback__)  # the frames still running (the caller's) stay as they are
+    gc.collect()
+    if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        torch.cuda.empty_cache()
+
+
 Observer = Callable[[int, Any], None]
 
 
@@ -329,7 +366,13 @@ class InterpreterEngine(Engine):
 
         def run(*inputs: Any) -> Any:
             interp.idx, interp.pairs = [], []
-            out = interp.run(*inputs, enable_io_processing=False)  # the capture's forward packs the output
+            try:
+                out = interp.run(*inputs, enable_io_processing=False)  # the capture's forward packs the output
+            except Exception:
+                # the failed run's values (the nodes' outputs, the inputs): the error's frames keep this runner,
+                # and with it the interpreter, alive while the error is kept
+                interp.env, interp.args_iter = {}, iter(())
+                raise
             calls.append((interp.idx, interp.pairs))
             return out
 

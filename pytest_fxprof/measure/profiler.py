@@ -6,7 +6,8 @@ the ``Profile`` it returns. The caller's module and inputs leave a profile exact
 buffers, torch's random state and its thread count are restored, inputs are cloned before every pass, a
 forward runs under ``torch.no_grad`` and a module that changes its own parameters in place is refused. A
 training step (``step=``) runs with grad, and its parameters, their grads and the optimizer's state are put
-back after every pass as well.
+back after every pass as well. A profile that runs out of device memory drops what it held and empties CUDA's
+cache before its error leaves (``engine.release_memory``), so that the tests after it have the memory.
 
 Must not import pytest.
 """
@@ -14,10 +15,11 @@ Must not import pytest.
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import torch
 import torch.fx
@@ -36,6 +38,8 @@ from pytest_fxprof.measure.engine import (
     PassTimes,
     Timer,
     make_engine,
+    out_of_memory,
+    release_memory,
 )
 from pytest_fxprof.measure.facts import count_flops, graph_facts
 from pytest_fxprof.measure.leaves import merge_leaves
@@ -95,6 +99,27 @@ PLAIN_EVERY = 4
 time that the absolute floor takes its share of, not the compared total."""
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def released_on_oom(fn: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``fn``, which gives back the device memory it held when it fails for the lack of it (``release_memory``,
+    called once ``fn``'s frames have finished, so that all of them are cleared), then raises the same error."""
+
+    @functools.wraps(fn)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            if out_of_memory(exc):
+                release_memory(exc)
+            raise
+
+    return run
+
+
+@released_on_oom
 def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     module: torch.nn.Module,
     args: Sequence[Any],

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
 from pytest_fxprof.records.disturbance import Disturbance, DisturbanceJSON, disturbance_from_json, least_disturbed
-from pytest_fxprof.records.measurement import Run
+from pytest_fxprof.records.measurement import Run, capture_difference
 from pytest_fxprof.store.baseline import RunJSON, run_from_json
 from pytest_fxprof.store.files import loads
 
@@ -280,7 +280,11 @@ def _one_sample(
         if got is None:
             raise SamplingError(f"{where} made no fxprof call {key!r}; calls must not depend on the process")
         if list(got["nodes"]) != list(node_keys):
-            raise SamplingError(f"{where} captured a different graph for {key!r}; the capture must be deterministic")
+            names = ("this process's capture", "the fresh process's")
+            raise SamplingError(
+                f"{where} captured a different graph for {key!r} than this process did; the capture must be "
+                f"deterministic: {capture_difference(list(node_keys), list(got['nodes']), names)}"
+            )
         try:
             runs[key] = run_from_json(got["run"], f"{key}.run", len(node_keys))
             raw = got.get("disturbance")

@@ -74,6 +74,32 @@ def is_step(nodes: Sequence[NodeInfo]) -> bool:
     return any(n.direction != FORWARD for n in nodes)
 
 
+def capture_difference(
+    first: Sequence[str], second: Sequence[str], names: tuple[str, str] = ("the first capture", "the second")
+) -> str:
+    """What differs between two captures of one call, by their nodes' keys (the first node where they part, or
+    what the longer one goes on with), named as ``names`` say, and how to make the capture the same every time:
+    for the error that says it must be."""
+    a, b = names
+    common = min(len(first), len(second))
+    part = next((i for i in range(common) if first[i] != second[i]), None)
+    if part is not None:
+        where = f"at node {part + 1} {a} has {first[part]}, {b} {second[part]}"
+    else:
+        longer, which = (first, a) if len(first) > len(second) else (second, b)
+        where = f"{which} goes on after node {common} with {longer[common]}"
+    return f"{a} has {len(first)} node(s), {b} {len(second)}; {where}.\n  {DETERMINISM_FIX}"
+
+
+DETERMINISM_FIX = (
+    "Fix: make the forward take the same path on every call: seed the random generators in the test "
+    "(torch.manual_seed(0), random.seed(0), numpy.random.seed(0)), branch on no random value, counter or other "
+    "state the model keeps between calls (nor on a tensor's values: data-dependent control flow), and pass "
+    "fixed inputs."
+)
+"""How a capture that differs from call to call is made the same, for the errors that say it must be."""
+
+
 @dataclass(frozen=True)
 class Environment:
     """Where a measurement was taken. Only ``MATCH_FIELDS`` must agree for two runs to be compared."""
@@ -108,6 +134,32 @@ class Protocol:
     passes: int
     threads: int
     processes: int
+
+    MATCH_FIELDS = ("warmup", "passes", "threads")
+    """What must agree for two recordings to be learnt from together: how each process measured its times.
+    ``processes`` need not: it says only how many runs a recording holds, and the bands pool recordings of any
+    size (an update on a busy machine is told to record with more)."""
+
+
+def mismatched_fields(before: Environment | Protocol, after: Environment | Protocol) -> str:
+    """The ``MATCH_FIELDS`` that differ, as ``torch '2.4.1' -> '2.5.0', threads 4 -> 8`` ("" where none does)."""
+    out = []
+    for name in before.MATCH_FIELDS:
+        old, new = getattr(before, name), getattr(after, name)
+        if old != new:
+            out.append(f"{name} {old} -> {new}" if isinstance(old, int) else f"{name} {old!r} -> {new!r}")
+    return ", ".join(out)
+
+
+def measured_unlike(before: Recording, after: Recording) -> str:
+    """Why ``before`` was not measured as ``after`` was: in another environment (``Environment.MATCH_FIELDS``) or by
+    another protocol (``Protocol.MATCH_FIELDS``), worded from ``before`` to ``after`` (``environment torch '2.4.0'
+    -> '2.5.1'``); "" where it was measured alike."""
+    changed = mismatched_fields(before.environment, after.environment)
+    if changed:
+        return f"environment {changed}"
+    changed = mismatched_fields(before.protocol, after.protocol)
+    return f"the protocol changed ({changed})" if changed else ""
 
 
 @dataclass(frozen=True)
@@ -230,6 +282,21 @@ class BaselineEntry:
     def recordings(self) -> tuple[Recording, ...]:
         """Every recording the entry holds, newest first: its own, then ``history``."""
         return (self.own_recording, *self.history)
+
+    def not_comparable(self, recording: Recording) -> str:
+        """Why ``recording`` (one of ``recordings``) cannot be learnt from beside the entry's own: it was measured in
+        another environment or by another protocol (``measured_unlike``, from it to the entry's own); "" where it
+        can. The graph, setup and capture method are the entry's for every recording its file holds (a history's
+        runs are aligned with the entry's nodes). Only a file edited by hand, as a merge resolved by hand, holds
+        such a recording: ``--fxprof-update`` keeps none (``store.history.carry``)."""
+        return measured_unlike(recording, self.own_recording)
+
+    @property
+    def comparable_recordings(self) -> tuple[Recording, ...]:
+        """The recordings the bands may be learnt from, newest first: the entry's own, then each of its history
+        measured alike (``not_comparable``)."""
+        own = self.own_recording
+        return (own, *(r for r in self.history if not measured_unlike(r, own)))
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from pytest_fxprof.records.measurement import NodeInfo
@@ -29,9 +29,10 @@ class Status(StrEnum):
     PASS = "pass"  # noqa: S105 - a verdict, not a password
     REGRESSION = "regression"
     MISMATCH = "mismatch"
-    NOISY = "noisy"
-    """Measured on a busy machine, and again within the budget: too noisy to decide, nothing judged
-    (``Comparison.noisy_reason`` says why)."""
+    UNDECIDED = "undecided"
+    """No verdict: nothing failed, but an item that gates is too noisy to decide (``Comparison.noisy``), or the
+    profile was measured on a busy machine every time, nothing judged (``Comparison.noisy_reason`` says why).
+    Never a pass: ``--fxprof-on-undecided`` says what it does to the test."""
 
 
 class BandSource(StrEnum):
@@ -249,7 +250,7 @@ class Comparison:
     pairs: int = 0
     """Against a revision: how many pairs of old and new processes were measured."""
     noisy_reason: str = ""
-    """With ``Status.NOISY``: why the profile is too noisy to decide (the busy machine's figures)."""
+    """With ``Status.UNDECIDED`` and nothing judged: why (the busy machine's figures)."""
     recordings: int = 1
     """How many recordings of the baseline set the bands (``--fxprof-history``): from ``MIN_RECORDINGS`` on, they
     are learnt from the drift between recordings (``judge.decision``)."""
@@ -285,7 +286,8 @@ class Comparison:
 
     @property
     def noisy(self) -> tuple[str, ...]:
-        """Items whose band is too wide to decide: warnings, never a pass or a failure in disguise."""
+        """Items that gate and are too noisy to decide: where nothing failed, they leave the check undecided
+        (``settle``), never a pass or a failure in disguise."""
         out = [f"node {v.node.name}: {v.reason}" for v in self.nodes if v.verdict is Verdict.NOISY and v.gates]
         out += [f"{a.kind.value} {a.name}: {a.judgement.reason}" for a in self.aggregates if a.verdict is Verdict.NOISY]
         if self.total is not None and self.total.verdict is Verdict.NOISY:
@@ -319,3 +321,11 @@ class Comparison:
         members = [self.nodes[i] for i in aggregate.member_index]
         lost = [v for v in members if v.current_ns > v.baseline_ns]
         return tuple(sorted(lost, key=lambda v: (v.baseline_ns - v.current_ns, v.node.key))[:limit])
+
+
+def settle(c: Comparison) -> Comparison:
+    """``c`` with its status ``UNDECIDED`` where it passed while an item that gates is too noisy to decide: a
+    check that could not judge everything it gates is not a pass."""
+    if c.status is Status.PASS and c.noisy:
+        return replace(c, status=Status.UNDECIDED)
+    return c

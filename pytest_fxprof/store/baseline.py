@@ -8,7 +8,10 @@ recording the same data twice gives the same bytes and a refresh diffs readably,
 Schema versions: 1, the entry's own recording only; 2 adds an entry's ``recorded`` (the date of its runs) and
 ``history`` (its earlier recordings, newest first, each ``date``, ``environment``, ``protocol`` and ``runs``),
 both left out when empty, so that a version 1 file reads as it always has and is written as version 2 by the
-next ``--fxprof-update`` with every field kept. Version 2 files may hold ``capture.classes`` (each module path's
+next ``--fxprof-update`` with every field kept. A history is read whole, as the file holds it: a recording of
+another environment or protocol than its entry's own (a merge resolved by hand) is kept, and never learnt from
+(``BaselineEntry.comparable_recordings``); the next update starts that history afresh and says so
+(``store.history.carry``). Version 2 files may hold ``capture.classes`` (each module path's
 class, for the aggregates of a class's instances): optional, left out when empty, ignored by readers that predate
 it, so it needed no new version.
 """

@@ -118,6 +118,23 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def unwritable(directory: Path) -> str:
+    """Why files cannot be written in ``directory`` (created where missing), or "" if they can: tried with a
+    temporary file in the directory or, where it does not exist yet, in the nearest folder above it that does."""
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, not a directory"
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".fxprof-probe.{os.getpid()}.", suffix=".tmp", dir=existing)
+    except OSError as exc:
+        return f"{existing} cannot be written: {exc.strerror or exc}"
+    os.close(fd)
+    Path(tmp).unlink(missing_ok=True)
+    return ""
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

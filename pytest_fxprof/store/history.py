@@ -1,9 +1,12 @@
 """A baseline entry's history: the earlier recordings a refresh keeps, and when it must start afresh.
 
 Owns the rule of ``--fxprof-update`` (``carry``): the new recording of a test's ``fxprof`` call keeps the previous
-entry's recordings, newest first, as long as they measured the same thing in the same place: the same
-environment (``Environment.MATCH_FIELDS``), the same nodes in the same order, the same setup and the same capture
-method. Otherwise the history starts afresh, and the caller is told why. Also owns the date a recording gets
+entry's recordings, newest first, as long as they measured the same thing in the same place and way: the same
+environment (``Environment.MATCH_FIELDS``) and protocol (``Protocol.MATCH_FIELDS``) for every one of them, the same
+nodes in the same order, the same setup and the same capture method. Otherwise the history starts afresh, and the
+caller is told why. The same rule, read back, is ``BaselineEntry.comparable_recordings``: the bands are never learnt
+from a recording that a file edited by hand holds of another environment or protocol; the next update starts such a
+history afresh and says so. Also owns the date a recording gets
 (``now``, replaceable in tests) and the trim of ``fxprof prune --history`` (``trim``).
 
 Must not import torch, pytest or pandas.
@@ -14,7 +17,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from pytest_fxprof.records.measurement import BaselineEntry, Environment
+from pytest_fxprof.records.measurement import BaselineEntry, measured_unlike
 
 DEFAULT_KEEP = 5
 """Recordings an entry holds in all, its own included, unless ``--fxprof-history`` says otherwise."""
@@ -31,10 +34,11 @@ now = utc_now
 
 def why_not_comparable(previous: BaselineEntry, new: BaselineEntry) -> str:
     """Why ``previous``'s recordings cannot be kept beside ``new``'s (``the graph changed (...)``), or "" if
-    they can."""
-    changed = environment_changes(previous.environment, new.environment)
-    if changed:
-        return f"environment {changed}"
+    they can: its own must have been measured as ``new``'s was (``records.measurement.measured_unlike``:
+    environment and protocol), and it must hold the same graph, capture method and setup."""
+    why = measured_unlike(previous.own_recording, new.own_recording)
+    if why:
+        return why
     if previous.capture.method != new.capture.method:
         return f"the capture method changed ({previous.capture.method} -> {new.capture.method})"
     old_keys, new_keys = [n.key for n in previous.nodes], [n.key for n in new.nodes]
@@ -50,20 +54,11 @@ def why_not_comparable(previous: BaselineEntry, new: BaselineEntry) -> str:
     return ""
 
 
-def environment_changes(before: Environment, after: Environment) -> str:
-    """The fields that must match and do not, as ``torch 2.4.1 -> 2.5.0, cpu 'A' -> 'B'``."""
-    out = []
-    for name in Environment.MATCH_FIELDS:
-        old, new = getattr(before, name), getattr(after, name)
-        if old != new:
-            out.append(f"{name} {old} -> {new}" if isinstance(old, int) else f"{name} {old!r} -> {new!r}")
-    return ", ".join(out)
-
-
 def carry(previous: BaselineEntry | None, new: BaselineEntry, keep: int, date: str) -> tuple[BaselineEntry, str]:
     """``new`` dated ``date``, holding at most ``keep`` recordings in all: its own, then ``previous``'s (its own
-    recording, then its history) where they are comparable. Also why the history restarted, or "" (no previous
-    entry, nothing to keep with ``keep`` 1, or kept)."""
+    recording, then its history) where they are comparable (``why_not_comparable``) and each that would be kept
+    was measured as ``new`` was (``measured_unlike``). Also why the history restarted, or "" (no previous entry,
+    nothing to keep with ``keep`` 1, or kept)."""
     if keep < 1:
         raise ValueError(f"a baseline entry keeps at least 1 recording (its own), not {keep}")
     dated = replace(new, recorded=date, history=())
@@ -72,7 +67,14 @@ def carry(previous: BaselineEntry | None, new: BaselineEntry, keep: int, date: s
     why = why_not_comparable(previous, new)
     if why:
         return dated, why
-    return replace(dated, history=previous.recordings[: keep - 1]), ""
+    kept = previous.recordings[: keep - 1]
+    for recording in kept[1:]:
+        # only a file edited by hand (a merge resolved by hand) holds one measured otherwise than its entry: the
+        # bands never learnt from it, and which of the others are this runner's drift cannot be told: start afresh
+        why = measured_unlike(recording, new.own_recording)
+        if why:
+            return dated, f"{why} in its recording of {recording.date or 'an unknown date'}"
+    return replace(dated, history=kept), ""
 
 
 def trim(entry: BaselineEntry, keep: int) -> BaselineEntry:

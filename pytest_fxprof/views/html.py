@@ -92,7 +92,7 @@ def _checked(profiles: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda p: (STATUS_ORDER.get(p["status"], len(STATUS_ORDER)), p["test_id"], p["key"]))
 
 
-STATUS_ORDER = {"regression": 0, "missing": 1, "mismatch": 2, "noisy": 3, "not recorded": 4}
+STATUS_ORDER = {"regression": 0, "undecided": 1, "missing": 2, "mismatch": 3, "not recorded": 4}
 """Profiles that need a reader's attention come first; the rest follow in test order."""
 
 
@@ -162,7 +162,8 @@ def _counts(profiles: Sequence[Mapping[str, Any]]) -> str:
     counts: dict[str, int] = {}
     for p in profiles:
         counts[p["status"]] = counts.get(p["status"], 0) + 1
-    order = sorted(counts, key=lambda s: (["regression", "pass"].index(s) if s in ("regression", "pass") else 2, s))
+    first = ["regression", "undecided", "pass"]
+    order = sorted(counts, key=lambda s: (first.index(s) if s in first else len(first), s))
     return " ".join(_badge(f"{counts[s]} {s}", status_tone(s)) for s in order)
 
 
@@ -299,7 +300,9 @@ def _structure(p: Mapping[str, Any]) -> str:
     """Why a profile was not compared, or how its graph changed since the baseline."""
     parts = []
     if p.get("noisy"):
-        parts.append(f"<h3>Too noisy to decide, so not judged</h3><p>{_e(p['noisy'])}</p>")
+        judged = any("verdict" in n for n in p.get("nodes", []))  # a busy profile judged nothing
+        what = "these items that gate were too noisy to decide" if judged else "too noisy to decide, so not judged"
+        parts.append(f"<h3>Undecided: {what}</h3><p>{_e(p['noisy'])}</p>")
     busy = busy_line(p)
     if busy:
         parts.append(f'<p class="busy"><b>{_e(busy)}</b></p>')

@@ -39,7 +39,7 @@ ITEMS_SHOWN = 20
 STATUS_WORDS: dict[str, tuple[str, str]] = {
     "regression": ("regression", "regressions"),
     "mismatch": ("mismatch", "mismatches"),
-    "noisy": ("too noisy to decide", "too noisy to decide"),
+    "undecided": ("undecided", "undecided"),
     "missing": ("missing a baseline", "missing a baseline"),
     "pass": ("passed", "passed"),
     "recorded": ("recorded", "recorded"),
@@ -47,9 +47,9 @@ STATUS_WORDS: dict[str, tuple[str, str]] = {
     "unmeasured": ("unmeasured", "unmeasured"),
 }
 """The heading's word for each status (one, several), in the heading's order."""
-ATTENTION = ("regression", "mismatch", "missing", "noisy", "error")
-"""Statuses that fail a test or skip it: shown first, in bold."""
-STATUS_CELLS = {"missing": "missing baseline", "noisy": "too noisy to decide"}
+ATTENTION = ("regression", "undecided", "mismatch", "missing", "error")
+"""Statuses that fail a test, skip it or leave it without a verdict: shown first, in bold."""
+STATUS_CELLS = {"missing": "missing baseline", "undecided": "undecided (no verdict)"}
 
 _SPECIAL = re.compile(r"([\\`*_\[\]<>|&~#])")
 _BREAK = re.compile(r"\s*[\r\n]+\s*")
@@ -174,12 +174,13 @@ def _item(item: Mapping[str, Any]) -> str:
     return f"{_text(kind)} {_code(name)} {ratio}{_leaders(item)}"
 
 
-def _slowed_table(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
+def _slowed_table(nodes: Sequence[Mapping[str, Any]], *, against: bool = False) -> list[str]:
     slowed = worst_nodes([n for n in nodes if item_tone(n) == "bad"])  # failed the test, the most time lost first
     if not slowed:
         return []
+    times = "Old -> new" if against else "Baseline -> current"
     lines = [
-        "| Slower node | Module | Baseline -> current | Ratio | Band | Source |",
+        f"| Slower node | Module | {times} | Ratio | Band | Source |",
         "| --- | --- | --- | ---: | ---: | --- |",
     ]
     for n in slowed[:NODES_SHOWN]:
@@ -205,31 +206,41 @@ def _regression_block(profile: Mapping[str, Any]) -> list[str]:
     lines += ["Failed by:"]
     lines += [f"- {_item(f)}" for f in flagged[:NODES_SHOWN]]
     lines += [f"- {line}" for line in _more(NODES_SHOWN, len(flagged), "items")]
-    lines += _slowed_table(profile.get("nodes", []))
+    lines += _slowed_table(profile.get("nodes", []), against=bool(profile.get("against")))
     total = profile.get("total", {})
     if "ratio" in total and "baseline_ns" in total:
+        # against a revision both sides of a pair meet the same machine: no reference workload corrects them
+        corrected = (
+            f" at {_text(profile['against'])}, per pair of old and new processes"
+            if profile.get("against")
+            else f" against the reference workload (machine {_ratio(total.get('machine_factor'))})"
+        )
         lines += [
             "",
-            f"Total: {fmt_ns(total['baseline_ns'])} -> {fmt_ns(total['current_ns'])}, {_ratio(total['ratio'])} "
-            f"against the reference workload (machine {_ratio(total.get('machine_factor'))}), "
-            f"band +{total.get('band', 0.0):.0%}: {_text(total.get('verdict', ''))}",
+            f"Total: {fmt_ns(total['baseline_ns'])} -> {fmt_ns(total['current_ns'])}, {_ratio(total['ratio'])}"
+            f"{corrected}, band +{total.get('band', 0.0):.0%}: {_text(total.get('verdict', ''))}",
         ]
     return lines
 
 
 def _mismatch_block(profile: Mapping[str, Any]) -> list[str]:
-    lines = [f"### {_code(_label(profile))}: mismatch", "", "Not compared: the baseline was recorded elsewhere."]
+    why = (
+        f"Not compared: the test hands the model other inputs or another mode than at {_text(profile['against'])}."
+        if profile.get("against")
+        else "Not compared: the baseline was recorded elsewhere, or with other inputs or another mode."
+    )
+    lines = [f"### {_code(_label(profile))}: mismatch", "", why]
     mismatches = profile.get("mismatches", [])
     lines += [f"- {_text(m)}" for m in mismatches[:NODES_SHOWN]]
     return lines + [f"- {line}" for line in _more(NODES_SHOWN, len(mismatches), "differences")]
 
 
 def _busy(profiles: Sequence[Mapping[str, Any]]) -> list[str]:
-    """One line per profile measured on a busy machine, or too noisy to decide, with its figures: never folded."""
+    """One line per profile measured on a busy machine, or undecided, with its figures: never folded."""
     items = []
     for p in profiles:
         if p.get("noisy"):
-            items.append(f"- {_code(_label(p))}: too noisy to decide: {_text(p['noisy'])}")
+            items.append(f"- {_code(_label(p))}: undecided, too noisy to decide: {_text(p['noisy'])}")
         elif busy_line(p):
             items.append(f"- {_code(_label(p))}: {_text(busy_line(p))}")
     shown = items[:ITEMS_SHOWN] + [f"- {m}" for m in _more(ITEMS_SHOWN, len(items))]
@@ -268,7 +279,8 @@ def _warnings(profiles: Sequence[Mapping[str, Any]]) -> list[str]:
         broke = graphs.get("baseline") != graphs.get("current")
         if added or removed or broke:
             change = f", {graphs_text(graphs['baseline'], graphs['current'])}" if broke else ""
-            out.append(f"{label}: graph changed since the baseline, {added} node(s) added, {removed} removed{change}")
+            since = _text(p["against"]) if p.get("against") else "the baseline"
+            out.append(f"{label}: graph changed since {since}, {added} node(s) added, {removed} removed{change}")
     return out
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_fxprof.views.report import ProfileRecord, worst_nodes
+from pytest_fxprof.views.report import AgainstJSON, ProfileRecord, worst_nodes
 
 PropertyValue = str | int | float
 PROPERTY_PREFIX = "fxprof"
@@ -30,14 +30,16 @@ def write_view(
     unused: Sequence[str],
     *,
     environ: Mapping[str, str] = os.environ,
+    against: AgainstJSON | None = None,
 ) -> list[Path]:
     """Write the view ``name`` (an option's name: ``report``, ``html``, ``trace``, ``markdown`` or
-    ``benchmark_json``) of the run's records; return the files written."""
+    ``benchmark_json``) of the run's records; return the files written. ``against``: the old side of a run against
+    a revision, which the report records at its top."""
     profiles = _profiles(records)
     if name == "report":
         from pytest_fxprof.views.report import write_report
 
-        write_report(path, mode, records, unused)
+        write_report(path, mode, records, unused, against=against)
         return [path]
     if name == "html":
         from pytest_fxprof.views.html import write_html

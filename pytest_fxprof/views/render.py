@@ -509,6 +509,16 @@ def notice_lines(c: Comparison) -> list[str]:
     return out
 
 
+def undecided_message(label: str, c: Comparison, fix: str) -> str:
+    """Why a check reached no verdict (``Status.UNDECIDED``): what it could not decide, then ``fix``."""
+    head = f"fxprof: {label}: undecided against {c.reference}, no verdict (neither a pass nor a slowdown)"
+    items = [c.noisy_reason] if c.noisy_reason else list(c.noisy)
+    lines = [f"  too noisy to decide: {t}" for t in items[:WORST_SHOWN]]
+    if len(items) > WORST_SHOWN:
+        lines.append(f"  ... {len(items) - WORST_SHOWN} more too noisy to decide (pytest -v lists them)")
+    return "\n".join([head, *lines, f"  {fix}"])
+
+
 def improvement_lines(c: Comparison) -> list[str]:
     """Nodes, aggregates and the total that every measurement found faster beyond their band."""
     out = [f"  faster node: {node_line(v)}" for v in c.faster]
@@ -540,8 +550,8 @@ def summary_line(label: str, c: Comparison | None) -> str:
         return f"{label}: recorded"
     if c.status is Status.MISMATCH:
         return f"{label}: mismatch ({'; '.join(c.mismatches)})"
-    if c.status is Status.NOISY:
-        return f"{label}: too noisy to decide ({c.noisy_reason})"
+    if c.status is Status.UNDECIDED and c.noisy_reason:
+        return f"{label}: undecided, too noisy to decide ({c.noisy_reason})"
     total = f"total x{round(c.total.ratio, 4):.2f}" if c.total else ""
     worst = worst_verdicts(c.nodes)[:WORST_SHOWN]  # as report.worst_nodes
     # ratios rounded as the report rounds them first, so that this line and every view print the same digits

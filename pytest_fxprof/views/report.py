@@ -16,7 +16,16 @@ from pytest_fxprof.records.disturbance import Disturbance, disturbance_to_json
 from pytest_fxprof.records.measurement import FORWARD, NodeInfo, NodeStats
 from pytest_fxprof.records.profile import ROLLUPS, Profile
 from pytest_fxprof.records.units import fmt_ns
-from pytest_fxprof.records.verdicts import AggregateVerdict, Blame, Comparison, Judgement, Kind, NodeVerdict, Verdict
+from pytest_fxprof.records.verdicts import (
+    AggregateVerdict,
+    Blame,
+    Comparison,
+    Judgement,
+    Kind,
+    NodeVerdict,
+    Status,
+    Verdict,
+)
 from pytest_fxprof.store.baseline import capture_to_json, run_to_json
 from pytest_fxprof.store.files import dumps, write_atomic
 from pytest_fxprof.views.render import aggregate_what, at_stake, code_change_line
@@ -155,8 +164,8 @@ def profile_report(
         out["removed"] = [_node_ref(n) for n in comparison.removed]
         out["graphs"] = {"baseline": comparison.graphs[0], "current": comparison.graphs[1]}
         out["measurements"] = comparison.measurements
-        if comparison.noisy_reason:  # too noisy to decide: measured on a busy machine, nothing judged
-            out["noisy"] = comparison.noisy_reason
+        if comparison.status is Status.UNDECIDED:  # no verdict: what was too noisy to decide (or why nothing was)
+            out["noisy"] = comparison.noisy_reason or "; ".join(comparison.noisy)
         if comparison.against:  # the ratios of each verdict are then one per pair of old and new processes
             out["against"] = comparison.against
             out["pairs"] = comparison.pairs
@@ -363,13 +372,35 @@ def _stake(n: Mapping[str, Any]) -> tuple[int, float]:
     return at_stake(delta, verdict, failed=verdict == Verdict.SLOWER.value and bool(n.get("gates", True)))
 
 
-def write_report(path: Path, mode: str, records: Sequence[ProfileRecord], unused: Sequence[str]) -> None:
-    data = {
+class AgainstJSON(TypedDict):
+    """What a run against a revision compared with, at the top of its report (also where every profile is new, so
+    that ``fxprof merge`` can tell the shards of one run from another's): the old side as every line names it
+    (``label``: ``origin/main (1a2b3c4)``), the revision as given (``ref``) and the commit it named (``commit``, the
+    full sha; both "" where only the old side's Python differs), and that Python ("" for the run's own)."""
+
+    label: str
+    ref: str
+    commit: str
+    python: str
+
+
+def write_report(
+    path: Path,
+    mode: str,
+    records: Sequence[ProfileRecord],
+    unused: Sequence[str],
+    *,
+    against: AgainstJSON | None = None,
+) -> None:
+    """The report of a run's ``records``; ``against``: the old side of a run against a revision."""
+    data: dict[str, Any] = {
         "report_version": REPORT_VERSION,
         "mode": mode,
         "profiles": [r["report"] for r in sorted(records, key=lambda r: (r["test_id"], r["key"]))],
         "unused_baselines": sorted(unused),
     }
+    if against is not None:
+        data["against"] = dict(against)
     write_atomic(path, dumps(data))
 
 

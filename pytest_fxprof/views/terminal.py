@@ -36,10 +36,11 @@ def node_colour(node: Mapping[str, Any]) -> str | None:
 
 
 def busy_counts(records: Sequence[ProfileRecord]) -> str:
-    """The run's count of profiles too noisy to decide and of those measured on a busy machine ("" if none)."""
-    noisy = sum(r["status"] == "noisy" for r in records)
-    busy = sum(bool(busy_line(r["report"])) for r in records)
-    parts = [f"{noisy} profile(s) too noisy to decide"] if noisy else []
+    """The run's count of profiles that reached no verdict, and of those measured on a busy machine: in a check,
+    this process's profile; in an update, the recording's processes, as its warnings count them ("" if none)."""
+    undecided = sum(r["status"] == "undecided" for r in records)
+    busy = sum(bool(busy_line(r["report"]) or r["report"].get("busy_processes")) for r in records)
+    parts = [f"{undecided} profile(s) undecided, too noisy to decide"] if undecided else []
     parts += [f"{busy} profile(s) {BUSY_LINE}"] if busy else []
     return "; ".join(parts) + ("; measure on a quieter machine" if parts else "")
 
