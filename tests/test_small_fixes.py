@@ -4,7 +4,6 @@ faked)."""
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
@@ -21,14 +20,7 @@ from pytest_fxprof.capture.choose import capture_module
 from pytest_fxprof.capture.errors import ProfileError
 from pytest_fxprof.capture.nodes import describe_nodes
 from pytest_fxprof.records.measurement import capture_difference
-
-
-def git(repo: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t"}
-    env["GIT_COMMITTER_EMAIL"] = "t@t"
-    done = subprocess.run(["git", *args], cwd=repo, env=env, capture_output=True, text=True, check=True)
-    return done.stdout.strip()
-
+from tests.test_against_parts import git
 
 # A shallow clone ----------------------------------------------------------------------------------------
 
