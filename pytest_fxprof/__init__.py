@@ -10,7 +10,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from pytest_fxprof.api import profile, profile_train_step
 from pytest_fxprof.judge.decision import Policy
-from pytest_fxprof.plugin import Fxprof
+from pytest_fxprof.plugin import Fxprof, FxprofWarning
 from pytest_fxprof.records.measurement import NodeInfo, NodeStats
 from pytest_fxprof.records.verdicts import AggregateVerdict, Comparison, NodeVerdict, TotalVerdict, Verdict
 from pytest_fxprof.result import ProfileResult
@@ -26,6 +26,7 @@ __all__ = [
     "AggregateVerdict",
     "Comparison",
     "Fxprof",
+    "FxprofWarning",
     "NodeInfo",
     "NodeStats",
     "NodeVerdict",

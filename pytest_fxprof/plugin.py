@@ -67,7 +67,9 @@ MARKER = "fxprof"
 
 
 class FxprofWarning(UserWarning):
-    """A profile the gate could compare only in part (for example: its graph changed)."""
+    """What the gate asks of the user without failing the test: a changed graph, a faster model, a baseline
+    recorded on a busy machine, an undecided check under ``--fxprof-on-undecided=pass-with-warning``. Public as
+    ``pytest_fxprof.FxprofWarning``, for ``filterwarnings``."""
 
 
 _SETTING_HELP = {

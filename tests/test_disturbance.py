@@ -339,6 +339,17 @@ def test_busy_check_is_undecided_and_fails_unless_told_otherwise(pytester: pytes
     assert data["kept"] == 3
 
 
+def test_a_suite_that_makes_warnings_errors_lets_fxprofs_through_by_name(pytester: pytest.Pytester) -> None:
+    write_tests(pytester, TWO_TESTS)
+    busy_run(pytester, "--fxprof-update", "--fxprof-processes=1", busy=False).assert_outcomes(passed=2)
+    errors = ("-W", "error", "-W", "ignore::pytest.PytestAssertRewriteWarning")  # this in-process run's own
+    told = (*errors, "-W", "default::pytest_fxprof.FxprofWarning", "--fxprof-on-undecided=pass-with-warning")
+    busy_run(pytester, "--fxprof", *told, busy=True).assert_outcomes(passed=2, warnings=2)
+    busy_run(pytester, "--fxprof", *errors, "--fxprof-on-undecided=pass-with-warning", busy=True).assert_outcomes(
+        failed=2  # without the filter, the same warnings are errors
+    )
+
+
 def test_bad_on_busy_is_refused(pytester: pytest.Pytester) -> None:
     write_tests(pytester, TWO_TESTS)
     result = busy_run(pytester, "--fxprof", "--fxprof-on-undecided=maybe", busy=False)
