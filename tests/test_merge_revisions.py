@@ -25,10 +25,12 @@ def side(ref: str, commit: str) -> AgainstJSON:
     return {"label": f"{ref} ({commit[:7]})", "ref": ref, "commit": commit, "python": ""}
 
 
-def shard(path: Path, test_id: str, old: AgainstJSON | None, *, new: bool = False, mode: str = "against") -> Path:
+def shard(
+    path: Path, test_id: str, old: AgainstJSON | None, *, new: bool = False, mode: str = "against", top: bool = True
+) -> Path:
     """A shard's report of one profile, written as the plugin writes it: compared with ``old`` (its label in the
-    profile), or ``new`` (the test has no counterpart at the revision); ``old`` at the top (None: a report that
-    does not record it)."""
+    profile), or ``new`` (the test has no counterpart at the revision); ``old`` at the top (None, or not ``top``:
+    a report that does not record it)."""
     status = "new" if new else "pass"
     report = profile_report(test_id, "call0", status, result(), None)
     if old is not None and not new:
@@ -38,7 +40,7 @@ def shard(path: Path, test_id: str, old: AgainstJSON | None, *, new: bool = Fals
         {"test_id": test_id, "key": "call0", "status": status, "summary": "", "report": report}
     ]
     write_report(path, mode, records, [])
-    if old is not None:  # what the report records of the run's old side
+    if old is not None and top:  # what the report records of the run's old side
         data = json.loads(path.read_text())
         data["against"] = dict(old)
         path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
@@ -169,3 +171,18 @@ def test_merge_says_which_shard_records_no_revision(tmp_path: Path, capsys: pyte
         "none of its profiles was compared): merged unchecked\n"
     )
     assert json.loads((tmp_path / "all.json").read_text())["against"]["commit"] == COMMIT
+
+
+@pytest.mark.parametrize(("commit", "merged"), [(COMMIT, True), (OTHER, False)], ids=["same commit", "another"])
+def test_a_report_that_records_no_commit_is_compared_by_the_sha_its_labels_show(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], commit: str, merged: bool
+) -> None:
+    older = shard(tmp_path / "old.json", "t.py::test_a", side("HEAD", commit), top=False)  # "HEAD (1a2b3c4)" alone
+    newer = shard(tmp_path / "new.json", "t.py::test_b", side("main", COMMIT))
+    code, _, err = merge(capsys, tmp_path / "all.json", older, newer)
+    if merged:
+        assert (code, err) == (0, "")
+    else:
+        assert code == 2
+        assert "the reports were checked against different revisions: HEAD (5d6e7f8) in" in err
+        assert not (tmp_path / "all.json").exists()

@@ -6,7 +6,7 @@ the whole from it. Shards must not overlap (a profile of one test and key in two
 both) and must come from runs of one mode, against one commit where they were checked against a revision: the
 commit each report records at its top (``against``), whatever name the revision was given (``HEAD``, ``main``) and
 whether or not the shard compared any test. A report that does not record it (written before reports did) is
-compared by the revision's name in its profiles. Nothing is written where an output is one of the inputs or a
+compared by the short sha its profiles' labels show (``main (1a2b3c4)``). Nothing is written where an output is one of the inputs or a
 report is given twice.
 
 Must not import torch or pytest.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -146,6 +147,11 @@ def _refuse_clashes(reports: Sequence[Path], outputs: Sequence[tuple[Path, str]]
                 )
 
 
+SHORT_SHA = 7
+LABEL_SHA = re.compile(r"\(([0-9a-f]{7})\)")
+"""The short sha in an old side's label: ``origin/main (1a2b3c4)``, ``HEAD (1a2b3c4) under Python ...``."""
+
+
 @dataclass(frozen=True)
 class _Side:
     """What a shard was checked against: its label, and the commit and Python the report records at its top
@@ -160,6 +166,14 @@ class _Side:
     @property
     def exact(self) -> bool:
         return self.record is not None
+
+    @property
+    def short_sha(self) -> str:
+        """The commit as the label shows it (``main (1a2b3c4)``), or the record's, shortened alike; "" if neither."""
+        if self.commit:
+            return self.commit[:SHORT_SHA]
+        found = LABEL_SHA.search(self.label)
+        return found.group(1) if found else ""
 
     def shown(self) -> str:
         commit = f" = {self.commit[:12]}" if self.commit else ""
@@ -195,8 +209,8 @@ def _one_side(sides: Sequence[_Side], where: Path) -> AgainstJSON | None:
     if all(s.exact for s in sides):
         keys = {(s.commit, s.python): s for s in sides}
         differ = "commits" if len({s.commit for s in sides}) > 1 else "Pythons"
-    else:
-        keys = {s.label: s for s in sides}
+    else:  # a report written before reports recorded the commit: the short sha its labels end with
+        keys = {s.short_sha or s.label: s for s in sides}
         differ = "revisions"
     if len(keys) > 1:
         shown = ", ".join(s.shown() for s in keys.values())
