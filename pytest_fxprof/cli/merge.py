@@ -6,8 +6,8 @@ the whole from it. Shards must not overlap (a profile of one test and key in two
 both) and must come from runs of one mode, against one commit where they were checked against a revision: the
 commit each report records at its top (``against``), whatever name the revision was given (``HEAD``, ``main``) and
 whether or not the shard compared any test. A report that does not record it (written before reports did) is
-compared by the short sha its profiles' labels show (``main (1a2b3c4)``). Nothing is written where an output is one of the inputs or a
-report is given twice.
+compared by the short sha its profiles' labels show (``main (1a2b3c4)``). Nothing is written where an output is
+one of the inputs or a report is given twice.
 
 Must not import torch or pytest.
 """
