@@ -121,6 +121,7 @@ def main() -> None:
                 "expected": expected,
                 "capture": old[0].capture.method,
                 "clock": old[0].environment.clock,
+                "undecided": list(c.noisy),  # what could not be decided, where nothing failed
             }
             rows.append(row)
             print(f"{name:10} {rule:20} {row['status']:10} lead {row['lead'] or '-':24} expected {expected or '-'}")

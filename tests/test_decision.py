@@ -1244,6 +1244,57 @@ def test_noisy_small_nodes_are_not_warned_about() -> None:
     assert not any(line.startswith(("node add:", "node flatten:")) for line in c.noisy)
 
 
+# A quiet encoder (two blocks and a head projection) and a 20 us gate in the head whose time scatters x0.4..x3
+# between the baseline's processes: its module's band is far too wide to decide anything.
+GATED: tuple[NodeInfo, ...] = (
+    node("fc1", "Linear", "enc.0.fc", op="call_module"),
+    node("act1", "torch.relu", "enc.0.act"),
+    node("fc2", "Linear", "enc.1.fc", op="call_module", occurrence=1),
+    node("act2", "torch.relu", "enc.1.act", occurrence=1),
+    node("proj", "Linear", "head.proj", op="call_module", occurrence=2),
+    node("gate", "torch.sigmoid", "head.gate"),
+    node("gate_add", "operator.add", "head.gate"),
+)
+GATED_SCATTER = (1.0, 3.0, 0.4, 2.5, 0.5)
+
+
+def gated_baseline(gate_ns: int) -> BaselineEntry:
+    times = [450_000, 30_000, 450_000, 30_000, 400_000, gate_ns, gate_ns]
+    return make_entry(
+        [
+            make_run([t if n.module != "head.gate" else round(t * s) for n, t in zip(GATED, times, strict=True)])
+            for s in GATED_SCATTER
+        ],
+        GATED,
+    )
+
+
+def test_an_aggregate_too_small_to_fail_a_test_alone_leaves_no_check_undecided() -> None:
+    baseline = gated_baseline(10_000)
+    c = compare(
+        baseline, make_entry([make_run([450_000, 30_000, 450_000, 30_000, 400_000, 10_000, 10_000])], GATED), NO_FLOOR
+    )
+    (gate,) = [a for a in c.aggregates if a.name == "head.gate"]
+    assert gate.verdict is Verdict.NOISY  # its band: far beyond NOISY_BAND
+    assert not gate.gates  # 20 us of 1.38 ms: the head (with its projection) decides for it
+    (head,) = [a for a in c.aggregates if a.name == "head"]
+    assert head.gates
+    assert head.verdict is Verdict.OK
+    assert c.noisy == ()
+    assert c.status is Status.PASS
+    # the same scatter on a gate large enough to fail a test alone leaves the check undecided
+    big = compare(
+        gated_baseline(200_000),
+        make_entry([make_run([450_000, 30_000, 450_000, 30_000, 400_000, 200_000, 200_000])], GATED),
+        NO_FLOOR,
+    )
+    (gate,) = [a for a in big.aggregates if a.name == "head.gate"]
+    assert gate.gates
+    assert gate.verdict is Verdict.NOISY
+    assert "module head.gate" in [t.split(":")[0] for t in big.noisy]
+    assert big.status is Status.UNDECIDED
+
+
 def test_wide_floor_bands_still_decide() -> None:
     # a 40 us floor: flatten's band is +133 %, and x3 loses 60 us, beyond it: slower, a small-node warning
     c = compare(BASELINE_1, current_entry({"flatten": 3.0}), replace(POLICY, floor_ns=40_000))

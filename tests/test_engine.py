@@ -23,6 +23,7 @@ from pytest_fxprof.measure.engine import (
     instrument,
     make_engine,
 )
+from pytest_fxprof.records.measurement import Protocol
 from pytest_fxprof.settings import CAPTURES, SettingsError
 from pytest_fxprof.settings import ENGINES as ENGINE_CHOICES
 
@@ -297,3 +298,58 @@ def test_device_events_without_memory_never_read_the_allocator() -> None:
     assert times.host_ns == [300, 900]
     assert times.memory_bytes is None
     assert times.peak_bytes is None
+
+
+def test_a_measured_profile_reads_the_allocator_in_one_pass_of_its_own_never_in_a_timed_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On CUDA the allocator's three reads per stamp cost about ten times the event: in a timed pass they would be
+    the node's time on a device waiting for its launches. A pass of their own gives the memory columns."""
+    from pytest_fxprof.measure import profiler
+
+    reads: list[int] = []  # per pass (the plain forward's runs are no pass): allocator reads
+    base = DEVICE.side()
+
+    def allocated() -> int:
+        reads[-1] += 1
+        return DEVICE.allocated
+
+    made: list[EventTimer] = []
+
+    class CountingTimer(EventTimer):
+        def begin_pass(self) -> None:
+            reads.append(0)
+            super().begin_pass()
+
+    def node_timer(engine: str, device: torch.device, clock_name: str, clock: Any, *, memory: bool = True) -> Any:
+        made.append(
+            CountingTimer(
+                DeviceSide(base.event, base.synchronize, allocated, base.peak, base.reset_peak),
+                host_clock=CLOCK,
+                memory=memory,
+            )
+        )
+        return profiler.CUDA_NODE_CLOCK, made[-1]
+
+    monkeypatch.setattr(profiler, "_node_timer", node_timer)
+    DEVICE.allocated = 100
+    result = profile(Kernels(), torch.zeros(1), warmup=2, passes=3, capture="symbolic")
+    assert [m.memory_on for m in made] == [False]  # the timer starts without the allocator ...
+    assert reads[:-1] == [0] * (len(reads) - 1)  # ... no warm-up or kept pass read it ...
+    assert reads[-1] == 3  # ... one more pass did, at each of its stamps (before the first node, after each)
+    assert len(reads) >= 2 + 3 + 1
+    assert [n.median_ns for n in result.nodes] == [5000, 700]  # the kept passes' device times
+    assert [n.host_ns for n in result.nodes] == [300, 900]
+    first, second = (n.memory_bytes or 0 for n in result.nodes)
+    assert second - first == 4096  # the second kernel keeps 4 KiB
+    assert [n.peak_bytes for n in result.nodes] == [first + 1024, second]  # the first one's scratch
+    assert result.environment.clock.startswith("cuda-events-only nodes, ")  # the passes: the CPU's clock here
+    # unmeasured (one cold pass): that pass reads the allocator, as nothing in it is timed
+    made.clear()
+    reads.clear()
+    cold = profiler.profile_module(
+        Kernels(), [torch.zeros(1)], {}, name="cold", protocol=Protocol(2, 3, 1, 1), measured=False, capture="symbolic"
+    )
+    assert [m.memory_on for m in made] == [True]
+    assert reads == [3]
+    assert [n.memory_bytes is not None for n in cold.nodes] == [True, True]

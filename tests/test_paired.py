@@ -169,6 +169,22 @@ def test_no_more_pairs_once_a_node_or_aggregate_failed_the_test() -> None:
     assert failed.status is Status.REGRESSION
 
 
+def test_an_aggregate_too_small_to_fail_alone_asks_for_no_more_pairs_and_leaves_no_check_undecided() -> None:
+    # bn0 (40 us) alone slowed x1..x3 from pair to pair: the BatchNorms together (320 us, 4.9 % of the model)
+    # look slower but their pairs disagree; too small to fail a test alone, they leave it to the blocks and the total
+    scatter = (2.0, 1.0, 3.0, 1.1, 2.5, 1.0)
+    old = entry([run_of(scaled(CNN, CNN_NS)) for _ in scatter])
+    new = entry([run_of(scaled(CNN, CNN_NS, {"bn0": f})) for f in scatter])
+    c = compare_pairs(old, new, POLICY, against=AGAINST)
+    (bn,) = [a for a in c.aggregates if a.kind is Kind.OP and a.name == "BatchNorm2d"]
+    assert bn.verdict is Verdict.NOISY
+    assert not bn.gates
+    assert all(a.verdict is not Verdict.NOISY for a in c.aggregates if a.gates)
+    assert c.noisy == ()
+    assert not needs_more(c)
+    assert c.status is Status.PASS
+
+
 def test_one_pair_decides_nothing() -> None:
     old, new = sides(MIN_PAIRS - 1, slowed={"conv3": 2.0}, noise=0.0)
     c = compare_pairs(old, new, POLICY, against=AGAINST)

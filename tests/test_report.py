@@ -107,6 +107,7 @@ def test_report_of_a_confirmed_regression() -> None:
         "current_ns": 530_000,
         "speed_factor": 1.0,
         "divisor": 1.0,
+        "gates": True,  # 430 us of about 1 ms: large enough to fail a test alone
         "ratio": round(530 / 430, 4),
         "ratios": [round(530 / 430, 4)] * 2,
         "band": 0.1,

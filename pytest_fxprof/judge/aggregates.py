@@ -113,6 +113,7 @@ class Group:
         speed_factor: float,
         judgement: Judgement,
         divisor: float,
+        gates: bool = True,
     ) -> AggregateVerdict:
         """This aggregate's verdict, its members and the nodes only one side holds named from the two sides' nodes
         (``old``, ``new``) and the comparison's node ``pairs``: what both gates return."""
@@ -134,6 +135,7 @@ class Group:
             tested=self.tested,
             path=self.path,
             direction=self.direction,
+            gates=gates,
         )
 
     @property

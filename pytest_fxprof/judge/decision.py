@@ -102,6 +102,14 @@ GATING_NS = 1_000_000
 GATING_SHARE = 0.05
 """... as can one of at least this share of the summed node time; smaller ones warn, and aggregates gate them."""
 
+
+def large_enough(centre_ns: float, busy_ns: float) -> bool:
+    """Whether an item of ``centre_ns`` (a node, or an aggregate's nodes together) out of ``busy_ns`` of summed node
+    time is large enough to fail a test alone (``GATING_NS``, ``GATING_SHARE``): a smaller node only warns, and a
+    smaller aggregate too noisy to decide leaves the decision to the larger ones that hold it."""
+    return centre_ns >= GATING_NS or centre_ns / (busy_ns or 1.0) >= GATING_SHARE
+
+
 NOISY_BAND = 1.0
 """A band set by the measured spread beyond +100 % decides nothing: the item is reported as too noisy.
 A tolerance (the user's choice) or a floor (an absolute amount of time) is applied however wide."""
@@ -587,7 +595,7 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
         ratios = [m[k] / policy.divisor(f[k]) / c for m, f in zip(measured, factors, strict=True)]
         quick = [m[k] / max(min(f[k], 1.0), 1e-9) / c for m, f in zip(measured, factors, strict=True)]
         band, source = band_for(policy.node_tolerance, noise[k].sigma, k=policy.spread_k, floor=floor_ns / c)
-        gates = c >= GATING_NS or c / busy >= GATING_SHARE
+        gates = large_enough(c, busy)
         info = current.nodes[pairs[k][1]]
         verdict = judge(ratios, band, source, scale_ns=c, faster=quick, sigma=noise[k].sigma, floor=floor_ns / c)
         divisor = policy.divisor(factors[0][k])
@@ -611,6 +619,7 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
             baseline=baseline,
             current=current,
             pairs=pairs,
+            busy=busy,
         )
         for group in plan(
             baseline.nodes, current.nodes, pairs, baseline.capture.class_map(), current.capture.class_map()
@@ -659,6 +668,7 @@ def _judge_aggregate(
     baseline: BaselineEntry,
     current: BaselineEntry,
     pairs: Sequence[tuple[int, int]],
+    busy: float,
 ) -> AggregateVerdict:
     """An aggregate judged on its matched nodes and, where the graph changed, on the time of its nodes that only
     one side holds (the baseline's median, and the current per measurement), divided by the same speed factor as
@@ -685,6 +695,7 @@ def _judge_aggregate(
         speed_factor=sums[0][3],
         judgement=verdict,
         divisor=policy.divisor(sums[0][3]),
+        gates=large_enough(centre, busy),
     )
 
 
@@ -746,7 +757,7 @@ def _recording_spread(nodes: tuple[NodeInfo, ...], runs: tuple[Run, ...], policy
     widest, widest_of, gating_ns, wide_ns, wide = 0.0, "", 0.0, 0.0, 0
     for info, n in zip(nodes, noise, strict=True):
         c = max(n.centre_ns, 1.0)
-        if c < GATING_NS and c / busy < GATING_SHARE:
+        if not large_enough(c, busy):
             continue
         band, source = band_for(policy.node_tolerance, n.sigma, k=policy.spread_k, floor=floor_ns / c)
         gating_ns += c

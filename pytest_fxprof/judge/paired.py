@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 from pytest_fxprof.judge.aggregates import corrected_confidence, plan
 from pytest_fxprof.judge.blame import blame
-from pytest_fxprof.judge.decision import GATING_NS, GATING_SHARE, align, regressed
+from pytest_fxprof.judge.decision import align, large_enough, regressed
 from pytest_fxprof.records.measurement import BaselineEntry, Run
 from pytest_fxprof.records.verdicts import (
     BandSource,
@@ -280,7 +280,7 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
     verdicts = []
     for k, (i, j_new) in enumerate(pairs):
         judgement, centre, now = item([i], [j_new], policy.node_tolerance)
-        gates = centres[k] >= GATING_NS or centres[k] / busy >= GATING_SHARE
+        gates = large_enough(centres[k], busy)
         before_shape = old.shapes[i] if old.shapes else ""
         after_shape = new.shapes[j_new] if new.shapes else ""
         shapes = (before_shape, after_shape) if before_shape and after_shape and before_shape != after_shape else None
@@ -301,6 +301,7 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
                 speed_factor=1.0,
                 judgement=judgement,
                 divisor=1.0,
+                gates=large_enough(centre, busy),
             )
         )
     before_total = [float(r.instrumented_ns or r.total_ns) for r in old_runs]
@@ -334,7 +335,7 @@ def needs_more(c: Comparison) -> bool:
     until the pairs name what got slower, or are done)."""
     if c.status is Status.MISMATCH or c.slower or c.slower_aggregates:
         return False
-    items = [v.judgement for v in c.nodes if v.gates] + [a.judgement for a in c.aggregates]
+    items = [v.judgement for v in c.nodes if v.gates] + [a.judgement for a in c.aggregates if a.gates]
     if c.total is not None:
         items.append(c.total.judgement)
     return any(undecided(j) for j in items)

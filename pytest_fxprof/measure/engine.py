@@ -11,9 +11,10 @@ Owns how a pass of the graphs is turned into one time per node, on the CPU (a cl
   several microseconds of Python per node that are not counted in a node but slow the pass. It is the
   reference the compiled engine is tested against.
 
-On CUDA a stamp records an event from a pool (and the host's clock and the allocator's counters), and the
-pass synchronises once, when its times are collected; host time per node (the launch cost) is reported
-beside the device time, with the memory allocated after each node and the peak while it ran.
+On CUDA a stamp records an event from a pool and the host's clock, and the pass synchronises once, when its
+times are collected; host time per node (the launch cost) is reported beside the device time. A timer with
+``memory`` also reads the allocator's counters at each stamp (the memory allocated after each node and the peak
+while it ran): the profiler turns that on only in a pass whose times it does not keep.
 A graph that runs several times in one pass (a loop across graph breaks) adds its times up per node.
 A profile that runs out of device memory gives the cached memory back (``release_memory``) before it fails.
 
@@ -91,9 +92,9 @@ class EventTimer:
     the stamps' own work out) and the allocator's bytes in use and peak since the previous stamp, then
     resets the peak: a node's memory is what was allocated after it and the most that was allocated
     while it ran. The reset means that ``torch.cuda.max_memory_allocated`` no longer holds the peak of
-    what ran before the profile. With ``memory=False`` the allocator is not read: its three calls cost
-    about ten times what the event does, which a graph of many small kernels (a training step's backward)
-    would show as time in every node.
+    what ran before the profile. With ``memory`` off the allocator is not read: its three calls cost
+    about ten times what the event does, which a graph of small kernels, its device waiting on the launches,
+    would show as time in every node. ``memory_on`` may be switched between passes.
     """
 
     def __init__(self, side: DeviceSide, host_clock: Clock = time.perf_counter_ns, *, memory: bool = True) -> None:

@@ -159,8 +159,9 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     allocator = tune_allocator() if measured else "not measured"
     device = device_of(module, args, kwargs)
     clock_name, clock = clock_for(protocol.threads, device)
-    # a training step's many small backward kernels would show the allocator's counters as time in each node
-    node_clock_name, timer = _node_timer(engine, device, clock_name, clock, memory=step is None)
+    # the allocator's counters cost about ten times an event: read in a pass of their own, never in a timed one
+    memory = step is None
+    node_clock_name, timer = _node_timer(engine, device, clock_name, clock, memory=memory and not measured)
     workload = ReferenceWorkload() if measured and reference else None
     warmup, passes = (protocol.warmup, protocol.passes) if measured else (0, 1)
     with contextlib.ExitStack() as stack:
@@ -194,6 +195,18 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
         facts = graph_facts(captured.graphs, nodes)
         watch = measured and node_clock_name == "wall" and clock_name == "thread-cpu"
         budget = warmup + passes * (2 if watch else 1)  # a preempted pass is measured again, up to passes more
+        one_pass = functools.partial(
+            _timed_pass,
+            module,
+            captured=captured,
+            timing=timing,
+            runners=runners,
+            args=args,
+            kwargs=kwargs,
+            clock=clock,
+            device=device,
+            nodes=infos,
+        )
         i = 0
         while i < budget and not (i >= warmup + passes and samples.enough(passes)):
             keep = i >= warmup
@@ -212,24 +225,16 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
                 if keep:
                     samples.totals.append(clock() - start)
                 after()
-            whole, wall, times = _timed_pass(
-                module,
-                captured=captured,
-                timing=timing,
-                runners=runners,
-                args=args,
-                kwargs=kwargs,
-                clock=clock,
-                device=device,
-                nodes=infos,
-                ran_before=checked or i > 0 or seen is not None,
-            )
+            whole, wall, times = one_pass(ran_before=checked or i > 0 or seen is not None)
             after()
             if keep:
                 samples.keep(whole, times, off_cpu=off_cpu_share(whole, wall) if watch else 0.0)
             i += 1
         if barrier is not None:
             barrier(-1)
+        if memory and measured and isinstance(timer, EventTimer):
+            samples.memory, samples.peaks = _memory_pass(timer, lambda: one_pass(ran_before=True))
+            after()
         measured_off_cpu = list(samples.off_cpu)
         picked = samples.choose(passes)
     medians = [median_int(s) for s in samples.nodes]
@@ -284,6 +289,19 @@ def _nothing() -> None:
     pass
 
 
+def _memory_pass(
+    timer: EventTimer, run: Callable[[], tuple[int, int, PassTimes]]
+) -> tuple[list[int] | None, list[int] | None]:
+    """Each node's bytes in use after it and the peak while it ran, from one more pass that reads the allocator
+    at every stamp (``run``): its times are left out, as the three reads per stamp would show in them."""
+    timer.memory_on = True
+    try:
+        times = run()[2]
+    finally:
+        timer.memory_on = False
+    return times.memory_bytes, times.peak_bytes
+
+
 def _plain_forward(
     module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any]
 ) -> Callable[[], Callable[[], Any]]:
@@ -307,18 +325,25 @@ def _plain_step(captured: Captured, args: Sequence[Any], kwargs: dict[str, Any])
     return make
 
 
+CUDA_NODE_CLOCK = "cuda-events-only"
+"""The node clock on CUDA: an event per stamp and nothing else in a timed pass (the allocator is read in a pass of
+its own). Baselines whose clock says ``cuda-events`` read the allocator at every stamp of a forward profile, which
+put the host's cost of three calls into every node's device time; they are not compared with these."""
+
+
 def _node_timer(
     engine: str, device: torch.device, clock_name: str, clock: Clock, *, memory: bool = True
 ) -> tuple[str, Timer]:
     """The timer of each node, and its clock's name.
 
-    CUDA: device events (and, with ``memory``, the allocator's counters per node). CPU, compiled engine:
+    CUDA: device events (and, with ``memory``, the allocator's counters per node: an unmeasured profile's one pass,
+    or the memory pass of a measured one). CPU, compiled engine:
     ``perf_counter_ns``, whose call costs about 50 ns where the thread's CPU clock costs several hundred (a
     system call), which would slow a graph of small ops by more than it measures; the passes keep ``clock``.
     CPU, interpreter: ``clock``, which its per-node Python overhead dwarfs anyway.
     """
     if device.type == "cuda":
-        return "cuda-events", EventTimer(DeviceSide.cuda(device), memory=memory)
+        return CUDA_NODE_CLOCK, EventTimer(DeviceSide.cuda(device), memory=memory)
     if engine == "compiled":
         return "wall", ClockTimer(WALL_CLOCK)
     return clock_name, ClockTimer(clock)

@@ -184,6 +184,10 @@ class AggregateVerdict(_Judged):
     """The name without a training step's direction: ``layer3.0`` of ``layer3.0 backward`` ("": the name)."""
     direction: str = ""
     """A training step's direction the aggregate lies in ("" outside a training step)."""
+    gates: bool = True
+    """Whether its nodes together are large enough to fail a test alone (``judge.decision.large_enough``): where
+    not, a band too noisy to decide leaves the decision to the larger aggregates that hold it (a slower verdict
+    still fails the test: the floor already keeps small items from failing on noise)."""
 
     @property
     def where(self) -> str:
@@ -289,7 +293,11 @@ class Comparison:
         """Items that gate and are too noisy to decide: where nothing failed, they leave the check undecided
         (``settle``), never a pass or a failure in disguise."""
         out = [f"node {v.node.name}: {v.reason}" for v in self.nodes if v.verdict is Verdict.NOISY and v.gates]
-        out += [f"{a.kind.value} {a.name}: {a.judgement.reason}" for a in self.aggregates if a.verdict is Verdict.NOISY]
+        out += [
+            f"{a.kind.value} {a.name}: {a.judgement.reason}"
+            for a in self.aggregates
+            if a.verdict is Verdict.NOISY and a.gates
+        ]
         if self.total is not None and self.total.verdict is Verdict.NOISY:
             out.append(f"total: {self.total.reason}")
         return tuple(out)

@@ -119,7 +119,13 @@ def verdict_rows(c: Comparison | None) -> Rows:
         for v in c.nodes
     ]
     rows += [
-        _verdict(a.kind.value, a.name, _module_of(a.kind.value, a.name), item(a.baseline_ns, a.current_ns, a.judgement))
+        _verdict(
+            a.kind.value,
+            a.name,
+            _module_of(a.kind.value, a.name),
+            item(a.baseline_ns, a.current_ns, a.judgement),
+            a.gates,
+        )
         for a in c.aggregates
     ]
     if c.total is not None:
@@ -229,7 +235,10 @@ def _report_rows(p: dict[str, Any], by: str) -> list[dict[str, Any]]:
             for n in p["nodes"]
             if "ratio" in n
         ]
-        out += [_verdict(a["kind"], a["name"], _module_of(a["kind"], a["name"]), a) for a in p.get("aggregates", [])]
+        out += [
+            _verdict(a["kind"], a["name"], _module_of(a["kind"], a["name"]), a, a.get("gates", True))
+            for a in p.get("aggregates", [])
+        ]
         if "ratio" in p["total"]:
             out.append(_verdict("total", "total", "", p["total"]))
         return out

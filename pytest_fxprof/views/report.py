@@ -203,6 +203,7 @@ def aggregate_json(a: AggregateVerdict) -> dict[str, Any]:
         "delta_ns": round(a.delta_ns),
         "speed_factor": round(a.speed_factor, 4),
         "divisor": round(a.divisor, 4),
+        "gates": a.gates,
         **judgement_json(a.judgement),
     }
     changed = code_change_line(a)
