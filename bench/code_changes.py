@@ -798,6 +798,8 @@ def check(repo: Repo, mode: str, c: Change, repeat: int, *, reports: Path, extra
         "expected": expected_item(profile, c),
         "warned": [f"{w.get('kind')} {w.get('name')}" for w in profile.get("warned", [])],
         "pairs": profile.get("pairs"),
+        # the modules, patterns and classes whose code the check saw change (operations added or removed)
+        "code_changed": [a["name"] for a in profile.get("aggregates", []) if a.get("changed")],
         "items": items(profile),
         "tail": gq.tail(output)[-1500:] if status not in ("pass", "regression") else "",
     }

@@ -19,7 +19,12 @@ import pytest
 
 from pytest_fxprof.against.check import Against, SideWatch
 from pytest_fxprof.judge.decision import DEFAULT_FLOOR_NS, FLOOR_SHARE, NODE_TOLERANCE, TOTAL_TOLERANCE
-from pytest_fxprof.judge.paired import MIN_DECIDING_PAIRS, PAIRED_NODE_TOLERANCE, PAIRED_TOTAL_TOLERANCE
+from pytest_fxprof.judge.paired import (
+    CHANGED_TOLERANCE,
+    MIN_DECIDING_PAIRS,
+    PAIRED_NODE_TOLERANCE,
+    PAIRED_TOTAL_TOLERANCE,
+)
 from pytest_fxprof.measure.sampling import (
     Relaunch,
     SampleRequest,
@@ -77,6 +82,8 @@ _SETTING_HELP = {
     f"{NODE_TOLERANCE:g} against baselines, {PAIRED_NODE_TOLERANCE:g} against a revision)",
     "total_tolerance": f"Smallest relative band the model's total gets (default {TOTAL_TOLERANCE:g} against "
     f"baselines, {PAIRED_TOTAL_TOLERANCE:g} against a revision)",
+    "changed_tolerance": "Against a revision: smallest relative band of a module, pattern or class whose code "
+    f"changed (operations added or removed in it); never wider than the node band (default {CHANGED_TOLERANCE:g})",
     "pairs": "Against a revision: pairs of old and new processes per test, at least "
     f"{MIN_DECIDING_PAIRS}; up to 3 times as many while a verdict is undecided (default 6)",
     "budget_s": "Against a revision: seconds a test's pairs may take before no more are added (default 150)",

@@ -21,7 +21,13 @@ from pytest_fxprof.judge.decision import (
     TOTAL_TOLERANCE,
     Policy,
 )
-from pytest_fxprof.judge.paired import MIN_DECIDING_PAIRS, PAIRED_NODE_TOLERANCE, PAIRED_TOTAL_TOLERANCE, PairedPolicy
+from pytest_fxprof.judge.paired import (
+    CHANGED_TOLERANCE,
+    MIN_DECIDING_PAIRS,
+    PAIRED_NODE_TOLERANCE,
+    PAIRED_TOTAL_TOLERANCE,
+    PairedPolicy,
+)
 from pytest_fxprof.records.measurement import Protocol, Tolerances
 from pytest_fxprof.store.history import DEFAULT_KEEP
 
@@ -58,6 +64,9 @@ class Settings:
 
     node_tolerance: float | None = None
     total_tolerance: float | None = None
+    changed_tolerance: float = CHANGED_TOLERANCE
+    """Against a revision: the band of a module, pattern or class whose code changed (never wider than the node
+    band)."""
     warmup: int = 4
     passes: int = 12
     threads: int = 1
@@ -99,6 +108,7 @@ class Settings:
         return PairedPolicy(
             node_tolerance=self._node(PAIRED_NODE_TOLERANCE),
             total_tolerance=self._total(PAIRED_TOTAL_TOLERANCE),
+            changed_tolerance=self.changed_tolerance,
             floor_ns=self.floor_us * 1e3,
         )
 
@@ -125,6 +135,7 @@ KINDS: dict[str, type[int] | type[float] | type[str]] = {
 _MINIMUM: dict[str, float] = {
     "node_tolerance": 0.0,
     "total_tolerance": 0.0,
+    "changed_tolerance": 0.0,
     "warmup": 0,
     "passes": 1,
     "threads": 1,

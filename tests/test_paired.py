@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import pytest
 
@@ -285,6 +286,55 @@ def test_another_setup_is_a_mismatch_naming_the_revision() -> None:
     assert c.status is Status.MISMATCH
     assert c.mismatches == (f"inputs: args[0] was float32[4, 8] cpu at {AGAINST}, float32[8, 8] cpu in this run",)
     assert not needs_more(c)
+
+
+def changed_sides(*, added: str, module: str) -> tuple[BaselineEntry, BaselineEntry]:
+    """Six pairs of the CNN, each process +-0.2 % apart; the new side holds one more node (``added`` as its
+    target, in ``module``, 17 us: 2 % of ``blocks.0``) and, where ``added`` is a target the old side also has
+    in that module, lacks one of those (the same operations: a renamed or reordered line, not a change)."""
+    rng = random.Random(7)
+    extra = node("extra", added, module)
+    dropped = next((i for i, n in enumerate(CNN) if n.target == added and n.module == module), None)
+    new_nodes = [n for i, n in enumerate(CNN) if i != dropped]
+    new_nodes.insert(6, extra)
+    old_runs, new_runs = [], []
+    for _ in range(6):
+        base = scaled(CNN, CNN_NS)
+        old_runs.append(run_of([round(t * (1 + rng.uniform(-0.002, 0.002))) for t in base]))
+        times = [round(t * (1 + rng.uniform(-0.002, 0.002))) for i, t in enumerate(base) if i != dropped]
+        kept = 9_000 if dropped is not None else 0  # a renamed node keeps its time, the 17 us come on top
+        times.insert(6, kept + 17_000)
+        new_runs.append(run_of(times))
+    return entry(old_runs), entry(new_runs, new_nodes)
+
+
+LOW_FLOOR = replace(POLICY, floor_ns=5_000)  # 0.6 % of blocks.0: below both bands
+
+
+def test_a_module_whose_code_changed_is_held_to_the_narrower_changed_band() -> None:
+    # blocks.0 gains a clone: +17 us of its 827 us, x1.02: beyond +1 %, inside the +5 % node band
+    c = compare_pairs(*changed_sides(added="aten.clone", module="blocks.0"), LOW_FLOOR, against=AGAINST)
+    (block,) = [a for a in c.aggregates if a.kind is Kind.MODULE and a.name == "blocks.0"]
+    assert block.changed
+    assert block.band == pytest.approx(0.01)
+    assert block.verdict is Verdict.SLOWER
+    assert c.status is Status.REGRESSION
+    assert c.blame is not None
+    assert c.blame.lead.name == "blocks.0"
+    # the same time added to a node the old side also had there (renamed: relu0 -> extra): no code changed
+    same = compare_pairs(*changed_sides(added="torch.relu", module="blocks.0"), LOW_FLOOR, against=AGAINST)
+    (block,) = [a for a in same.aggregates if a.kind is Kind.MODULE and a.name == "blocks.0"]
+    assert not block.changed
+    assert block.band == pytest.approx(POLICY.node_tolerance)
+    assert block.verdict is Verdict.OK
+    assert same.status is Status.PASS
+    # an operator type says what kind of work, not whose code: its band stays the node band
+    assert all(a.band >= POLICY.node_tolerance for a in c.aggregates if a.kind is Kind.OP)
+    # never wider than the node band
+    tight = replace(LOW_FLOOR, floor_ns=1_000, floor_share=0.0, node_tolerance=0.005, changed_tolerance=0.01)
+    c = compare_pairs(*changed_sides(added="aten.clone", module="blocks.0"), tight, against=AGAINST)
+    (block,) = [a for a in c.aggregates if a.kind is Kind.MODULE and a.name == "blocks.0"]
+    assert block.band == pytest.approx(0.005)
 
 
 def test_a_changed_graph_judges_the_matched_nodes() -> None:

@@ -12,7 +12,7 @@ from pytest_fxprof.records.measurement import Protocol, Tolerances
 from pytest_fxprof.settings import KINDS, SETTING_NAMES, TEXT_CHOICES, Mode, Settings, SettingsError, apply, from_json
 
 INT_SETTINGS = ("warmup", "passes", "threads", "processes", "pairs", "history")
-FLOAT_SETTINGS = ("node_tolerance", "total_tolerance", "floor_us", "budget_s")
+FLOAT_SETTINGS = ("node_tolerance", "total_tolerance", "changed_tolerance", "floor_us", "budget_s")
 
 
 def test_defaults() -> None:
@@ -30,9 +30,12 @@ def test_tolerances_left_unset_take_the_modes_defaults() -> None:
     s = Settings()
     assert s.node_tolerance is None
     assert s.policy().node_tolerance == 0.15
-    assert s.paired_policy() == PairedPolicy(node_tolerance=0.05, total_tolerance=0.03, floor_ns=DEFAULT_FLOOR_NS)
-    mine = apply(s, {"node_tolerance": "0.08", "total_tolerance": 0.04}, "command line")
+    assert s.paired_policy() == PairedPolicy(
+        node_tolerance=0.05, total_tolerance=0.03, changed_tolerance=0.01, floor_ns=DEFAULT_FLOOR_NS
+    )
+    mine = apply(s, {"node_tolerance": "0.08", "total_tolerance": 0.04, "changed_tolerance": "0.02"}, "command line")
     assert mine.policy().node_tolerance == mine.paired_policy().node_tolerance == 0.08
+    assert mine.paired_policy().changed_tolerance == 0.02
     assert mine.tolerances() == Tolerances(node=0.08, total=0.04)
 
 
@@ -202,6 +205,7 @@ def test_json_round_trip() -> None:
     assert raw == {
         "node_tolerance": 0.3,
         "total_tolerance": None,
+        "changed_tolerance": 0.01,
         "warmup": 4,
         "passes": 11,
         "threads": 1,

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -96,6 +96,14 @@ class Group:
     instances: tuple[str, ...] = ()
     family: str = ""
     tested: int = 1
+
+    def code_changed(self, old: Sequence[NodeInfo], new: Sequence[NodeInfo]) -> bool:
+        """Whether the code under this module, pattern or class changed between ``old`` and ``new`` (each side's
+        nodes): the operations only one side holds differ (the same operations in another order, or renamed, are
+        no change). Never for an operator type, which says what kind of work, not whose code."""
+        if self.kind is Kind.OP or not (self.only_old or self.only_new):
+            return False
+        return Counter(new[j].label for j in self.only_new) != Counter(old[i].label for i in self.only_old)
 
     @property
     def name(self) -> str:

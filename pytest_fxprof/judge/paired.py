@@ -18,8 +18,9 @@ patterns and classes, as ``aggregates.plan`` lays them out over both sides' node
    called slower at a nominal 1 %). A pair that a burst of other work hit widens the interval instead: the
    item is too noisy until more pairs decide it.
 3. *Slower* when the interval lies above 1 (the change is real) and the estimate beyond ``1 + band`` (it is
-   large enough to matter). The band is the node (or total) tolerance, or the absolute floor as a share of
-   the item's time where that is larger. Faster mirrors it, and must also gain more than the floor.
+   large enough to matter). The band is the node (or total) tolerance, the narrower ``CHANGED_TOLERANCE`` for
+   a module, pattern or class whose code changed, or the absolute floor as a share of the item's time where
+   that is larger. Faster mirrors it, and must also gain more than the floor.
 4. *Too noisy to decide* when neither holds and the estimate lies beyond the band: the item looks slower, but
    its interval still reaches 1. More pairs are measured while an item that gates is undecided; one still
    undecided at the end is a warning, never a pass or a failure. The total, which speaks for the whole check,
@@ -64,6 +65,14 @@ PAIRED_NODE_TOLERANCE = 0.05
 PAIRED_TOTAL_TOLERANCE = 0.03
 """Default band of the model's total against a revision (+3 %)."""
 
+CHANGED_TOLERANCE = 0.01
+"""Default band of a module, pattern or class whose code changed against a revision (+1 %; never wider than the
+node band): operations came or went in it, so a slowdown there is the change's, and the pairs measure it as
+exactly as any other item (their interval still has to clear 1). The node band, set for code that did not change,
+let pass the changes of a pull request that cost their module 1-3 % (a ``Linear`` unfused, an extra copy, a
+``.contiguous()``); a neutral edit changes no module's operations and keeps the node band (BENCHMARKS.md, "Blame
+on real code changes")."""
+
 CONFIDENCE = 0.999
 """One-sided confidence that a change is real before it counts: about one unchanged item in a thousand (a
 check holds some tens of items that can fail it), and the band cuts those further (an unchanged item must
@@ -99,6 +108,7 @@ class PairedPolicy:
 
     node_tolerance: float = PAIRED_NODE_TOLERANCE
     total_tolerance: float = PAIRED_TOTAL_TOLERANCE
+    changed_tolerance: float = CHANGED_TOLERANCE
     floor_ns: float = 20_000.0
     floor_share: float = 0.001
     confidence: float = CONFIDENCE
@@ -290,7 +300,10 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
         # a module's time on each side: its matched nodes and those only one side holds (a changed graph)
         old_idx = [pairs[k][0] for k in g.matched] + list(g.only_old)
         new_idx = [pairs[k][1] for k in g.matched] + list(g.only_new)
-        judgement, centre, now = item(old_idx, new_idx, policy.node_tolerance, g.strictness)
+        tolerance = policy.node_tolerance
+        if g.code_changed(old.nodes, new.nodes):
+            tolerance = min(tolerance, policy.changed_tolerance)
+        judgement, centre, now = item(old_idx, new_idx, tolerance, g.strictness)
         aggregates.append(
             g.verdict(
                 old.nodes,
