@@ -320,6 +320,7 @@ def test_a_module_whose_code_changed_is_held_to_the_narrower_changed_band() -> N
     assert block.verdict is Verdict.SLOWER
     assert c.status is Status.REGRESSION
     assert c.blame is not None
+    assert c.blame.lead is not None
     assert c.blame.lead.name == "blocks.0"
     # the same time added to a node the old side also had there (renamed: relu0 -> extra): no code changed
     same = compare_pairs(*changed_sides(added="torch.relu", module="blocks.0"), LOW_FLOOR, against=AGAINST)
