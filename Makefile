@@ -36,7 +36,7 @@ browser:
 # Two xdist workers: most tests wait on processes they start, and measuring sections take turns through the
 # plugin's lock; 9 min 51 s here against 12 min 53 s in one process (2 cores, 2026-11-26).
 test: lint typecheck browser
-	FXPROF_REQUIRE_BROWSER=1 $(BIN)/pytest -p no:cacheprovider -n 2 tests examples
+	FXPROF_REQUIRE_BROWSER=1 $(BIN)/pytest -p no:cacheprovider -n 2 -rs tests examples
 
 # The gate's error rates through the real command line, then the trade-off curve (BENCHMARKS.md; about an
 # hour here). Measured with stricter tolerances than any setting the curve shows, so that every check one

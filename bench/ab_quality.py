@@ -231,7 +231,7 @@ def make_repo(work: Path, plans: dict[str, dict[str, gq.Condition]]) -> dict[tup
 
 def items(profile: dict[str, Any]) -> list[dict[str, Any]]:
     """Each judged item of a profile with its ratio per pair: what a replay needs to judge it again."""
-    keep = ("band", "band_source", "floor", "baseline_ns", "ratios", "verdict")
+    keep = ("band", "band_source", "floor", "sigma", "baseline_ns", "ratios", "verdict")
     out = [
         {"kind": "node", "name": n["name"], "module": n.get("module", ""), "gates": bool(n.get("gates"))}
         | {k: n.get(k) for k in keep}
