@@ -93,3 +93,18 @@ EOF
     run gelu_against --fxprof-against HEAD
     grep -h -A4 "got slower" "$OUT/gelu_baseline.log" "$OUT/gelu_against.log" | head -20
 )
+# what a node costs to time on this device: the instrumented pass against the plain forward, per report
+"$PY" - "$OUT" <<'EOF2'
+import json, pathlib, sys
+
+for report in sorted(pathlib.Path(sys.argv[1]).glob("*.json")):
+    try:
+        profiles = json.loads(report.read_text()).get("profiles", [])
+    except (ValueError, AttributeError):
+        continue  # device_blame's rows, not a report
+    for p in profiles:
+        total = p.get("total") or {}
+        plain, timed = total.get("plain_ns"), total.get("instrumented_ns")
+        if plain and timed:
+            print(f"{report.stem}: instrumented {timed / 1e6:.2f} ms, plain {plain / 1e6:.2f} ms (x{timed / plain:.1f})")
+EOF2
