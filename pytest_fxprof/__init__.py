@@ -6,8 +6,7 @@ package (as pytest does with every installed plugin) stays cheap.
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
+from pytest_fxprof._version import __version__
 from pytest_fxprof.api import profile, profile_train_step
 from pytest_fxprof.judge.decision import Policy
 from pytest_fxprof.plugin import Fxprof, FxprofWarning
@@ -16,11 +15,6 @@ from pytest_fxprof.records.verdicts import AggregateVerdict, Comparison, NodeVer
 from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.slowdown import slow_backward, slow_down
 from pytest_fxprof.views.frames import read_report
-
-try:
-    __version__ = version("pytest-fxprof")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree that is not installed
-    __version__ = "0+unknown"
 
 __all__ = [
     "AggregateVerdict",

@@ -303,7 +303,7 @@ def _old_python(config: pytest.Config, python: str) -> str:
     import shutil
     import subprocess
 
-    from pytest_fxprof import __version__
+    from pytest_fxprof._version import __version__
 
     # a path is relative to where pytest was started (on the command line) or to the ini file (there); a bare
     # name is looked up on PATH

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
-from pytest_fxprof.slowdown import busy_work
+from pytest_fxprof.busywork import busy_work
 
 
 @torch.library.custom_op("fxprof::conv2d_grad", mutates_args=())

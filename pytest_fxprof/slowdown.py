@@ -21,16 +21,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pytest_fxprof.busywork import busy_work
+
 if TYPE_CHECKING:
     import torch
-
-
-def busy_work(started_ns: int, fraction: float, clock: Callable[[], int] = time.thread_time_ns) -> None:
-    """Work, not wait, for ``fraction`` of the time ``clock`` measured since ``started_ns``."""
-    now = clock()
-    until = now + (now - started_ns) * fraction
-    while clock() < until:
-        pass
 
 
 def slow_down(

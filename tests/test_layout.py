@@ -233,6 +233,82 @@ def test_no_layer_imports_one_above_it_or_beside_it() -> None:
     assert found == []
 
 
+def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:
+    """Which of the package's modules each module (name -> source) imports, at any level (a function's
+    imports too; ``TYPE_CHECKING`` ones never run and are left out), each import read as the deepest module of
+    ``sources`` it names (``pytest_fxprof.judge.decision`` for ``from pytest_fxprof.judge.decision import X``)."""
+    graph: dict[str, set[str]] = {}
+    for name, source in sources.items():
+        deps = set()
+        for imp in imports_of(source, name):
+            target = imp.module
+            while target and target not in sources:
+                target = target.rpartition(".")[0]
+            if imp.where != "typing" and target and target != name:
+                deps.add(target)
+        graph[name] = deps
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import one another, directly or round about (strongly connected components of
+    more than one module, each sorted; Tarjan's algorithm, walked without recursion)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    out.append(sorted(group))
+    return sorted(out)
+
+
+def test_circles_are_found_through_lazy_imports_and_round_about_but_not_through_typing_ones() -> None:
+    sources = {
+        "p": "from p.a import x\n",
+        "p.a": "def f():\n    from p.b import y\n",
+        "p.b": "import p.c\n",
+        "p.c": "from p.a import z\n",  # a -> b -> c -> a
+        "p.d": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p.e import T\n",
+        "p.e": "from p.d import U\n",  # d -> e only at type-checking time: no circle
+    }
+    graph = import_graph(sources)
+    assert graph["p.a"] == {"p.b"}
+    assert graph["p.d"] == set()
+    assert circles(graph) == [["p.a", "p.b", "p.c"]]
+
+
+def test_no_module_of_the_package_imports_one_that_imports_it_back() -> None:
+    sources = {name: path.read_text("utf-8") for name, path in modules().items()}
+    assert circles(import_graph(sources)) == []
+
+
 def test_every_sub_package_is_a_layer_and_states_its_contract() -> None:
     packages = {p.parent.name for p in SOURCE.glob("*/__init__.py")} - {"cli"}
     assert packages == set(MAY_IMPORT)
