@@ -27,7 +27,7 @@ from pytest_fxprof.measure.sampling import BUSY_RETRIES, Relaunch, SampleJSON, S
 from pytest_fxprof.measure.turns import Turn, Turns
 from pytest_fxprof.records.disturbance import BUSY_LINE, Disturbance, disturbance_to_json, least_disturbed
 from pytest_fxprof.records.measurement import BaselineEntry, Run, capture_difference
-from pytest_fxprof.records.verdicts import Comparison, Status
+from pytest_fxprof.records.verdicts import JUDGED, Comparison, Status
 from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.settings import Mode, Settings
 from pytest_fxprof.store import history
@@ -383,7 +383,7 @@ class TestState:
             return self._against(run, passed)
         outcome = Outcome(warnings=list(self.warnings))
         for key, result in self.results.items():
-            status = self._judge(key, result, outcome) if self.mode is Mode.CHECK else "unmeasured"
+            status = self._judge(key, result, outcome) if self.mode is Mode.CHECK else Status.UNMEASURED
             self._keep(run, self._record_of(key, status, result))
         return outcome
 
@@ -401,7 +401,7 @@ class TestState:
         label = self.against.label
         if not passed:  # the test failed or skipped on its own: nothing to compare
             for key, result in self.results.items():
-                self._keep(run, self._record_of(key, "not compared", result, "the test did not pass"))
+                self._keep(run, self._record_of(key, Status.NOT_COMPARED, result, "the test did not pass"))
             return outcome
         try:
             tested = check_test(
@@ -420,12 +420,12 @@ class TestState:
         except AgainstError as exc:
             outcome.failures.append(f"fxprof: {self.test_id} against {label}: {exc}")
             for key, result in self.results.items():
-                self._keep(run, self._record_of(key, "error", result, "see the test's failure"))
+                self._keep(run, self._record_of(key, Status.ERROR, result, "see the test's failure"))
             return outcome
         if tested.skipped:
             outcome.warnings.append(f"fxprof: {self.test_id} was not compared: {tested.skipped}")
             for key, result in self.results.items():
-                self._keep(run, self._record_of(key, "not compared", result, tested.skipped))
+                self._keep(run, self._record_of(key, Status.NOT_COMPARED, result, tested.skipped))
             return outcome
         for key, result in self.results.items():
             call = tested.calls.get(key)
@@ -434,7 +434,9 @@ class TestState:
                 where = "the test" if tested.absent else "this fxprof call"
                 shown = ProfileResult.of(replace(measured, seconds=tested.seconds)) if measured is not None else result
                 self.results[key] = shown
-                self._keep(run, self._record_of(key, "new", shown, f"{where} does not exist at {label}: not compared"))
+                self._keep(
+                    run, self._record_of(key, Status.NEW, shown, f"{where} does not exist at {label}: not compared")
+                )
                 continue
             assert measured is not None  # both sides made the call
             judged = ProfileResult.of(replace(measured, comparison=call.comparison, seconds=tested.seconds))
@@ -456,11 +458,11 @@ class TestState:
             self._keep(run, self._record_of(key, status, judged))
         return outcome
 
-    def _record_of(self, key: str, status: str, result: ProfileResult, why: str = "") -> ProfileRecord:
+    def _record_of(self, key: str, status: Status, result: ProfileResult, why: str = "") -> ProfileRecord:
         c = result.comparison
         text = (
             summary_line(self.label(key), c)
-            if status in ("pass", "regression", "mismatch", "undecided")
+            if status in JUDGED
             else f"{self.label(key)}: {status}" + (f" ({why})" if why else "")
         )
         report = profile_report(self.test_id, key, status, result, c)
@@ -476,7 +478,7 @@ class TestState:
         turns = [t for taken in self.taken.values() for t in taken]
         return len(turns), sum(t.waited_s for t in turns)
 
-    def _judge(self, key: str, result: ProfileResult, outcome: Outcome, stopped: str = "") -> str:
+    def _judge(self, key: str, result: ProfileResult, outcome: Outcome, stopped: str = "") -> Status:
         """How the profile's comparison ends the test (added to ``outcome``), and its status; ``stopped`` says
         how a revision's pairs ended."""
         label, c = self.label(key), result.comparison
@@ -486,18 +488,18 @@ class TestState:
                 outcome.warnings.append(f"fxprof: {weak}")
         if c is not None and c.status is Status.UNDECIDED and c.noisy_reason:  # nothing judged
             self._undecided(outcome, undecided_message(label, c, "run the check on a quieter machine"))
-            return c.status.value
+            return c.status
         if c is None:
             msg = f"fxprof: no baseline for {label} in {self.store.directory}; {rerecord_hint(self.test_id)}"
             (outcome.failures if self.reactions.missing is OnMissing.FAIL else outcome.skips).append(msg)
-            return "missing"
+            return Status.MISSING
         if c.status is Status.MISMATCH and c.against:
             msg = (
                 f"fxprof: {label} hands the model other inputs or another mode than at {c.against}, so it was "
                 f"not compared (another setup measures something else, not a slowdown): {'; '.join(c.mismatches)}"
             )
             (outcome.failures if self.reactions.mismatch is OnMismatch.FAIL else outcome.skips).append(msg)
-            return "mismatch"
+            return Status.MISMATCH
         if c.status is Status.MISMATCH and any(m.startswith(SETUP_FIELDS) for m in c.mismatches):
             msg = (
                 f"fxprof: {label} hands the model other inputs or another mode than its baseline was recorded with, "
@@ -505,14 +507,14 @@ class TestState:
                 f"{'; '.join(c.mismatches)}. If the change is meant, {rerecord_hint(self.test_id)}"
             )
             (outcome.failures if self.reactions.mismatch is OnMismatch.FAIL else outcome.skips).append(msg)
-            return "mismatch"
+            return Status.MISMATCH
         if c.status is Status.MISMATCH:
             msg = (
                 f"fxprof: the baseline of {label} was recorded in another environment, so it was not compared: "
                 f"{'; '.join(c.mismatches)}. Record and check on the same runner class ({rerecord_hint(self.test_id)})"
             )
             (outcome.failures if self.reactions.mismatch is OnMismatch.FAIL else outcome.skips).append(msg)
-            return "mismatch"
+            return Status.MISMATCH
         if c.graph_changed:
             msg = "\n".join([f"fxprof: {label}: " + structural_lines(c)[0], *structural_lines(c)[1:]])
             msg += "\nstill compared: matched nodes, each module over both graphs' nodes, and the total"
@@ -537,7 +539,7 @@ class TestState:
             if not c.against:
                 msg += f"\nrefresh the baseline so that it keeps guarding the new speed; {rerecord_hint(self.test_id)}"
             (outcome.failures if self.reactions.faster is OnFaster.FAIL else outcome.warnings).append(msg)
-        return c.status.value
+        return c.status
 
     def _wide_bands(self, c: Comparison) -> str:
         """What makes the bands of a baseline too wide to decide, and how to narrow them."""
@@ -624,7 +626,7 @@ class TestState:
         if self.pending is None or not passed:
             run.notes.append(f"{self.test_id}: not recorded, the test did not pass")
             for key, result in self.results.items():
-                self._keep(run, self._record_of(key, "not recorded", result))
+                self._keep(run, self._record_of(key, Status.NOT_RECORDED, result))
             return
         try:
             previous = self.store.load(self.test_id)
@@ -640,7 +642,7 @@ class TestState:
                 run.dropped[self.test_id] = dropped
         run.queue_write(self.test_id, self._with_history(run, previous, self.pending))
         for key, result in self.results.items():
-            self._keep(run, self._record_of(key, "recorded", result))
+            self._keep(run, self._record_of(key, Status.RECORDED, result))
 
     def _with_history(
         self, run: RunState, previous: BaselineFile | None, pending: dict[str, BaselineEntry]
@@ -802,8 +804,8 @@ class RunState:
             except (OSError, ValueError) as exc:
                 errors.append(f"could not write the baseline of {test_id}: {exc}")
                 for record in self.records:  # every view then says what became of it
-                    if record["test_id"] == test_id and record["status"] == "recorded":
-                        record["status"] = record["report"]["status"] = "not recorded"
+                    if record["test_id"] == test_id and record["status"] == Status.RECORDED:
+                        record["status"] = record["report"]["status"] = Status.NOT_RECORDED
                         label = f"{test_id} [{record['key']}]"
                         record["summary"] = f"{label}: not recorded (its baseline could not be written)"
         return written, errors

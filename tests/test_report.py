@@ -226,3 +226,22 @@ def test_warned_lists_unconfirmed_aggregates_and_total() -> None:
 )
 def test_every_view_colours_a_decision_the_same_way(item: dict[str, Any], tone: str) -> None:
     assert item_tone(item) == tone
+
+
+def test_every_status_a_view_names_is_one_of_the_statuses() -> None:
+    """One vocabulary: the statuses the views order, colour and word are ``Status`` members, and each status a
+    comparison can end in is one the heading of the Markdown summary words."""
+    from pytest_fxprof.records.verdicts import JUDGED, Status
+    from pytest_fxprof.views import html, markdown, terminal
+
+    named = [
+        *markdown.STATUS_WORDS,
+        *markdown.ATTENTION,
+        *markdown.STATUS_CELLS,
+        *html.STATUS_TONES,
+        *html.STATUS_ORDER,
+        *terminal.STATUS_COLOURS,
+    ]
+    assert all(isinstance(s, Status) for s in named), [s for s in named if not isinstance(s, Status)]
+    assert set(JUDGED) <= set(markdown.STATUS_WORDS)
+    assert Status.NOT_RECORDED == "not recorded"  # the reports' string, as read back by fxprof merge and diff

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_fxprof.records.measurement import BaselineEntry
+from pytest_fxprof.records.verdicts import Status
 from pytest_fxprof.settings import Settings
 from pytest_fxprof.store.baseline import BaselineError, BaselineFile, BaselineStore, entry_from_json, parse
 from pytest_fxprof.store.files import TooLargeError, loads, read_text, write_atomic
@@ -210,7 +211,7 @@ def _profile_entry(profile: object, where: str) -> tuple[tuple[str, str], Baseli
         if not isinstance(profile.get(name), str):
             raise ValueError(f"{where}.{name} should be a string")
     ident = (profile["test_id"], profile["key"])
-    if profile["status"] == "unmeasured":
+    if profile["status"] == Status.UNMEASURED:
         return ident, None
     # the tolerances an entry records are for reference only: the diff judges with its own policy
     tolerances = Settings().tolerances()

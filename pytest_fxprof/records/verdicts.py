@@ -26,6 +26,9 @@ class Verdict(StrEnum):
 
 
 class Status(StrEnum):
+    """How a profile of a run ended, the one vocabulary of the reports and every view. A comparison ends in one of
+    the first four (``JUDGED``); the others say what came instead of a comparison."""
+
     PASS = "pass"  # noqa: S105 - a verdict, not a password
     REGRESSION = "regression"
     MISMATCH = "mismatch"
@@ -33,6 +36,26 @@ class Status(StrEnum):
     """No verdict: nothing failed, but an item that gates is too noisy to decide (``Comparison.noisy``), or the
     profile was measured on a busy machine every time, nothing judged (``Comparison.noisy_reason`` says why).
     Never a pass: ``--fxprof-on-undecided`` says what it does to the test."""
+    MISSING = "missing"
+    """Under ``--fxprof``: no baseline for it."""
+    NEW = "new"
+    """Against a revision: the test, or this call of its fixture, does not exist at the revision."""
+    NOT_COMPARED = "not compared"
+    """Against a revision: the test did not pass here, or skipped at the revision (or in a fresh process), so its
+    sides were not compared."""
+    ERROR = "error"
+    """Against a revision: the check could not be made (a side's process failed or hung; the test's failure says
+    why)."""
+    RECORDED = "recorded"
+    """Under ``--fxprof-update``: its baseline was written ..."""
+    NOT_RECORDED = "not recorded"
+    """... or was to be, and writing it failed."""
+    UNMEASURED = "unmeasured"
+    """A plain ``pytest`` run's profile (no fxprof mode): the model ran once, cold, and nothing was measured."""
+
+
+JUDGED = (Status.PASS, Status.REGRESSION, Status.MISMATCH, Status.UNDECIDED)
+"""The statuses a comparison ends in."""
 
 
 class BandSource(StrEnum):

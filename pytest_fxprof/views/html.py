@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_fxprof.records.units import fmt_ns, fmt_rate
+from pytest_fxprof.records.verdicts import Status
 from pytest_fxprof.store.files import write_atomic
 from pytest_fxprof.views.render import graphs_text
 from pytest_fxprof.views.report import against_of, blame_lines_of, busy_line, verdict_tone
@@ -40,12 +41,12 @@ ENVIRONMENT_FIELDS = ("torch", "python", "platform", "cpu", "threads", "device",
 
 # A tone per status and verdict: the one colour vocabulary of the page (CSS classes ``t-<tone>``).
 WARN = "warn"
-STATUS_TONES = {
-    "pass": "good",
-    "regression": "bad",
-    "recorded": "neutral",
-    "not recorded": "neutral",
-    "unmeasured": "neutral",
+STATUS_TONES: dict[str, str] = {
+    Status.PASS: "good",
+    Status.REGRESSION: "bad",
+    Status.RECORDED: "neutral",
+    Status.NOT_RECORDED: "neutral",
+    Status.UNMEASURED: "neutral",
 }
 _JSON_ESCAPES = str.maketrans(
     {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
@@ -92,7 +93,13 @@ def _checked(profiles: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda p: (STATUS_ORDER.get(p["status"], len(STATUS_ORDER)), p["test_id"], p["key"]))
 
 
-STATUS_ORDER = {"regression": 0, "undecided": 1, "missing": 2, "mismatch": 3, "not recorded": 4}
+STATUS_ORDER: dict[str, int] = {
+    Status.REGRESSION: 0,
+    Status.UNDECIDED: 1,
+    Status.MISSING: 2,
+    Status.MISMATCH: 3,
+    Status.NOT_RECORDED: 4,
+}
 """Profiles that need a reader's attention come first; the rest follow in test order."""
 
 
@@ -162,7 +169,7 @@ def _counts(profiles: Sequence[Mapping[str, Any]]) -> str:
     counts: dict[str, int] = {}
     for p in profiles:
         counts[p["status"]] = counts.get(p["status"], 0) + 1
-    first = ["regression", "undecided", "pass"]
+    first: list[str] = [Status.REGRESSION, Status.UNDECIDED, Status.PASS]
     order = sorted(counts, key=lambda s: (first.index(s) if s in first else len(first), s))
     return " ".join(_badge(f"{counts[s]} {s}", status_tone(s)) for s in order)
 

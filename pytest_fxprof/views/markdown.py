@@ -19,6 +19,7 @@ from typing import Any
 
 from pytest_fxprof.records.measurement import FORWARD
 from pytest_fxprof.records.units import fmt_ns
+from pytest_fxprof.records.verdicts import Status
 from pytest_fxprof.store.files import write_atomic
 from pytest_fxprof.views.render import graphs_text
 from pytest_fxprof.views.report import against_of, blame_lines_of, busy_line, item_tone, worst_nodes
@@ -37,19 +38,19 @@ ITEMS_SHOWN = 20
 """Lines of the warnings, hints and unused baselines lists."""
 
 STATUS_WORDS: dict[str, tuple[str, str]] = {
-    "regression": ("regression", "regressions"),
-    "mismatch": ("mismatch", "mismatches"),
-    "undecided": ("undecided", "undecided"),
-    "missing": ("missing a baseline", "missing a baseline"),
-    "pass": ("passed", "passed"),
-    "recorded": ("recorded", "recorded"),
-    "not recorded": ("not recorded", "not recorded"),
-    "unmeasured": ("unmeasured", "unmeasured"),
+    Status.REGRESSION: ("regression", "regressions"),
+    Status.MISMATCH: ("mismatch", "mismatches"),
+    Status.UNDECIDED: ("undecided", "undecided"),
+    Status.MISSING: ("missing a baseline", "missing a baseline"),
+    Status.PASS: ("passed", "passed"),
+    Status.RECORDED: ("recorded", "recorded"),
+    Status.NOT_RECORDED: ("not recorded", "not recorded"),
+    Status.UNMEASURED: ("unmeasured", "unmeasured"),
 }
 """The heading's word for each status (one, several), in the heading's order."""
-ATTENTION = ("regression", "undecided", "mismatch", "missing", "error")
+ATTENTION = (Status.REGRESSION, Status.UNDECIDED, Status.MISMATCH, Status.MISSING, Status.ERROR)
 """Statuses that fail a test, skip it or leave it without a verdict: shown first, in bold."""
-STATUS_CELLS = {"missing": "missing baseline", "undecided": "undecided (no verdict)"}
+STATUS_CELLS: dict[str, str] = {Status.MISSING: "missing baseline", Status.UNDECIDED: "undecided (no verdict)"}
 
 _SPECIAL = re.compile(r"([\\`*_\[\]<>|&~#])")
 _BREAK = re.compile(r"\s*[\r\n]+\s*")
@@ -248,10 +249,10 @@ def _busy(profiles: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def _blocks(profiles: Sequence[Mapping[str, Any]]) -> list[str]:
-    problems = [p for p in profiles if p["status"] in ("regression", "mismatch")]
+    problems = [p for p in profiles if p["status"] in (Status.REGRESSION, Status.MISMATCH)]
     out: list[str] = []
     for p in problems[:BLOCKS_SHOWN]:
-        block = _regression_block(p) if p["status"] == "regression" else _mismatch_block(p)
+        block = _regression_block(p) if p["status"] == Status.REGRESSION else _mismatch_block(p)
         out += ["", *block]
     if len(problems) > BLOCKS_SHOWN:
         out += ["", f"... {len(problems) - BLOCKS_SHOWN} more regressions or mismatches (see the JSON report)"]

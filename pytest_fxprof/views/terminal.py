@@ -14,13 +14,14 @@ from typing import Any
 from pytest_fxprof.records.disturbance import BUSY_LINE
 from pytest_fxprof.records.measurement import FORWARD
 from pytest_fxprof.records.units import fmt_ns
+from pytest_fxprof.records.verdicts import Status
 from pytest_fxprof.views.render import WORST_SHOWN, grid
 from pytest_fxprof.views.report import ProfileRecord, busy_line, item_tone, worst_nodes
 
 Line = tuple[str, str | None]
 """A line of text and the colour to write it in (None: the terminal's own)."""
 
-STATUS_COLOURS = {"regression": "red", "pass": "green", "recorded": "green"}
+STATUS_COLOURS: dict[str, str] = {Status.REGRESSION: "red", Status.PASS: "green", Status.RECORDED: "green"}
 TONE_COLOURS = {"bad": "red", "warn": "yellow", "good": "green"}
 WARNING_COLOUR = "yellow"
 INDENT = "    "
@@ -38,7 +39,7 @@ def node_colour(node: Mapping[str, Any]) -> str | None:
 def busy_counts(records: Sequence[ProfileRecord]) -> str:
     """The run's count of profiles that reached no verdict, and of those measured on a busy machine: in a check,
     this process's profile; in an update, the recording's processes, as its warnings count them ("" if none)."""
-    undecided = sum(r["status"] == "undecided" for r in records)
+    undecided = sum(r["status"] == Status.UNDECIDED for r in records)
     busy = sum(bool(busy_line(r["report"]) or r["report"].get("busy_processes")) for r in records)
     parts = [f"{undecided} profile(s) undecided, too noisy to decide"] if undecided else []
     parts += [f"{busy} profile(s) {BUSY_LINE}"] if busy else []
@@ -58,7 +59,7 @@ def profile_lines(record: ProfileRecord, verbose: bool = False) -> list[Line]:
     elif notices:  # nothing to act on: counted here, listed with -v and in the reports
         out.append((f"{INDENT}{len(notices)} notice(s), nothing to act on (pytest -v lists them)", None))
     nodes = profile["nodes"]
-    if not nodes or record["status"] == "unmeasured":  # one cold pass: its times say little
+    if not nodes or record["status"] == Status.UNMEASURED:  # one cold pass: its times say little
         return out
     compared = any("ratio" in n for n in nodes)
     step = any(n.get("direction", FORWARD) != FORWARD for n in nodes)  # a training step's: say which way
