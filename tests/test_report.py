@@ -244,4 +244,5 @@ def test_every_status_a_view_names_is_one_of_the_statuses() -> None:
     ]
     assert all(isinstance(s, Status) for s in named), [s for s in named if not isinstance(s, Status)]
     assert set(JUDGED) <= set(markdown.STATUS_WORDS)
-    assert Status.NOT_RECORDED == "not recorded"  # the reports' string, as read back by fxprof merge and diff
+    # a report holds the status's string, as fxprof merge and diff read it back
+    assert json.loads(json.dumps({"status": Status.NOT_RECORDED})) == {"status": "not recorded"}
