@@ -465,13 +465,14 @@ class TestState:
             if status in JUDGED
             else f"{self.label(key)}: {status}" + (f" ({why})" if why else "")
         )
-        report = profile_report(self.test_id, key, status, result, c)
+        # a plain string: a record crosses to xdist's controller, which cannot take an enum member
+        report = profile_report(self.test_id, key, status.value, result, c)
         # when this call's measuring (and the test's, shared by its calls) held the machine: never overlapping another's
         report["measuring"] = [t.to_json() for t in (*self.taken.get(key, ()), *self.taken.get("", ()))]
         report["notices"] = [*capture_notices(result.capture), *self.notices.get(key, [])]
         if key in self.busy_recorded:  # recorded: how many of its processes stayed busy, as its warning says
             report["busy_processes"] = len(self.busy_recorded[key])
-        return {"test_id": self.test_id, "key": key, "status": status, "summary": text, "report": report}
+        return {"test_id": self.test_id, "key": key, "status": status.value, "summary": text, "report": report}
 
     def waited(self) -> tuple[int, float]:
         """The turns this test took and the seconds it waited for them."""
@@ -805,7 +806,7 @@ class RunState:
                 errors.append(f"could not write the baseline of {test_id}: {exc}")
                 for record in self.records:  # every view then says what became of it
                     if record["test_id"] == test_id and record["status"] == Status.RECORDED:
-                        record["status"] = record["report"]["status"] = Status.NOT_RECORDED
+                        record["status"] = record["report"]["status"] = Status.NOT_RECORDED.value
                         label = f"{test_id} [{record['key']}]"
                         record["summary"] = f"{label}: not recorded (its baseline could not be written)"
         return written, errors
