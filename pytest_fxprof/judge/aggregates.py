@@ -37,13 +37,13 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from pytest_fxprof.records.measurement import NodeInfo, is_step
 from pytest_fxprof.records.profile import ROOT
-from pytest_fxprof.records.verdicts import AggregateVerdict, Judgement, Kind
+from pytest_fxprof.records.verdicts import AggregateVerdict, Judgement, Kind, operations_changed
 
 LEVEL_ITEMS = 10
 """A level of at most this many aggregates is tested at the base false-alarm rate, as the gate always tested a
@@ -101,9 +101,9 @@ class Group:
         """Whether the code under this module, pattern or class changed between ``old`` and ``new`` (each side's
         nodes): the operations only one side holds differ (the same operations in another order, or renamed, are
         no change). Never for an operator type, which says what kind of work, not whose code."""
-        if self.kind is Kind.OP or not (self.only_old or self.only_new):
+        if self.kind is Kind.OP:
             return False
-        return Counter(new[j].label for j in self.only_new) != Counter(old[i].label for i in self.only_old)
+        return operations_changed((new[j] for j in self.only_new), (old[i] for i in self.only_old))
 
     @property
     def name(self) -> str:

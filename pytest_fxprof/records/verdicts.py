@@ -11,7 +11,7 @@ Must not import torch, pytest or pandas.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -219,9 +219,14 @@ class AggregateVerdict(_Judged):
 
     @property
     def changed(self) -> bool:
-        """Whether its code changed: other operations added than removed (the same operations in another order
-        are a reordering, not a change)."""
-        return Counter(n.label for n in self.added) != Counter(n.label for n in self.removed)
+        """Whether its code changed: other operations added than removed (``operations_changed``)."""
+        return operations_changed(self.added, self.removed)
+
+
+def operations_changed(added: Iterable[NodeInfo], removed: Iterable[NodeInfo]) -> bool:
+    """Whether the nodes only the new side holds (``added``) are other operations than those only the old side
+    holds (``removed``): the same operations in another order, or renamed, are no change."""
+    return Counter(n.label for n in added) != Counter(n.label for n in removed)
 
 
 @dataclass(frozen=True)
