@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any
 
+from pytest_fxprof.capture.methods import MODES
 from pytest_fxprof.judge.decision import (
     DEFAULT_FLOOR_NS,
+    FLOOR_SHARE,
     HISTORY_NODE_TOLERANCE,
     HISTORY_TOTAL_TOLERANCE,
     NODE_TOLERANCE,
@@ -42,44 +44,112 @@ class Mode(StrEnum):
 
 ENGINES = ("compiled", "interpreter")
 """How nodes are timed: timestamps compiled into the graph's code, or torch.fx's Interpreter (the reference)."""
-CAPTURES = ("auto", "symbolic", "export", "dynamo")
-"""How a module becomes graphs: ``auto`` tries symbolic tracing (then with the submodule that broke it kept
-whole), then ``torch.export``, then a ``torch.compile`` (dynamo) backend."""
+CAPTURES = MODES
+"""How a module becomes graphs (``capture.methods``): ``auto`` tries symbolic tracing (then with the submodule
+that broke it kept whole), then each graph method in turn."""
 SCHEDULES = ("auto", "duet", "alternate")
 """How a test's pairs run against a revision: ``duet``, the old and new process of a pair at the same time, pass
 for pass in lock-step and trading their cores, so that both meet the same neighbours; ``alternate``, one after
 the other (old first in odd pairs, new first in even ones); ``auto``, a duet where every call of the test runs on
 the CPU, else alternate (two processes sharing one accelerator would each time the other's kernels)."""
-TEXT_CHOICES = {"engine": ENGINES, "capture": CAPTURES, "schedule": SCHEDULES}
 
 
 class SettingsError(ValueError):
     """A setting with a value it cannot take; the message names the setting, where it came from and why."""
 
 
+def _setting(
+    default: Any, help: str, *, minimum: float | None = None, choices: tuple[str, ...] = (), why: str = ""
+) -> Any:
+    """A field of ``Settings`` with what the options registry (``options``) and the validation read: its help
+    text, its smallest value (and ``why``, said when a value is under it) or its choices."""
+    return field(default=default, metadata={"help": help, "minimum": minimum, "choices": choices, "why": why})
+
+
+MORE_PAIRS = 3
+"""Against a revision, a test whose verdict is still open after ``pairs`` pairs gets up to this many times as
+many (within its ``budget_s``)."""
+_PAIRS = 6
+
+
 @dataclass(frozen=True)
 class Settings:
-    """What a test is measured and judged with. A tolerance left unset (None) takes the mode's default: against
-    a stored baseline ``NODE_TOLERANCE`` and ``TOTAL_TOLERANCE``, against a revision the paired rule's."""
+    """What a test is measured and judged with: the registry of per-test settings, each settable by the marker,
+    the command line (``--fxprof-NAME``) and the ini file (``fxprof_NAME``). A tolerance left unset (None) takes
+    the mode's default: against a stored baseline ``NODE_TOLERANCE`` and ``TOTAL_TOLERANCE``, against a revision
+    the paired rule's."""
 
-    node_tolerance: float | None = None
-    total_tolerance: float | None = None
-    changed_tolerance: float = CHANGED_TOLERANCE
-    """Against a revision: the band of a module, pattern or class whose code changed (never wider than the node
-    band)."""
-    warmup: int = 4
-    passes: int = 12
-    threads: int = 1
-    processes: int = 5
-    floor_us: float = DEFAULT_FLOOR_NS / 1e3
-    engine: str = ENGINES[0]
-    capture: str = CAPTURES[0]
-    pairs: int = 6
-    budget_s: float = 150.0
-    schedule: str = SCHEDULES[0]
-    history: int = DEFAULT_KEEP
-    """Recordings a baseline entry keeps when ``--fxprof-update`` refreshes it: the new one and up to
-    ``history - 1`` earlier ones (1: no history)."""
+    node_tolerance: float | None = _setting(
+        None,
+        "Smallest relative band a node or aggregate gets, e.g. 0.1 allows +10 percent (default "
+        f"{NODE_TOLERANCE:g} against baselines, {PAIRED_NODE_TOLERANCE:g} against a revision)",
+        minimum=0.0,
+    )
+    total_tolerance: float | None = _setting(
+        None,
+        f"Smallest relative band the model's total gets (default {TOTAL_TOLERANCE:g} against baselines, "
+        f"{PAIRED_TOTAL_TOLERANCE:g} against a revision)",
+        minimum=0.0,
+    )
+    changed_tolerance: float = _setting(
+        CHANGED_TOLERANCE,
+        "Against a revision: smallest relative band of a module, pattern or class whose code changed (operations "
+        f"added or removed in it); never wider than the node band (default {CHANGED_TOLERANCE:g})",
+        minimum=0.0,
+    )
+    warmup: int = _setting(4, "Discarded passes before measuring (default 4)", minimum=0)
+    passes: int = _setting(12, "Measured passes per profile (default 12)", minimum=1)
+    threads: int = _setting(1, "torch intra-op threads while profiling (default 1)", minimum=1)
+    processes: int = _setting(
+        5, "Processes a baseline is recorded from: this one plus fresh ones (default 5)", minimum=1
+    )
+    floor_us: float = _setting(
+        DEFAULT_FLOOR_NS / 1e3,
+        f"Node and aggregate changes smaller than this many microseconds (or {FLOOR_SHARE * 100:g} percent of the "
+        f"model's time, if larger) never fail (default {DEFAULT_FLOOR_NS / 1e3:g})",
+        minimum=0.0,
+    )
+    engine: str = _setting(
+        ENGINES[0],
+        "How nodes are timed: compiled (timestamps compiled into the graph's code, almost free) or interpreter "
+        "(torch.fx.Interpreter, the slower reference) (default compiled)",
+        choices=ENGINES,
+    )
+    capture: str = _setting(
+        CAPTURES[0],
+        "How the model becomes graphs: auto (symbolic tracing, then with the submodule that broke it kept whole, "
+        "then torch.export, then a torch.compile backend; with tracer= or leaf_modules= given to the fixture, "
+        "symbolic tracing with them or a failure), symbolic, export or dynamo (default auto); a training step "
+        "(fxprof.train_step) is always captured by AOTAutograd",
+        choices=CAPTURES,
+    )
+    pairs: int = _setting(
+        _PAIRS,
+        f"Against a revision: pairs of old and new processes per test, at least {MIN_DECIDING_PAIRS}; up to "
+        f"{MORE_PAIRS} times as many while a verdict is undecided (default {_PAIRS})",
+        minimum=MIN_DECIDING_PAIRS,
+        why=f": fewer pairs cannot decide the total of a check whose pairs spread as usual (1 %) at the gate's "
+        f"confidence (use {MIN_DECIDING_PAIRS} or more; the default is {_PAIRS})",
+    )
+    budget_s: float = _setting(
+        150.0,
+        "Against a revision: seconds a test's pairs may take before no more are added (default 150)",
+        minimum=0.0,
+    )
+    schedule: str = _setting(
+        SCHEDULES[0],
+        "Against a revision: duet (the old and new process of a pair run at the same time, pass for pass, trading "
+        "their cores), alternate (one after the other, in a balanced order) or auto (a duet on the CPU, alternate "
+        "on an accelerator) (default auto)",
+        choices=SCHEDULES,
+    )
+    history: int = _setting(
+        DEFAULT_KEEP,
+        "Recordings a baseline entry keeps when --fxprof-update refreshes it: the new one plus up to N-1 earlier "
+        "ones, newest first, while the environment, graph, setup and capture method stay the same (else the "
+        f"history restarts, and the run says why); 1 keeps no history (default {DEFAULT_KEEP})",
+        minimum=1,
+    )
 
     def protocol(self) -> Protocol:
         return Protocol(warmup=self.warmup, passes=self.passes, threads=self.threads, processes=self.processes)
@@ -121,36 +191,18 @@ class Settings:
         return asdict(self)
 
 
-MORE_PAIRS = 3
-"""Against a revision, a test whose verdict is still open after ``pairs`` pairs gets up to this many times as
-many (within its ``budget_s``)."""
-
 SETTING_NAMES = tuple(f.name for f in fields(Settings))
+_META = {f.name: f.metadata for f in fields(Settings)}
+SETTING_HELP: dict[str, str] = {name: meta["help"] for name, meta in _META.items()}
+"""Each setting's help text (the command line's, the ini key's and the options reference's)."""
+TEXT_CHOICES: dict[str, tuple[str, ...]] = {name: meta["choices"] for name, meta in _META.items() if meta["choices"]}
 KINDS: dict[str, type[int] | type[float] | type[str]] = {
-    name: float if name in ("node_tolerance", "total_tolerance") else type(getattr(Settings, name))
+    name: float if name in ("node_tolerance", "total_tolerance") else type(getattr(Settings(), name))
     for name in SETTING_NAMES
 }
 """Each setting's type (a tolerance is a number, though its default is None)."""
-
-_MINIMUM: dict[str, float] = {
-    "node_tolerance": 0.0,
-    "total_tolerance": 0.0,
-    "changed_tolerance": 0.0,
-    "warmup": 0,
-    "passes": 1,
-    "threads": 1,
-    "processes": 1,
-    "floor_us": 0.0,
-    "pairs": MIN_DECIDING_PAIRS,
-    "budget_s": 0.0,
-    "history": 1,
-}
-
-
-_WHY_MINIMUM = {
-    "pairs": f": fewer pairs cannot decide the total of a check whose pairs spread as usual (1 %) at the gate's "
-    f"confidence (use {MIN_DECIDING_PAIRS} or more; the default is {Settings.pairs})",
-}
+_MINIMUM: dict[str, float] = {name: meta["minimum"] for name, meta in _META.items() if meta["minimum"] is not None}
+_WHY_MINIMUM = {name: meta["why"] for name, meta in _META.items() if meta["why"]}
 
 
 def _coerce(name: str, value: object, source: str) -> float | int | str:

@@ -38,7 +38,7 @@ from pytest_fxprof.records.disturbance import (
 )
 from pytest_fxprof.records.measurement import Recording, Run
 from pytest_fxprof.records.verdicts import Status
-from pytest_fxprof.session import noisy
+from pytest_fxprof.session.check import noisy
 from pytest_fxprof.views.report import busy_line
 from pytest_fxprof.views.terminal import busy_counts
 from tests.records_for_tests import BASE_NS, ENV, MODEL, PROTOCOL

@@ -10,7 +10,7 @@ import torch.fx
 from torch import nn
 
 from pytest_fxprof import profile
-from pytest_fxprof.capture.choose import MODES
+from pytest_fxprof.capture.methods import MODES
 from pytest_fxprof.capture.nodes import describe_nodes
 from pytest_fxprof.capture.symbolic import trace_symbolic
 from pytest_fxprof.measure.engine import (

@@ -4,7 +4,8 @@
 The layering is read from the source (every import statement, inside functions and ``TYPE_CHECKING`` blocks
 included), so a lower layer cannot reach up even lazily. A contract is checked twice: in the source (the
 module names no such import, or none at module level) and by importing the module in a fresh interpreter
-(what it pulls in, third-party packages included). The README's architecture table is checked against both.
+(what it pulls in, third-party packages included). The architecture table in docs/architecture.md is checked
+against both.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ the session, the settings, the result, the API, the command line) may import any
 imports the top."""
 
 TOP = "the top"
+TOP_PACKAGES = frozenset({"cli", "session", "modes"})
+"""Sub-packages of the top: the command line, the workflow of a run, and the run's modes as pytest sees them."""
 
 NAME = r"[a-z_]\w*(?:\.\w+)*"
 CONTRACT = re.compile(
@@ -310,7 +313,7 @@ def test_no_module_of_the_package_imports_one_that_imports_it_back() -> None:
 
 
 def test_every_sub_package_is_a_layer_and_states_its_contract() -> None:
-    packages = {p.parent.name for p in SOURCE.glob("*/__init__.py")} - {"cli"}
+    packages = {p.parent.name for p in SOURCE.glob("*/__init__.py")} - TOP_PACKAGES
     assert packages == set(MAY_IMPORT)
     for name in MAY_IMPORT:
         assert parse_contract(docstring(SOURCE / name / "__init__.py")).names, name
@@ -444,14 +447,18 @@ def test_the_import_check_sees_what_a_module_loads(loaded: dict[tuple[str, froze
     assert [loaded[(m, names)] for m, names, _ in KNOWN] == [expected for _, _, expected in KNOWN]
 
 
-# The README -----------------------------------------------------------------------------------------------
+# The architecture page ------------------------------------------------------------------------------------
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 
-def readme_layers() -> dict[str, tuple[frozenset[str], Contract]]:
-    """The rows of the README's architecture table: sub-package -> (may import, must not import)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("## Architecture") :]
-    section = section[: section.index("\n## ", 1)]
+def documented_layers() -> dict[str, tuple[frozenset[str], Contract]]:
+    """The rows of the architecture table (docs/architecture.md, its "## Layers" section): sub-package -> (may
+    import, must not import)."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    section = text[text.index("\n## Layers\n") + 1 :]
+    end = section.find("\n## ", 1)
+    section = section if end < 0 else section[:end]
     rows: dict[str, tuple[frozenset[str], Contract]] = {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -482,8 +489,8 @@ def test_a_table_cell_reads_as_a_docstring_does() -> None:
     )
 
 
-def test_the_readme_architecture_table_matches_the_code() -> None:
-    rows = readme_layers()
+def test_the_documented_architecture_table_matches_the_code() -> None:
+    rows = documented_layers()
     assert set(rows) == set(MAY_IMPORT)
     for name, (may, contract) in rows.items():
         assert may == MAY_IMPORT[name], name

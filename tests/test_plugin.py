@@ -33,7 +33,7 @@ import pytest
 import torch
 
 import pytest_fxprof.measure.profiler  # noqa: F401  (kept imported across in-process runs, like torch)
-from pytest_fxprof.session import (
+from pytest_fxprof.session.reactions import (
     Confirm,
     OnFaster,
     OnGraphChange,

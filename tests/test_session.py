@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_fxprof.session import FinishedTest, Reactions, RunState
+from pytest_fxprof.session.reactions import Reactions
+from pytest_fxprof.session.run import FinishedTest, RunState
 from pytest_fxprof.settings import Mode
 from pytest_fxprof.store.baseline import BaselineStore
 from pytest_fxprof.views.report import ProfileRecord

@@ -9,7 +9,17 @@ import pytest
 from pytest_fxprof.judge.decision import DEFAULT_FLOOR_NS, HISTORY_NODE_TOLERANCE, SPREAD_K, Policy
 from pytest_fxprof.judge.paired import PairedPolicy
 from pytest_fxprof.records.measurement import Protocol, Tolerances
-from pytest_fxprof.settings import KINDS, SETTING_NAMES, TEXT_CHOICES, Mode, Settings, SettingsError, apply, from_json
+from pytest_fxprof.settings import (
+    KINDS,
+    SETTING_HELP,
+    SETTING_NAMES,
+    TEXT_CHOICES,
+    Mode,
+    Settings,
+    SettingsError,
+    apply,
+    from_json,
+)
 
 INT_SETTINGS = ("warmup", "passes", "threads", "processes", "pairs", "history")
 FLOAT_SETTINGS = ("node_tolerance", "total_tolerance", "changed_tolerance", "floor_us", "budget_s")
@@ -245,8 +255,6 @@ def test_infinite_floor_is_a_settings_error(value: object) -> None:
 
 
 def test_command_line_help_states_the_defaults() -> None:
-    from pytest_fxprof.plugin import _SETTING_HELP
-
     for name in SETTING_NAMES:
         default = getattr(Settings(), name)
         if default is None:  # a tolerance: the mode's default
@@ -254,4 +262,4 @@ def test_command_line_help_states_the_defaults() -> None:
             shown = f"{getattr(stored, name):g} against baselines, {getattr(paired, name):g} against a revision"
         else:
             shown = default if isinstance(default, str) else f"{default:g}"
-        assert f"(default {shown})" in _SETTING_HELP[name], name
+        assert f"(default {shown})" in SETTING_HELP[name], name

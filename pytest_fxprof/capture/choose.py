@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import inspect
 from collections.abc import Sequence
 from typing import Any
@@ -22,15 +23,13 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from pytest_fxprof.capture import dynamo, export, symbolic
+from pytest_fxprof.capture import symbolic
 from pytest_fxprof.capture.check import Checker
 from pytest_fxprof.capture.errors import CaptureError, ProfileError, one_line
 from pytest_fxprof.capture.graphs import Captured, LeafSpec
+from pytest_fxprof.capture.methods import BY_NAME, GRAPH_METHODS, MODES
 from pytest_fxprof.capture.state import kept_as_is
 from pytest_fxprof.capture.symbolic import SymbolicTraceError
-
-MODES = ("auto", "symbolic", "export", "dynamo")
-
 
 MAX_LEAF_RETRIES = 8
 """How many submodules ``auto`` keeps whole, one per failed symbolic trace, before it tries ``export``."""
@@ -69,14 +68,11 @@ def capture_module(
         problem = checker.problem(captured)
         if problem:
             raise CaptureError(
-                f"{_MODE_NAMES[mode]} captured {type(module).__name__}, but {problem}.\n"
+                f"{BY_NAME[mode].label} captured {type(module).__name__}, but {problem}.\n"
                 '  Fix: capture="auto" tries the other modes; capture="symbolic" with leaf_modules=[...] keeps '
                 "the part that differs whole."
             )
         return captured
-
-
-_MODE_NAMES = {"export": "torch.export", "dynamo": "torch.compile (dynamo)"}
 
 
 def check_module(module: Any, args: Any, kwargs: Any) -> None:
@@ -120,12 +116,12 @@ def _check_request(
         raise CaptureError(f"tracer= takes a torch.fx.Tracer instance, got {type(tracer).__name__}")
     check_leaf_modules(module, leaf_modules)
     given = [arg for arg, on in (("tracer=", tracer is not None), ("leaf_modules=", bool(leaf_modules))) if on]
-    if mode in ("export", "dynamo") and given:
+    if mode in BY_NAME and given:
         them = "them" if len(given) > 1 else "it"
         raise CaptureError(
             f'{" and ".join(given)} {"are" if len(given) > 1 else "is"} for symbolic tracing; capture="{mode}" '
             f"cannot use {them}. "
-            f'Fix: drop {them} to capture with {_MODE_NAMES[mode]}, or set capture="symbolic" (or "auto") '
+            f'Fix: drop {them} to capture with {BY_NAME[mode].label}, or set capture="symbolic" (or "auto") '
             "with @pytest.mark.fxprof(capture=...), the fxprof_capture ini key or --fxprof-capture."
         )
     if len(given) > 1:
@@ -178,7 +174,7 @@ def _auto(
     if captured is not None:
         return captured
     failures = [failed]
-    for mode in ("export", "dynamo"):
+    for mode in (m.name for m in GRAPH_METHODS):
         try:
             candidate = _capture_by(mode, module, args, kwargs, checker)
             problem = checker.problem(candidate)
@@ -292,5 +288,6 @@ def _shown_leaves(leaf_modules: Sequence[LeafSpec]) -> str:
 def _capture_by(
     mode: str, module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any], checker: Checker
 ) -> Captured:
-    """A capture by ``export`` or ``dynamo`` (not yet checked against the module)."""
-    return export.capture(module, args, kwargs) if mode == "export" else dynamo.capture(module, args, kwargs, checker)
+    """A capture by one of ``methods.GRAPH_METHODS`` (not yet checked against the module)."""
+    capture: Any = importlib.import_module(BY_NAME[mode].module).capture
+    return capture(module, args, kwargs, checker)  # type: ignore[no-any-return]

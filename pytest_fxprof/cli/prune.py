@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_fxprof.cli.inputs import DEFAULT_BASELINE_DIR, EXIT_OK, PROG, CliError, count_arg, error, refuse_listed
-from pytest_fxprof.session import why_unused
+from pytest_fxprof.session.run import why_unused
 from pytest_fxprof.store.baseline import SUFFIX, BaselineError, BaselineFile, read_baseline, render
 from pytest_fxprof.store.files import TEMPORARY, stale_temporaries, write_atomic
 from pytest_fxprof.store.history import trim

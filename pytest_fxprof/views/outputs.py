@@ -8,7 +8,8 @@ torch or pytest; the views' own modules are imported only when their option is g
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,68 @@ def _profiles(records: Sequence[ProfileRecord]) -> list[dict[str, Any]]:
     return [r["report"] for r in sorted(records, key=lambda r: (r["test_id"], r["key"]))]
 
 
+@dataclass(frozen=True)
+class View:
+    """A report file written at the end of a run with ``--fxprof`` or ``--fxprof-update`` (or against a revision),
+    from the run's records: its option ``--fxprof-NAME`` takes ``metavar``."""
+
+    metavar: str
+    help: str
+    write: Callable[[Path, str, Sequence[ProfileRecord], Sequence[str], Mapping[str, str]], list[Path]]
+    """``(path, mode, records, unused, environ)`` -> the files written; imports its module only when called."""
+
+
+def _html(path: Path, mode: str, records: Sequence[ProfileRecord], unused: Sequence[str], _: object) -> list[Path]:
+    from pytest_fxprof.views.html import write_html
+
+    write_html(path, mode, _profiles(records), unused)
+    return [path]
+
+
+def _trace(path: Path, mode: str, records: Sequence[ProfileRecord], unused: Sequence[str], _: object) -> list[Path]:
+    from pytest_fxprof.views.trace import write_traces
+
+    return write_traces(path, _profiles(records))
+
+
+def _markdown(
+    path: Path, mode: str, records: Sequence[ProfileRecord], unused: Sequence[str], environ: Mapping[str, str]
+) -> list[Path]:
+    from pytest_fxprof.views.markdown import markdown_summary, write_markdown
+
+    return write_markdown(path, markdown_summary(mode, _profiles(records), unused), environ)
+
+
+def _benchmark_json(
+    path: Path, mode: str, records: Sequence[ProfileRecord], unused: Sequence[str], _: object
+) -> list[Path]:
+    from pytest_fxprof.views.benchjson import write_benchmark_json
+
+    write_benchmark_json(path, _profiles(records))
+    return [path]
+
+
+VIEWS: dict[str, View] = {
+    "html": View(
+        "PATH", "Write one self-contained HTML report of every profiled test (charts, module tree, node table)", _html
+    ),
+    "trace": View(
+        "DIR", "Write a Chrome trace event file per fixture call to DIR (opens in Perfetto or chrome://tracing)", _trace
+    ),
+    "markdown": View(
+        "PATH",
+        "Write a Markdown summary for a pull-request comment; also appended to $GITHUB_STEP_SUMMARY when it is set",
+        _markdown,
+    ),
+    "benchmark_json": View(
+        "PATH",
+        "Write the results in pytest-benchmark's JSON format (an entry per fixture call and per node, with samples)",
+        _benchmark_json,
+    ),
+}
+"""The report views by option name (``--fxprof-html``, ...): a new view is its module and one entry here."""
+
+
 def write_view(
     name: str,
     path: Path,
@@ -32,34 +95,17 @@ def write_view(
     environ: Mapping[str, str] = os.environ,
     against: AgainstJSON | None = None,
 ) -> list[Path]:
-    """Write the view ``name`` (an option's name: ``report``, ``html``, ``trace``, ``markdown`` or
-    ``benchmark_json``) of the run's records; return the files written. ``against``: the old side of a run against
-    a revision, which the report records at its top."""
-    profiles = _profiles(records)
+    """Write the view ``name`` (``report``, the JSON report, or one of ``VIEWS``) of the run's records; return
+    the files written. ``against``: the old side of a run against a revision, which the report records at its
+    top."""
     if name == "report":
         from pytest_fxprof.views.report import write_report
 
         write_report(path, mode, records, unused, against=against)
         return [path]
-    if name == "html":
-        from pytest_fxprof.views.html import write_html
-
-        write_html(path, mode, profiles, unused)
-        return [path]
-    if name == "trace":
-        from pytest_fxprof.views.trace import write_traces
-
-        return write_traces(path, profiles)
-    if name == "markdown":
-        from pytest_fxprof.views.markdown import markdown_summary, write_markdown
-
-        return write_markdown(path, markdown_summary(mode, profiles, unused), environ)
-    if name == "benchmark_json":
-        from pytest_fxprof.views.benchjson import write_benchmark_json
-
-        write_benchmark_json(path, profiles)
-        return [path]
-    raise ValueError(f"no report view named {name!r}")
+    if name not in VIEWS:
+        raise ValueError(f"no report view named {name!r}")
+    return VIEWS[name].write(path, mode, records, unused, environ)
 
 
 def user_properties(records: Iterable[ProfileRecord]) -> list[tuple[str, PropertyValue]]:

@@ -1,0 +1,52 @@
+"""``RunMode``: what every mode offers the fixture and the plugin's hooks; ``OffMode``, a run without the gate."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from pytest_fxprof.session.calls import Calls, OffCalls
+from pytest_fxprof.session.run import RunState
+from pytest_fxprof.settings import Mode, Settings
+
+if TYPE_CHECKING:
+    import pytest
+
+    from pytest_fxprof.measure.sampling import Relaunch
+
+
+class RunMode:
+    """One pytest run's mode. Registered with pytest as a plugin, so that a mode's own hooks run only in its
+    runs; the plugin's hooks hand each test over to ``calls``."""
+
+    mode: ClassVar[Mode]
+    gated: ClassVar[bool] = True
+    """Whether the run judges or records (its tests carry their verdicts on their reports, its end writes)."""
+
+    def __init__(self, config: pytest.Config, run: RunState) -> None:
+        self.config = config
+        self.run = run
+        self.worker = hasattr(config, "workerinput")
+        """An xdist worker: the controller gathers what its tests left and writes."""
+
+    def settings(self, item: pytest.Item, marked: Settings) -> Settings:
+        """The settings a test is measured with: its markers' over the run's (``marked``)."""
+        return marked
+
+    def follows_markers(self) -> bool:
+        """Whether a marker added while the test runs changes its settings."""
+        return True
+
+    def calls(self, item: pytest.Item, settings: Settings, relaunch: Relaunch) -> Calls:
+        """The ``fxprof`` calls of the test ``item``, made by this mode's rules."""
+        raise NotImplementedError
+
+
+class OffMode(RunMode):
+    """Without ``--fxprof``, ``--fxprof-update`` or ``--fxprof-against``: calls are captured and run, untimed."""
+
+    mode = Mode.OFF
+    gated = False
+
+    def calls(self, item: pytest.Item, settings: Settings, relaunch: Relaunch) -> Calls:
+        run = self.run
+        return OffCalls(item.nodeid, settings, store=run.store, reactions=run.reactions, relaunch=relaunch)

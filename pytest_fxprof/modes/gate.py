@@ -1,0 +1,192 @@
+"""``CheckMode`` and ``UpdateMode``, and ``Gate``: the end of a gated run, which ``AgainstMode`` shares too.
+
+At the end of a gated run the controller writes the queued baselines (when recording), finds the baselines
+whose test no longer exists (not against a revision), writes each report view asked for, fails the run for
+what it could not do, and writes the terminal summary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_fxprof.modes.base import RunMode
+from pytest_fxprof.options import path_setting
+from pytest_fxprof.session.calls import Calls
+from pytest_fxprof.session.check import CheckCalls
+from pytest_fxprof.session.reactions import OnUnused
+from pytest_fxprof.session.update import UpdateCalls
+from pytest_fxprof.settings import Mode, Settings
+from pytest_fxprof.store.files import unwritable
+from pytest_fxprof.views.outputs import VIEWS
+
+if TYPE_CHECKING:
+    from pytest_fxprof.measure.sampling import Relaunch
+    from pytest_fxprof.session.run import RunState
+    from pytest_fxprof.views.report import AgainstJSON
+
+WAIT_SHOWN_S = 0.5
+"""Less time waited for measuring turns than this is not worth a line in the summary (shown with ``-v``)."""
+
+
+@dataclass
+class Final:
+    """What the session's end wrote and found, for the terminal summary."""
+
+    written: list[Path] = field(default_factory=list)
+    unused: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    outputs: list[Path] = field(default_factory=list)
+
+
+class Gate(RunMode):
+    """A run that judges or records: its end writes and sums up."""
+
+    def __init__(self, config: pytest.Config, run: RunState) -> None:
+        super().__init__(config, run)
+        self.final: Final | None = None
+
+    def against_json(self) -> AgainstJSON | None:
+        """The old side of a run against a revision, as its report records it."""
+        return None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.worker:
+            return
+        config, run = self.config, self.run
+        errors: list[str] = list(run.errors)
+        written: list[Path] = []
+        if run.mode is Mode.UPDATE:
+            written, failed = run.write_baselines()
+            errors += failed
+        unused = run.unused(_selected_paths(session), config.rootpath) if run.mode is not Mode.AGAINST else []
+        outputs: list[Path] = []
+        for name in ("report", *VIEWS):
+            path = path_setting(config, name, None)
+            if path is None:
+                continue
+            from pytest_fxprof.views.outputs import write_view
+
+            try:
+                outputs.extend(write_view(name, path, run.mode.value, run.records, unused, against=self.against_json()))
+            except (OSError, ValueError) as exc:
+                errors.append(f"could not write the {name.replace('_', '-')} report {path}: {exc}")
+        self.final = Final(written, unused, errors, outputs)
+        failing_unused = unused and run.reactions.unused is OnUnused.FAIL and run.mode is Mode.CHECK
+        if (errors or failing_unused) and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+        if self.worker:
+            return
+        run, tr, verbose = self.run, terminalreporter, config.getoption("verbose") > 0
+        tr.section("fxprof")
+        if run.against:
+            tr.write_line(f"against {run.against}: old and new code measured in pairs of fresh processes")
+        records = sorted(run.records, key=lambda r: (r["test_id"], r["key"]))
+        if not records and run.failed_calls:
+            tr.write_line(
+                f"no profile was taken: {run.failed_calls} call(s) of the fxprof fixture failed (their tests say why)"
+            )
+        elif not records and exitstatus == pytest.ExitCode.INTERRUPTED:
+            tr.write_line("interrupted before any profile was taken", yellow=True)
+        elif not records:
+            tr.write_line("no test called the fxprof fixture")
+        from pytest_fxprof.views.terminal import busy_counts, profile_lines
+
+        for record in records:
+            for text, colour in profile_lines(record, verbose=verbose):
+                tr.write_line(text, **({colour: True} if colour else {}))
+        busy_count = busy_counts(records)
+        if busy_count:
+            tr.write_line(busy_count, yellow=True)
+        if run.turns and run.lock_path and (run.waited_s >= WAIT_SHOWN_S or verbose):
+            tr.write_line(
+                f"measured one at a time on this machine: {run.turns} measuring turn(s), {run.waited_s:.1f} s spent "
+                f"waiting for other processes' turns (lock {run.lock_path})"
+            )
+        for note in run.notes:
+            tr.write_line(note, yellow=True)
+        for test_id, keys in sorted(run.dropped.items()):
+            tr.write_line(f"{test_id}: dropped baseline entries no longer called: {', '.join(keys)}", yellow=True)
+        if self.final is not None:
+            self._final_lines(tr, self.final)
+
+    def _final_lines(self, tr: Any, final: Final) -> None:
+        run = self.run
+        if final.written:
+            tr.write_line(f"wrote {len(final.written)} baseline file(s) to {run.store.directory}", green=True)
+        if final.unused:
+            verb = "failing" if run.reactions.unused is OnUnused.FAIL and run.mode is Mode.CHECK else "warning"
+            tr.write_line(
+                f"{len(final.unused)} baseline(s) whose test no longer exists, or unreadable ({verb}; delete them, "
+                "or fix the unreadable ones):",
+                yellow=True,
+            )
+            for name in final.unused:
+                tr.write_line(f"  {name}")
+        for error in final.errors:
+            tr.write_line(error, red=True)
+        for path in final.outputs:
+            tr.write_line(f"report: {path}")
+
+
+def _selected_paths(session: pytest.Session) -> list[Path] | None:
+    """The files and directories this run selected whole, or None if it selected anything finer."""
+    config = session.config
+    if config.getoption("keyword") or config.getoption("markexpr"):
+        return None
+    paths = []
+    for arg in config.args:
+        if "::" in arg:
+            return None
+        paths.append(config.invocation_params.dir / arg)
+    return paths
+
+
+class CheckMode(Gate):
+    """``--fxprof``: each test's calls checked against their stored baselines."""
+
+    mode = Mode.CHECK
+
+    def calls(self, item: pytest.Item, settings: Settings, relaunch: Relaunch) -> Calls:
+        run = self.run
+        return CheckCalls(
+            item.nodeid,
+            settings,
+            store=run.store,
+            reactions=run.reactions,
+            relaunch=relaunch,
+            turns=run.measuring_turns(),
+        )
+
+
+class UpdateMode(Gate):
+    """``--fxprof-update``: each test's calls recorded as its baseline. Refused before anything is measured
+    where the baselines' directory cannot be written."""
+
+    mode = Mode.UPDATE
+
+    def __init__(self, config: pytest.Config, run: RunState) -> None:
+        super().__init__(config, run)
+        problem = None if self.worker else unwritable(run.store.directory)
+        if problem:
+            raise pytest.UsageError(
+                f"--fxprof-update cannot write baselines to {run.store.directory}: {problem}. Make it writable, or "
+                "record them elsewhere with --fxprof-baseline-dir (or the fxprof_baseline_dir ini key)"
+            )
+
+    def calls(self, item: pytest.Item, settings: Settings, relaunch: Relaunch) -> Calls:
+        run = self.run
+        return UpdateCalls(
+            item.nodeid,
+            settings,
+            store=run.store,
+            reactions=run.reactions,
+            relaunch=relaunch,
+            turns=run.measuring_turns(),
+        )

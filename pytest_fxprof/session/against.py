@@ -1,0 +1,105 @@
+"""``AgainstCalls``: a test's calls judged against a git revision, in pairs of fresh processes
+(``--fxprof-against``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from pytest_fxprof.against.check import Against, AgainstError, check_test
+from pytest_fxprof.records.verdicts import Status
+from pytest_fxprof.result import ProfileResult
+from pytest_fxprof.session.calls import Calls
+from pytest_fxprof.session.ending import ending
+from pytest_fxprof.session.reactions import Outcome
+from pytest_fxprof.settings import Mode, Settings
+
+if TYPE_CHECKING:
+    from pytest_fxprof.session.run import RunState
+
+
+class AgainstCalls(Calls):
+    """Each call captured here (and not timed); when the test passed, pairs of old and new processes measure it
+    and each call is judged by the paired rule."""
+
+    mode = Mode.AGAINST
+    measured = False
+
+    def __init__(self, test_id: str, settings: Settings, *, against: Against, **kwargs: Any) -> None:
+        super().__init__(test_id, settings, **kwargs)
+        self.against = against
+
+    def finish(self, run: RunState, passed: bool) -> Outcome:
+        """Measure the test in pairs of old and new processes and judge each call against the old side."""
+        outcome = Outcome(warnings=list(self.warnings))
+        if not self.results:
+            return outcome
+        assert self.relaunch is not None
+        label = self.against.label
+        if not passed:  # the test failed or skipped on its own: nothing to compare
+            for key, result in self.results.items():
+                self.keep(run, self.record_of(key, Status.NOT_COMPARED, result, "the test did not pass"))
+            return outcome
+        try:
+            tested = check_test(
+                self.against,
+                self.relaunch,
+                self.test_id,
+                settings=self.settings.to_json(),
+                profiles=dict(self.results),
+                policy=self.settings.paired_policy(),
+                pairs=self.settings.pairs,
+                max_pairs=self.settings.max_pairs,
+                budget_s=self.settings.budget_s,
+                schedule=self.settings.schedule,
+                turn=lambda: self.turns.turn("pairs", self.taken.setdefault("", [])),
+            )
+        except AgainstError as exc:
+            outcome.failures.append(f"fxprof: {self.test_id} against {label}: {exc}")
+            for key, result in self.results.items():
+                self.keep(run, self.record_of(key, Status.ERROR, result, "see the test's failure"))
+            return outcome
+        if tested.skipped:
+            outcome.warnings.append(f"fxprof: {self.test_id} was not compared: {tested.skipped}")
+            for key, result in self.results.items():
+                self.keep(run, self.record_of(key, Status.NOT_COMPARED, result, tested.skipped))
+            return outcome
+        for key, result in self.results.items():
+            call = tested.calls.get(key)
+            measured = call.profile if call is not None and call.profile is not None else None
+            if tested.absent or call is None or call.comparison is None:
+                where = "the test" if tested.absent else "this fxprof call"
+                shown = ProfileResult.of(replace(measured, seconds=tested.seconds)) if measured is not None else result
+                self.results[key] = shown
+                self.keep(
+                    run, self.record_of(key, Status.NEW, shown, f"{where} does not exist at {label}: not compared")
+                )
+                continue
+            assert measured is not None  # both sides made the call
+            judged = ProfileResult.of(replace(measured, comparison=call.comparison, seconds=tested.seconds))
+            self.results[key] = judged
+            ended = f"{tested.pairs} pairs measured" + (f", when {call.stopped} ended them" if call.stopped else "")
+            end = ending(
+                self.label(key),
+                self.test_id,
+                judged.comparison,
+                self.reactions,
+                directory=self.store.directory,
+                stopped=ended,
+            )
+            outcome.add(end.outcome)
+            self.notices[key] = end.notices
+            if call.left_out:
+                outcome.warnings.append(
+                    f"fxprof: {self.label(key)}: {call.left_out} of {tested.pairs} pairs left out, their processes "
+                    "out of lock-step in this call (one side's test makes calls the other's does not, or a process "
+                    "ended early)"
+                )
+            if call.kept_out_of_step:
+                outcome.warnings.append(
+                    f"fxprof: {self.label(key)}: {call.kept_out_of_step} of {tested.pairs} pairs ran out of "
+                    "lock-step in this call and were kept, as fewer than two held it (one side's test makes calls "
+                    "the other's does not, or a process ended early): their ratios carry more of the machine's noise"
+                )
+            self.keep(run, self.record_of(key, end.status, judged))
+        return outcome

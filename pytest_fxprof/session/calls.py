@@ -1,0 +1,232 @@
+"""``Calls``: the ``fxprof`` calls of one test, each captured and profiled, kept until the test ends.
+
+One subclass per mode says what a call measures and how the test ends (``finish``, when its call phase ends;
+``settle``, after its teardown); ``OffCalls``, here, profiles without measuring and judges nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pytest_fxprof.measure.sampling import BUSY_RETRIES, Relaunch, SamplingError
+from pytest_fxprof.measure.turns import Turn, Turns
+from pytest_fxprof.records.disturbance import least_disturbed
+from pytest_fxprof.records.measurement import capture_difference
+from pytest_fxprof.records.verdicts import JUDGED, Status
+from pytest_fxprof.result import ProfileResult
+from pytest_fxprof.session.reactions import Outcome, Reactions, UsageError
+from pytest_fxprof.settings import Mode, Settings
+from pytest_fxprof.store.baseline import BaselineStore
+from pytest_fxprof.views.render import capture_notices, summary_line
+from pytest_fxprof.views.report import ProfileRecord, profile_report
+
+if TYPE_CHECKING:
+    from pytest_fxprof.capture.step import Step
+    from pytest_fxprof.measure.lockstep import Barrier
+    from pytest_fxprof.session.run import RunState
+
+
+class Calls:
+    """The ``fxprof`` calls of one test."""
+
+    mode: ClassVar[Mode]
+    measured: ClassVar[bool] = True
+    """Whether a call's nodes are timed (a check against a revision measures in its pairs' processes instead)."""
+    takes_turns: ClassVar[bool] = False
+    """Whether a call's profile is measured in a measuring turn of the machine (``measure.turns``)."""
+
+    def __init__(
+        self,
+        test_id: str,
+        settings: Settings,
+        *,
+        store: BaselineStore,
+        reactions: Reactions,
+        relaunch: Relaunch | None = None,
+        turns: Turns | None = None,
+    ) -> None:
+        self.test_id = test_id
+        self.settings = settings
+        self.store = store
+        self.reactions = reactions
+        self.relaunch = relaunch
+        """How to start a fresh process of this test (None: none can be started)."""
+        self.turns = turns or Turns(None)
+        """The machine's measuring turns: every measuring section of this test takes one (``measure.turns``)."""
+        self.taken: dict[str, list[Turn]] = {}
+        """Each call's turns (its profile, its confirmation), and under ``""`` the test's own (the fresh processes
+        of a recording, the pairs against a revision)."""
+        self.results: dict[str, ProfileResult] = {}
+        self._unnamed = 0
+        self._unnamed_steps = 0
+        self.warnings: list[str] = []
+        self.records: list[ProfileRecord] = []  # also handed to the run; what this test's pytest report carries
+        self.failed_calls = 0  # counted by the caller, which sees every way a call can fail
+        self.notices: dict[str, list[str]] = {}
+        """Per call, what the gate saw but does not fail on or ask anything about (``notice_lines``)."""
+
+    # A call ---------------------------------------------------------------------------------------------------
+
+    def key(self, name: str | None, *, step: bool = False) -> str:
+        """The call's key in the baseline: ``name``, else ``call0``, ``call1``, ... (``step0``, ... for steps)."""
+        if name is None and step:
+            key = f"step{self._unnamed_steps}"
+            self._unnamed_steps += 1
+        elif name is None:
+            key = f"call{self._unnamed}"
+            self._unnamed += 1
+        elif not isinstance(name, str) or not name.strip():
+            raise UsageError(f"fxprof(name=...) must be a non-empty string, not {name!r}")
+        else:
+            key = name
+        if key in self.results:
+            raise UsageError(
+                f"fxprof was called twice with the key {key!r} in one test; give each call its own name= "
+                "so that each has its own baseline"
+            )
+        return key
+
+    def profile(
+        self,
+        module: Any,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        *,
+        name: str | None,
+        leaf_modules: Sequence[Any],
+        tracer: Any,
+        step: Step | None = None,
+    ) -> ProfileResult:
+        """Capture and profile one call of the fixture, judged as the mode judges a call."""
+        from pytest_fxprof.measure.profiler import profile_module
+
+        key = self.key(name, step=step is not None)
+        self.before(key)
+        barrier = self.barrier(key)
+
+        def measure() -> ProfileResult:
+            profiled = profile_module(
+                module,
+                args,
+                kwargs,
+                name=key,
+                protocol=self.settings.protocol(),
+                measured=self.measured,
+                flops=self.flops,
+                reference=self.reference,
+                barrier=barrier,
+                leaf_modules=leaf_modules,
+                tracer=tracer,
+                capture=self.settings.capture,
+                engine=self.settings.engine,
+                step=step,
+            )
+            return ProfileResult.of(profiled)
+
+        started = time.perf_counter()
+        taken = self.taken.setdefault(key, [])
+        with self.turns.turn("profile", taken) if self.takes_turns else contextlib.nullcontext():
+            result = measure()
+            if self.takes_turns:  # a profile measured on a busy machine is measured again, the least disturbed kept
+                result = self.calmer(key, result, measure)
+        result = self.judged(key, result, measure)
+        result = replace(result, seconds=time.perf_counter() - started)
+        self.results[key] = result
+        return result
+
+    def before(self, key: str) -> None:
+        """What the mode needs before a call is measured (its baseline loaded, to fail early where unusable)."""
+
+    def barrier(self, key: str) -> Barrier | None:
+        """The call's lock-step with a twin process (a duet's side), or None."""
+        return None
+
+    @property
+    def flops(self) -> bool:
+        """Whether a profile counts each node's floating-point operations."""
+        return True
+
+    @property
+    def reference(self) -> bool:
+        """Whether a profile times the reference workload (what a stored baseline's speed factor divides by)."""
+        return True
+
+    def judged(self, key: str, result: ProfileResult, measure: Callable[[], ProfileResult]) -> ProfileResult:
+        """``result`` with the mode's comparison, where the mode compares a call as soon as it is measured."""
+        return result
+
+    def calmer(self, key: str, result: ProfileResult, measure: Callable[[], ProfileResult]) -> ProfileResult:
+        """``result``, or where it was measured on a busy machine, the least disturbed of it and up to
+        ``BUSY_RETRIES`` more profiles taken in this process."""
+        tries = [result]
+        while tries[-1].busy and len(tries) <= BUSY_RETRIES:
+            again = measure()
+            first, second = [n.info.key for n in result.nodes], [n.info.key for n in again.nodes]
+            if first != second:
+                raise SamplingError(
+                    f"fxprof: {self.label(key)}: measured again in this process (the first profile was measured on "
+                    "a busy machine), the model captured a different graph; the capture must be deterministic: "
+                    + capture_difference(first, second, ("the first profile's capture", "the one measured again"))
+                )
+            tries.append(again)
+        return tries[least_disturbed([t.disturbance for t in tries])]
+
+    def label(self, key: str) -> str:
+        return f"{self.test_id} [{key}]"
+
+    # The end of the test ------------------------------------------------------------------------------------
+
+    def finish(self, run: RunState, passed: bool) -> Outcome:
+        """Decide how the test ends, when its call phase has, and hand its records to ``run``."""
+        raise NotImplementedError
+
+    def settle(self, run: RunState, passed: bool) -> None:
+        """At the end of the test (teardown included): count its failed calls and measuring turns."""
+        run.failed_calls += self.failed_calls
+        turns, waited = self.waited()
+        run.turns += turns
+        run.waited_s += waited
+
+    def keep(self, run: RunState, record: ProfileRecord) -> None:
+        self.records.append(record)
+        run.add_record(record)
+
+    def record_of(self, key: str, status: Status, result: ProfileResult, why: str = "") -> ProfileRecord:
+        """The plain-data record of one call, as every view and xdist's controller read it."""
+        c = result.comparison
+        text = (
+            summary_line(self.label(key), c)
+            if status in JUDGED
+            else f"{self.label(key)}: {status}" + (f" ({why})" if why else "")
+        )
+        # a plain string: a record crosses to xdist's controller, which cannot take an enum member
+        report = profile_report(self.test_id, key, status.value, result, c)
+        # when this call's measuring (and the test's, shared by its calls) held the machine: never overlapping another's
+        report["measuring"] = [t.to_json() for t in (*self.taken.get(key, ()), *self.taken.get("", ()))]
+        report["notices"] = [*capture_notices(result.capture), *self.notices.get(key, [])]
+        self.extend_report(key, report)
+        return {"test_id": self.test_id, "key": key, "status": status.value, "summary": text, "report": report}
+
+    def extend_report(self, key: str, report: dict[str, Any]) -> None:
+        """What the mode adds to a call's JSON report."""
+
+    def waited(self) -> tuple[int, float]:
+        """The turns this test took and the seconds it waited for them."""
+        turns = [t for taken in self.taken.values() for t in taken]
+        return len(turns), sum(t.waited_s for t in turns)
+
+
+class OffCalls(Calls):
+    """Without ``--fxprof``: each call is captured and run, nothing timed, nothing judged."""
+
+    mode = Mode.OFF
+    measured = False
+
+    def finish(self, run: RunState, passed: bool) -> Outcome:
+        for key, result in self.results.items():
+            self.keep(run, self.record_of(key, Status.UNMEASURED, result))
+        return Outcome(warnings=list(self.warnings))

@@ -1,0 +1,87 @@
+"""``ChildCalls``: a test's calls in a fresh process that a recording, a confirmation or a pair against a
+revision started (``--fxprof-sample``): measured and written to the file its parent reads, never judged here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_fxprof.against.origin import foreign_modules
+from pytest_fxprof.measure.lockstep import Barrier, lockstep_barrier
+from pytest_fxprof.measure.sampling import SampleJSON, write_samples
+from pytest_fxprof.records.disturbance import disturbance_to_json
+from pytest_fxprof.session.calls import Calls
+from pytest_fxprof.session.reactions import Outcome
+from pytest_fxprof.settings import Mode, Settings
+from pytest_fxprof.store.baseline import entry_to_json, run_to_json
+
+if TYPE_CHECKING:
+    from pytest_fxprof.session.run import RunState
+
+
+class ChildCalls(Calls):
+    """The calls of the test its parent asked for (``out``: where their samples go; None for the other tests of
+    the process, which run unjudged). ``request``: what the parent asked (``entry``: send whole entries, a side
+    against a revision; ``against``: check that this, the old side, imported no module of the working tree;
+    ``lockstep``: pass for pass with a twin)."""
+
+    mode = Mode.SAMPLE
+
+    def __init__(
+        self, test_id: str, settings: Settings, *, out: Path | None, request: dict[str, Any], **kwargs: Any
+    ) -> None:
+        super().__init__(test_id, settings, **kwargs)
+        self.out = out
+        self.request = request
+        self.side = bool(request.get("entry"))
+        """A side against a revision (else one of a recording's processes, or a confirmation)."""
+        self._barriers: dict[str, Barrier] = {}
+        """In a duet's process: each call's lock-step with its twin (whether it held, ``Barrier.alone_from``)."""
+
+    def barrier(self, key: str) -> Barrier | None:
+        barrier = lockstep_barrier(self.request.get("lockstep"), key)
+        if barrier is not None:
+            self._barriers[key] = barrier
+        return barrier
+
+    @property
+    def flops(self) -> bool:
+        return self.side
+
+    @property
+    def reference(self) -> bool:
+        return not self.side  # the paired rule divides by nothing: both sides of a pair meet one machine
+
+    def _alone_from(self, key: str) -> int | None:
+        barrier = self._barriers.get(key)
+        return barrier.alone_from if barrier is not None else None
+
+    def finish(self, run: RunState, passed: bool) -> Outcome:
+        """Write the samples (or, for a side, whole entries) the parent asked for."""
+        if self.out is None or not passed:
+            return Outcome()
+        if self.side:  # against a revision: whole entries, and where the code came from
+            tolerances = self.settings.tolerances()
+            data: dict[str, Any] = {
+                "calls": {
+                    key: {"entry": entry_to_json(r.entry(tolerances)), "alone_from": self._alone_from(key)}
+                    for key, r in self.results.items()
+                }
+            }
+            roots = self.request.get("against")
+            if roots:
+                data["foreign"] = foreign_modules(
+                    Path(roots["new_root"]), Path(roots["old_root"]), extra=[Path(p) for p in roots["extra"]]
+                )
+            write_samples(self.out, data)
+            return Outcome()
+        samples: dict[str, SampleJSON] = {
+            key: {
+                "nodes": [n.info.key for n in r.nodes],
+                "run": run_to_json(r.run()),
+                "disturbance": disturbance_to_json(r.disturbance),
+            }
+            for key, r in self.results.items()
+        }
+        write_samples(self.out, samples)
+        return Outcome()

@@ -1,0 +1,142 @@
+"""How a comparison ends a test: the failures, skips and warnings it adds, and the status it records.
+
+``ending`` is a pure function of the comparison, the user's reactions and what the caller knows of the test
+(its label, its baseline's directory, a weak-baseline warning, how a revision's pairs ended): tested by tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pytest_fxprof.records.verdicts import Comparison, Status
+from pytest_fxprof.session.reactions import (
+    OnFaster,
+    OnGraphChange,
+    OnMismatch,
+    OnMissing,
+    OnUndecided,
+    Outcome,
+    Reactions,
+    if_intended,
+    rerecord_hint,
+    update_command,
+)
+from pytest_fxprof.views.render import (
+    improvement_lines,
+    notice_lines,
+    regression_message,
+    structural_lines,
+    undecided_message,
+)
+
+SETUP_FIELDS = ("inputs:", "mode:")
+"""How a mismatch of the test's setup (``Setup.differences``) begins."""
+
+
+@dataclass(frozen=True)
+class Ending:
+    """What one ``fxprof`` call's comparison does to its test."""
+
+    status: Status
+    outcome: Outcome = field(default_factory=Outcome)
+    notices: list[str] = field(default_factory=list)
+    """What the gate saw but does not fail on or ask anything about (``notice_lines``)."""
+
+
+def ending(
+    label: str,
+    test_id: str,
+    c: Comparison | None,
+    reactions: Reactions,
+    *,
+    directory: Path,
+    weak: str = "",
+    stopped: str = "",
+) -> Ending:
+    """How the comparison ``c`` of the call ``label`` of ``test_id`` ends the test. ``directory``: where its
+    baseline was looked for; ``weak``: the warning of a baseline recorded on a busy machine; ``stopped``: how a
+    revision's pairs ended."""
+    outcome = Outcome()
+    if c is not None and not c.against and weak:  # a baseline recorded on a busy machine says so in every check
+        outcome.warnings.append(f"fxprof: {weak}")
+    if c is not None and c.status is Status.UNDECIDED and c.noisy_reason:  # nothing judged
+        _undecided(outcome, reactions, undecided_message(label, c, "run the check on a quieter machine"))
+        return Ending(c.status, outcome)
+    if c is None:
+        msg = f"fxprof: no baseline for {label} in {directory}; {rerecord_hint(test_id)}"
+        (outcome.failures if reactions.missing is OnMissing.FAIL else outcome.skips).append(msg)
+        return Ending(Status.MISSING, outcome)
+    if c.status is Status.MISMATCH:
+        _mismatch(outcome, reactions, _mismatch_message(label, test_id, c))
+        return Ending(Status.MISMATCH, outcome)
+    if c.graph_changed:
+        msg = "\n".join([f"fxprof: {label}: " + structural_lines(c)[0], *structural_lines(c)[1:]])
+        msg += "\nstill compared: matched nodes, each module over both graphs' nodes, and the total"
+        msg += "" if c.against else f"; {if_intended(test_id)}"
+        (outcome.failures if reactions.graph_change is OnGraphChange.FAIL else outcome.warnings).append(msg)
+    if c.status is Status.REGRESSION:
+        advice = "" if c.against else f"\n  {if_intended(test_id)}"
+        outcome.failures.append(regression_message(label, c) + advice)
+    if c.status is Status.UNDECIDED:
+        fix = (
+            f"{stopped}; more pairs decide it (raise --fxprof-budget-s or --fxprof-pairs), or a quieter runner"
+            if c.against
+            else wide_bands(test_id, c)
+        )
+        _undecided(outcome, reactions, undecided_message(label, c, fix))
+    improved = improvement_lines(c)
+    if improved and reactions.faster is not OnFaster.IGNORE:
+        msg = "\n".join([f"fxprof: {label} got faster than {c.reference}", *improved])
+        if not c.against:
+            msg += f"\nrefresh the baseline so that it keeps guarding the new speed; {rerecord_hint(test_id)}"
+        (outcome.failures if reactions.faster is OnFaster.FAIL else outcome.warnings).append(msg)
+    # what asks nothing of the user (a flag its confirmation cleared, a small node its aggregates gate, an item
+    # too noisy to decide beside a failure) is no warning: the summary counts it, -v and the reports list it
+    return Ending(c.status, outcome, notice_lines(c))
+
+
+def _mismatch_message(label: str, test_id: str, c: Comparison) -> str:
+    """Why a mismatched comparison was not judged: another setup (against a revision, or since the baseline),
+    or another environment."""
+    if c.against:
+        return (
+            f"fxprof: {label} hands the model other inputs or another mode than at {c.against}, so it was "
+            f"not compared (another setup measures something else, not a slowdown): {'; '.join(c.mismatches)}"
+        )
+    if any(m.startswith(SETUP_FIELDS) for m in c.mismatches):
+        return (
+            f"fxprof: {label} hands the model other inputs or another mode than its baseline was recorded with, "
+            f"so it was not compared (another setup measures something else, not a slowdown): "
+            f"{'; '.join(c.mismatches)}. If the change is meant, {rerecord_hint(test_id)}"
+        )
+    return (
+        f"fxprof: the baseline of {label} was recorded in another environment, so it was not compared: "
+        f"{'; '.join(c.mismatches)}. Record and check on the same runner class ({rerecord_hint(test_id)})"
+    )
+
+
+def _mismatch(outcome: Outcome, reactions: Reactions, msg: str) -> None:
+    (outcome.failures if reactions.mismatch is OnMismatch.FAIL else outcome.skips).append(msg)
+
+
+def wide_bands(test_id: str, c: Comparison) -> str:
+    """What makes the bands of a baseline too wide to decide, and how to narrow them."""
+    again = "record it again on a quieter machine, or from more processes (--fxprof-processes): "
+    again += update_command(test_id)
+    if c.recordings > 1:  # the drift between its recordings counts too, and a new recording keeps them
+        return (
+            f"its {c.recordings} recordings (or the processes of one) disagreed too much on these: start its "
+            f"history afresh with `fxprof prune --history 1 --yes`, then {again}"
+        )
+    return f"its baseline's processes disagreed too much on these: {again}"
+
+
+def _undecided(outcome: Outcome, reactions: Reactions, msg: str) -> None:
+    """A check without a verdict fails, skips or passes with a warning, as ``--fxprof-on-undecided`` says."""
+    if reactions.undecided is OnUndecided.FAIL:
+        outcome.failures.append(msg)
+    elif reactions.undecided is OnUndecided.SKIP:
+        outcome.skips.append(msg)
+    else:
+        outcome.warnings.append(msg)
