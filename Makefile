@@ -36,7 +36,7 @@ browser:
 # The documentation site (mkdocs.yml, docs/), built with --strict: a warning (a broken link, a page missing from
 # the nav, a docstring mkdocstrings cannot read) fails it. Written outside the checkout unless SITE_DIR says.
 docs: $(STAMP)
-	$(BIN)/mkdocs build --strict --site-dir $(or $(SITE_DIR),/tmp/fxprof-site)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(or $(SITE_DIR),/tmp/fxprof-site)
 
 # Two xdist workers: most tests wait on processes they start, and measuring sections take turns through the
 # plugin's lock; 9 min 51 s here against 12 min 53 s in one process (2 cores, 2026-11-26).

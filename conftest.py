@@ -4,22 +4,36 @@ directory (and so its own measuring lock).
 pytester's in-process runs unload every module a run imported. Profiling imports torch's compiler stack
 (source lines of traced nodes, the flop counter, dynamo captures), and some of it refuses to be imported a
 second time (triton's native extension aborts the interpreter; inductor's cache artifacts register once), so
-it is imported once here, before any run: a dynamo capture of a tiny module loads what every later one needs.
+it is imported once, before any test runs: a dynamo capture of a tiny module loads what every later one needs.
+Only where a collected test needs torch (its module imported it, or it runs pytest itself): a run of the
+torch-free tests alone never imports it.
 """
 
+from __future__ import annotations
+
+import sys
 import tempfile
 
 import pytest
-import torch
-import torch._dynamo
-import torch.utils.flop_counter
-
-from pytest_fxprof.capture.choose import capture_module
-
-with torch.no_grad():
-    capture_module(torch.nn.Linear(2, 2), (torch.randn(1, 2),), {}, mode="dynamo")
 
 pytest_plugins = ("pytester",)
+
+
+def _load_torch_once() -> None:
+    import torch
+    import torch._dynamo
+    import torch.utils.flop_counter
+
+    from pytest_fxprof.capture.choose import capture_module
+
+    with torch.no_grad():
+        capture_module(torch.nn.Linear(2, 2), (torch.randn(1, 2),), {}, mode="dynamo")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    inner_runs = any("pytester" in getattr(item, "fixturenames", ()) for item in session.items)
+    if "torch" in sys.modules or inner_runs:
+        _load_torch_once()
 
 
 @pytest.fixture(autouse=True)

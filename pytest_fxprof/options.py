@@ -96,7 +96,7 @@ REACTIONS: dict[str, tuple[type[StrEnum], str]] = {
 _LOCK_HELP = (
     "Measuring sections (profiles, confirmations, a recording's fresh processes, pairs against a revision) take "
     "turns on the machine through this lock file, across xdist workers and pytest runs started at the same time; "
-    f"'off' measures without turns (default: {default_lock_path()})"
+    "'off' measures without turns (default: fxprof-measure-UID.lock in the temporary directory, UID the user's id)"
 )
 
 RUN_OPTIONS: tuple[Option, ...] = (

@@ -18,7 +18,7 @@ from pytest_fxprof.judge.decision import compare
 from pytest_fxprof.records.measurement import NodeInfo, NodeStats, Tolerances, iqr_int, median_int, node_key
 from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.views.benchjson import benchmark_json, write_benchmark_json
-from pytest_fxprof.views.report import profile_report
+from pytest_fxprof.views.report import NodeJSON, ProfileReportJSON, profile_report
 from tests.records_for_tests import CAPTURE, ENV, POLICY, PROTOCOL
 
 TOLERANCES = Tolerances(0.1, 0.15)
@@ -59,7 +59,7 @@ def result(factors: Mapping[str, float] | None = None, passes: int = PASSES) -> 
     )
 
 
-def checked(factors: Mapping[str, float], test_id: str = "t.py::test_net", key: str = "call0") -> dict[str, Any]:
+def checked(factors: Mapping[str, float], test_id: str = "t.py::test_net", key: str = "call0") -> ProfileReportJSON:
     current = result(factors)
     c = compare(result().entry(TOLERANCES), current.entry(TOLERANCES), POLICY)
     return profile_report(test_id, key, c.status.value, current, c)
@@ -138,15 +138,15 @@ def test_an_unmeasured_profile_has_one_round_and_no_verdict() -> None:
 
 
 def test_nodes_that_share_a_name_keep_unique_fullnames() -> None:
-    twin = {**SLOWER["nodes"][2], "key": "call_module:fc:Linear#1"}
-    report = {**SLOWER, "nodes": [*SLOWER["nodes"], twin]}
+    twin: NodeJSON = {**SLOWER["nodes"][2], "key": "call_module:fc:Linear#1"}
+    report: ProfileReportJSON = {**SLOWER, "nodes": [*SLOWER["nodes"], twin]}
     fullnames = [b["fullname"] for b in benchmark_json([report], MACHINE, COMMIT)["benchmarks"]]
     assert len(set(fullnames)) == len(fullnames) == 2 + len(GRAPH)
     assert "t.py::test_net[call0]::call_module:fc:Linear#1" in fullnames
 
 
 def test_bad_input_is_refused() -> None:
-    no_samples = {**SLOWER, "nodes": [{**SLOWER["nodes"][0], "samples_ns": []}]}
+    no_samples: ProfileReportJSON = {**SLOWER, "nodes": [{**SLOWER["nodes"][0], "samples_ns": []}]}
     with pytest.raises(ValueError, match="node 'conv' has no samples"):
         benchmark_json([no_samples], MACHINE, COMMIT)
     with pytest.raises(ValueError, match=re.escape("two benchmarks named t.py::test_net[call0]")):

@@ -13,6 +13,7 @@ from torch import nn
 from torch.fx._symbolic_trace import PH
 
 from pytest_fxprof.capture import dynamo as dynamo_capture
+from pytest_fxprof.capture import methods
 from pytest_fxprof.capture.check import output_difference
 from pytest_fxprof.capture.choose import MAX_LEAF_RETRIES, capture_module
 from pytest_fxprof.capture.errors import CaptureError, ProfileError
@@ -615,6 +616,22 @@ def test_everything_failing_is_one_error_with_a_line_per_mode() -> None:
     assert "leaf_modules=" in lines[4]
     assert "tracer=" in lines[4]
     assert 'capture="dynamo"' in lines[4]
+
+
+def test_a_new_capture_method_is_its_module_and_one_entry_in_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``capture.methods`` is the one list: the mode is accepted, dispatched to its module, tried by ``auto``
+    after the others and named in its failure line."""
+    again = methods.Method("export_again", "torch.export (again)", "pytest_fxprof.capture.export")
+    monkeypatch.setattr(methods, "GRAPH_METHODS", (*methods.GRAPH_METHODS, again))
+    monkeypatch.setattr(methods, "BY_NAME", {**methods.BY_NAME, again.name: again})
+    monkeypatch.setattr(methods, "MODES", (*methods.MODES, again.name))
+    model, x = net(), image()
+    captured = capture(model, x, mode="export_again")
+    assert captured.capture.method == "export"
+    assert_runs_like(model, captured, x)
+    with pytest.raises(CaptureError) as info:
+        capture(Untraceable(), torch.randn(2, 4))
+    assert str(info.value).splitlines()[4].startswith("  export_again: torch.export could not capture Untraceable")
 
 
 # The module is left as it was ------------------------------------------------------------------------------

@@ -160,8 +160,8 @@ def test_views_say_busy_with_the_figures() -> None:
 
     busy = disturbance_report(Disturbance(0.25, 0.41, 12, 3, 12, 1.57, 0.8))
     quiet = disturbance_report(Disturbance(0.0, 0.0, 0, 0, 12, 0.97, 0.98))
-    assert busy_line({"disturbance": busy}).startswith(BUSY_LINE)
-    assert busy_line({"disturbance": quiet}) == ""
+    assert busy_line({"disturbance": busy}).startswith(BUSY_LINE)  # type: ignore[typeddict-item]
+    assert busy_line({"disturbance": quiet}) == ""  # type: ignore[typeddict-item]
     assert quiet["consistency"] == 0.97
     assert quiet["busy"] is False
     records = [

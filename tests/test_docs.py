@@ -165,7 +165,7 @@ def test_the_makefile_builds_the_docs_strictly_as_part_of_make_test() -> None:
     test_target = re.search(r"^test:(.*)$", makefile, re.MULTILINE)
     assert test_target is not None
     assert "docs" in test_target[1].split()
-    assert re.search(r"^\t\$\(BIN\)/mkdocs build --strict ", makefile, re.MULTILINE)
+    assert re.search(r"^\t(?:\w+=\S+ )*\$\(BIN\)/mkdocs build --strict ", makefile, re.MULTILINE)
 
 
 def test_the_docs_tools_are_pinned() -> None:

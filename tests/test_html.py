@@ -21,7 +21,7 @@ from pytest_fxprof.judge.decision import compare
 from pytest_fxprof.records.measurement import NodeInfo, NodeStats, Tolerances, iqr_int
 from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.views.html import SHARE_BAR_EM, TITLE, render_html, section_id, write_html
-from pytest_fxprof.views.report import profile_report
+from pytest_fxprof.views.report import HintJSON, ProfileReportJSON, profile_report
 from tests.records_for_tests import CAPTURE, ENV, POLICY, PROTOCOL, node
 
 TOLERANCES = Tolerances(0.1, 0.15)
@@ -83,7 +83,7 @@ def result(blocks: int, factors: Mapping[str, float] | None = None) -> ProfileRe
     )
 
 
-def checked(test_id: str, blocks: int, factors: Mapping[str, float]) -> dict[str, Any]:
+def checked(test_id: str, blocks: int, factors: Mapping[str, float]) -> ProfileReportJSON:
     """The report of a profile compared with the unchanged graph's baseline."""
     baseline = result(blocks).entry(TOLERANCES)
     current = result(blocks, factors)
@@ -91,12 +91,12 @@ def checked(test_id: str, blocks: int, factors: Mapping[str, float]) -> dict[str
     return profile_report(test_id, "call0", c.status.value, current, c)
 
 
-def recorded(test_id: str, blocks: int) -> dict[str, Any]:
+def recorded(test_id: str, blocks: int) -> ProfileReportJSON:
     """The report of a profile recorded as a baseline: no comparison."""
     return profile_report(test_id, "call0", "recorded", result(blocks), None)
 
 
-HINT = {
+HINT: HintJSON = {
     "kind": "fusable-batchnorm",
     "message": "3 batch norms follow a convolution and could be folded into it for inference",
     "nodes": ["bn0", "bn1", "bn2"],
@@ -106,7 +106,7 @@ HINT = {
 }
 
 
-def profiles() -> list[dict[str, Any]]:
+def profiles() -> list[ProfileReportJSON]:
     """A regression (conv12 slowed down enough to fail alone, conv3 too small to, conv10 sped up; with a
     hint), a pass with a hostile test id and a recorded profile: 65, 9 and 61 nodes, in an order that is not
     the display order (the hostile id sorts first)."""
@@ -192,7 +192,7 @@ def test_the_embedded_data_round_trips_and_a_hostile_test_id_stays_text() -> Non
     assert title == "run &lt;/title&gt;&lt;b&gt;"
 
 
-def display_order(given: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def display_order(given: list[ProfileReportJSON]) -> list[ProfileReportJSON]:
     """Regressions first, then test order (the statuses of ``profiles()`` are regressions, passes and records)."""
     assert {p["status"] for p in given} <= {"regression", "pass", "recorded"}
     return sorted(given, key=lambda p: (p["status"] != "regression", p["test_id"], p["key"]))
@@ -366,7 +366,7 @@ def test_a_profile_that_is_not_a_report_is_refused_by_name(change: Any, field: s
 
 
 def test_a_field_of_the_wrong_shape_is_refused_naming_the_profile() -> None:
-    bad = profiles()
+    bad: list[Any] = profiles()
     bad[0]["flagged"] = [{"kind": "node", "name": "conv12", "ratio": "big"}]
     with pytest.raises(ValueError, match=r"profile of tests/test_models.py::test_resnet \[call0\] .* wrong shape"):
         render_html("check", bad, [])
@@ -388,7 +388,7 @@ def test_a_node_without_key_or_time_is_refused_by_position(change: Any) -> None:
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), {1, 2}], ids=["nan", "infinity", "set"])
 def test_a_value_json_cannot_hold_is_refused(value: object) -> None:
-    bad = profiles()
+    bad: list[Any] = profiles()
     bad[0]["total"]["ratio"] = value
     with pytest.raises(ValueError, match="a value JSON cannot store"):
         render_html("check", bad, [])
@@ -402,7 +402,7 @@ def test_write_html_replaces_the_page_whole_and_leaves_no_temporary_file(tmp_pat
     assert f"<title>{TITLE}</title>" in first
     write_html(path, "update", profiles()[2:], [], title="second")
     assert Page(path.read_text(encoding="utf-8")).data()["mode"] == "update"
-    bad = profiles()
+    bad: list[Any] = profiles()
     del bad[0]["nodes"]
     with pytest.raises(ValueError, match="'nodes'"):
         write_html(path, "check", bad, [])
@@ -433,7 +433,12 @@ def test_module_share_bars_are_proportional_to_the_share() -> None:
 def test_an_undecided_profile_comes_right_after_the_regressions_and_says_why() -> None:
     given = profiles()
     judged = next(p for p in given if p["status"] == "pass")
-    undecided = {**judged, "test_id": "a.py::test_open", "status": "undecided", "noisy": "node fc: x1.22"}
+    undecided: ProfileReportJSON = {
+        **judged,
+        "test_id": "a.py::test_open",
+        "status": "undecided",
+        "noisy": "node fc: x1.22",
+    }
     page = render_html("check", [*given, undecided], [])
     sections = [attrs["id"] for tag, attrs in Page(page).tags if tag == "section" and "data-index" in attrs]
     regressions = sum(p["status"] == "regression" for p in given)

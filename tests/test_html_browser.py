@@ -15,11 +15,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import pytest
 
 from pytest_fxprof.views.html import CHART_ROWS, TABLE_ROWS, section_id, write_html
+from pytest_fxprof.views.report import NodeRefJSON, ProfileReportJSON
 from tests.test_html import HOSTILE, checked, display_order, profiles, recorded
 
 if TYPE_CHECKING:
@@ -75,10 +76,10 @@ class Report:
     """A written page and its profiles in display order."""
 
     path: Path
-    profiles: list[dict[str, Any]]
+    profiles: list[ProfileReportJSON]
 
 
-def _written(directory: Path, shown: list[dict[str, Any]], unused: list[str]) -> Report:
+def _written(directory: Path, shown: list[ProfileReportJSON], unused: list[str]) -> Report:
     path = directory / "report.html"
     write_html(path, "check", shown, unused)
     return Report(path, display_order(shown))
@@ -171,7 +172,7 @@ def test_the_checks_see_a_request_off_the_disk_and_a_script_error(browser: Brows
     ]
 
 
-def _section(opened: Opened, profile: dict[str, Any]) -> Any:
+def _section(opened: Opened, profile: ProfileReportJSON) -> Any:
     return opened.page.locator(f"#{section_id(profile['test_id'], profile['key'])}")
 
 
@@ -275,7 +276,7 @@ def test_the_filter_box_and_the_verdict_filter_narrow_the_table(opened: Opened, 
     assert [by_name(regression, k) for k in _visible_row_keys(section)] == ["conv10"]
 
 
-def by_name(profile: dict[str, Any], key: str) -> str:
+def by_name(profile: ProfileReportJSON, key: str) -> str:
     return str(next(n["name"] for n in profile["nodes"] if n["key"] == key))
 
 
@@ -317,7 +318,9 @@ def test_a_big_graph_has_every_mark_and_a_table_of_its_first_rows(opened_big: Op
 
 def test_a_compared_profile_of_a_changed_graph_still_renders(browser: Browser, tmp_path: Path) -> None:
     profile = checked("tests/t.py::test_changed", 3, {})
-    profile["added"] = [{"key": "k", "name": "extra", "op": "call_function", "target": "torch.neg", "module": ""}]
+    profile["added"] = [
+        cast("NodeRefJSON", {"key": "k", "name": "extra", "op": "call_function", "target": "torch.neg", "module": ""})
+    ]
     profile["status"] = "mismatch"
     profile["mismatches"] = ["torch: baseline '2.3', this run '2.4'"]
     path = tmp_path / "changed.html"

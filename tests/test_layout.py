@@ -495,3 +495,17 @@ def test_the_documented_architecture_table_matches_the_code() -> None:
     for name, (may, contract) in rows.items():
         assert may == MAY_IMPORT[name], name
         assert contract == parse_contract(docstring(SOURCE / name / "__init__.py")), name
+
+
+TOP_LINES = 400
+"""The most lines a module on top may have: the plugin's hooks, the modes, the session and the command line
+stay small rooms, each with one job."""
+
+
+def test_no_module_on_top_is_over_its_size() -> None:
+    over = {
+        name: lines
+        for name, path in modules().items()
+        if layer(name) == TOP and (lines := len(path.read_text("utf-8").splitlines())) > TOP_LINES
+    }
+    assert over == {}

@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import pytest
 
@@ -15,7 +15,7 @@ from pytest_fxprof.records.measurement import NodeInfo, NodeStats, Tolerances, n
 from pytest_fxprof.records.units import fmt_ns
 from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.views.markdown import ITEMS_SHOWN, PROFILES_SHOWN, markdown_summary, write_markdown
-from pytest_fxprof.views.report import profile_report
+from pytest_fxprof.views.report import HintJSON, NodeRefJSON, ProfileReportJSON, profile_report
 from tests.records_for_tests import CAPTURE, ENV, POLICY, PROTOCOL
 
 TOLERANCES = Tolerances(0.1, 0.15)
@@ -53,13 +53,13 @@ def result(factors: Mapping[str, float] | None = None, passes: int = 3) -> Profi
 BASELINE = result().entry(TOLERANCES)
 
 
-def checked(factors: Mapping[str, float], test_id: str = "t.py::test_net", key: str = "call0") -> dict[str, Any]:
+def checked(factors: Mapping[str, float], test_id: str = "t.py::test_net", key: str = "call0") -> ProfileReportJSON:
     current = result(factors)
     c = compare(BASELINE, current.entry(TOLERANCES), POLICY)
     return profile_report(test_id, key, c.status.value, current, c)
 
 
-def recorded(test_id: str = "t.py::test_net") -> dict[str, Any]:
+def recorded(test_id: str = "t.py::test_net") -> ProfileReportJSON:
     return profile_report(test_id, "call0", "recorded", result(), None)
 
 
@@ -163,9 +163,12 @@ def test_pipes_and_line_breaks_cannot_break_the_table() -> None:
 
 
 def test_text_cannot_become_markup() -> None:
-    report = {**PASSED, "warned": [{"kind": "node", "name": "x", "module": "", "ratio": 1.2}]}
+    report: ProfileReportJSON = {**PASSED, "warned": [{"kind": "node", "name": "x", "module": "", "ratio": 1.2}]}
     report["hints"] = [
-        {"kind": "memory-bound", "message": "<root> spends *most* | of it", "time_ns": 2_000, "share": 0.2},
+        cast(
+            "HintJSON",
+            {"kind": "memory-bound", "message": "<root> spends *most* | of it", "time_ns": 2_000, "share": 0.2},
+        ),
     ]
     text = markdown_summary("check", [report], [])
     assert r"- `t.py::test_fine [call0]`: \<root\> spends \*most\* \| of it" in text
@@ -173,9 +176,10 @@ def test_text_cannot_become_markup() -> None:
 
 
 def test_warnings_and_hints_fold_into_details_blocks() -> None:
-    warned = {**PASSED, "warned": [{"kind": "node", "name": "fc", "module": "fc", "ratio": 1.08}]}
+    warned: ProfileReportJSON = {**PASSED, "warned": [{"kind": "node", "name": "fc", "module": "fc", "ratio": 1.08}]}
     warned["hints"] = [
-        {"kind": "low-flops", "message": f"hint {i:02}", "time_ns": 1_000 * i, "share": 0.01} for i in range(30)
+        cast("HintJSON", {"kind": "low-flops", "message": f"hint {i:02}", "time_ns": 1_000 * i, "share": 0.01})
+        for i in range(30)
     ]
     text = markdown_summary("check", [warned], [])
     assert "<details>\n<summary>Warnings (1)</summary>\n\n- `t.py::test_fine [call0]`: node `fc` in `fc` x1.08" in text
@@ -186,13 +190,13 @@ def test_warnings_and_hints_fold_into_details_blocks() -> None:
 
 
 def test_a_changed_graph_is_a_warning() -> None:
-    report = {**PASSED, "added": [{"name": "new"}], "removed": []}
+    report: ProfileReportJSON = {**PASSED, "added": [cast("NodeRefJSON", {"name": "new"})], "removed": []}
     text = markdown_summary("check", [report], [])
     assert "graph changed since the baseline, 1 node(s) added, 0 removed" in text
 
 
 def test_a_new_graph_break_is_a_warning_of_its_own() -> None:
-    report = {**PASSED, "added": [], "removed": [], "graphs": {"baseline": 1, "current": 2}}
+    report: ProfileReportJSON = {**PASSED, "added": [], "removed": [], "graphs": {"baseline": 1, "current": 2}}
     text = markdown_summary("check", [report], [])
     assert "graph changed since the baseline, 0 node(s) added, 0 removed, captured graphs: 1 -> 2 (1 new graph" in text
 
@@ -250,8 +254,8 @@ def test_the_step_summary_alone(tmp_path: Path) -> None:
 
 def test_against_a_revision_the_summary_speaks_of_the_revision_not_of_a_baseline() -> None:
     """That mode reads no baseline and corrects by no reference workload: each line names the old side."""
-    profile = {**checked({"conv": 2.0}), "against": "origin/main (1a2b3c4)", "pairs": 6}
-    profile["added"] = [{"name": "new"}]
+    profile: ProfileReportJSON = {**checked({"conv": 2.0}), "against": "origin/main (1a2b3c4)", "pairs": 6}
+    profile["added"] = [cast("NodeRefJSON", {"name": "new"})]
     text = markdown_summary("against", [profile], [])
     total = next(line for line in text.splitlines() if line.startswith("Total: "))
     assert "at origin/main (1a2b3c4), per pair of old and new processes" in total
@@ -259,12 +263,21 @@ def test_against_a_revision_the_summary_speaks_of_the_revision_not_of_a_baseline
     assert "| Slower node | Module | Old -> new |" in text
     assert "graph changed since origin/main (1a2b3c4), 1 node(s) added" in text
     assert "the baseline" not in text
-    mismatch = {**PASSED, "status": "mismatch", "against": "origin/main (1a2b3c4)", "mismatches": ["inputs: x"]}
+    mismatch: ProfileReportJSON = {
+        **PASSED,
+        "status": "mismatch",
+        "against": "origin/main (1a2b3c4)",
+        "mismatches": ["inputs: x"],
+    }
     assert "other inputs or another mode than at origin/main (1a2b3c4)" in markdown_summary("against", [mismatch], [])
 
 
 def test_an_undecided_profile_is_counted_in_the_heading_and_says_what_it_could_not_decide() -> None:
-    undecided = {**PASSED, "status": "undecided", "noisy": "node conv: x1.22 beyond band +5%, but the pairs disagree"}
+    undecided: ProfileReportJSON = {
+        **PASSED,
+        "status": "undecided",
+        "noisy": "node conv: x1.22 beyond band +5%, but the pairs disagree",
+    }
     text = markdown_summary("check", [PASSED, undecided], [])
     assert text.startswith("## pytest-fxprof: 1 undecided, 1 passed\n")
     assert "| **undecided (no verdict)** |" in text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import cast
 
 import pytest
 
@@ -35,7 +36,7 @@ from pytest_fxprof.views.render import (
     summary_line,
     total_line,
 )
-from pytest_fxprof.views.report import profile_report, worst_nodes
+from pytest_fxprof.views.report import NodeJSON, profile_report, worst_nodes
 from tests.records_for_tests import (
     BASE_NS,
     CAPTURE,
@@ -873,7 +874,7 @@ def test_a_noisy_tiny_node_does_not_outrank_a_large_node_that_lost_more_time() -
         {"key": "b", "name": "classifier", "ratio": 1.13, "band": 0.16, "baseline_ns": 1_000_000, "gates": True},
         {"key": "c", "name": "conv", "ratio": 0.95, "band": 0.15, "baseline_ns": 2_000_000, "gates": True},
     ]
-    assert [n["name"] for n in worst_nodes(report)] == ["classifier", "getitem", "conv"]
+    assert [n["name"] for n in worst_nodes(cast("list[NodeJSON]", report))] == ["classifier", "getitem", "conv"]
 
 
 def test_the_stake_table_ranks_what_failed_then_time_lost_and_folds_small_nodes_into_their_module() -> None:

@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -15,7 +15,7 @@ from pytest_fxprof.records.measurement import NodeInfo, NodeStats, Tolerances
 from pytest_fxprof.records.verdicts import Comparison
 from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.store.baseline import run_to_json
-from pytest_fxprof.views.report import REPORT_VERSION, item_tone, profile_report, write_report
+from pytest_fxprof.views.report import REPORT_VERSION, JudgedJSON, item_tone, profile_report, write_report
 from tests.records_for_tests import CAPTURE, ENV, POLICY, PROTOCOL, node
 
 # A 1 ms graph: relu and softmax are 5 % of it (they gate), tiny 2 % (it does not); stem is the only aggregate.
@@ -140,6 +140,7 @@ def test_report_of_a_confirmed_regression() -> None:
     ]
     # what the failure leads with: relu, a node that holds most of the extra time (tiny lost 40 us elsewhere)
     blame = report["blame"]
+    assert blame is not None
     assert (blame["kind"], blame["name"], blame["node"], blame["chain"]) == ("node", "stem", "relu", ["stem"])
     assert (blame["baseline_ns"], blame["current_ns"], blame["ratio"]) == (50_000, 150_000, 3.0)
     assert blame["share"] == round(100 / 140, 4)
@@ -225,7 +226,7 @@ def test_warned_lists_unconfirmed_aggregates_and_total() -> None:
     ],
 )
 def test_every_view_colours_a_decision_the_same_way(item: dict[str, Any], tone: str) -> None:
-    assert item_tone(item) == tone
+    assert item_tone(cast("JudgedJSON", item)) == tone
 
 
 def test_every_status_a_view_names_is_one_of_the_statuses() -> None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import cast
 
-from pytest_fxprof.views.report import ProfileRecord, profile_report
+from pytest_fxprof.views.report import HintJSON, ProfileRecord, ProfileReportJSON, profile_report
 from pytest_fxprof.views.terminal import profile_lines
 from tests.test_report import checked, result
 
 
-def record(status: str, report: dict[str, object], summary: str = "t.py::test [call0]: ...") -> ProfileRecord:
+def record(status: str, report: ProfileReportJSON, summary: str = "t.py::test [call0]: ...") -> ProfileRecord:
     return {"test_id": "t.py::test", "key": "call0", "status": status, "summary": summary, "report": report}
 
 
@@ -31,7 +32,9 @@ def test_a_compared_profile_shows_its_three_worst_nodes_coloured_by_verdict() ->
 
 def test_with_verbose_every_node_slowest_first_then_the_hints() -> None:
     rec = compared()
-    rec["report"]["hints"] = [{"kind": "memory-bound", "message": "relu takes a lot", "nodes": ["relu"]}]
+    rec["report"]["hints"] = [
+        cast("HintJSON", {"kind": "memory-bound", "message": "relu takes a lot", "nodes": ["relu"]})
+    ]
     lines = profile_lines(rec, verbose=True)
     header = lines[1][0].split()
     assert header[:4] == ["node", "target", "module", "shape"]
@@ -75,8 +78,8 @@ def test_hints_come_from_measured_profiles_only() -> None:
 def test_a_node_added_since_the_baseline_is_listed_as_new_and_never_ranked() -> None:
     rec = compared()
     relu = next(n for n in rec["report"]["nodes"] if n["name"] == "relu")
-    for field in ("baseline_ns", "ratio", "band", "verdict", "gates"):
-        del relu[field]  # what the report holds for a node the baseline does not have
+    # what the report holds for a node the baseline does not have
+    del relu["baseline_ns"], relu["ratio"], relu["band"], relu["verdict"], relu["gates"]
     worst = [text.split()[0] for text, _ in profile_lines(rec)[1:]]
     assert "relu" not in worst
     assert len(worst) == 3

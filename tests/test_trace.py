@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -17,7 +17,7 @@ from pytest_fxprof.judge.decision import compare
 from pytest_fxprof.records.disturbance import BUSY_LINE, Disturbance
 from pytest_fxprof.records.measurement import NodeInfo, NodeStats, Tolerances, iqr_int, median_int, node_key
 from pytest_fxprof.result import ProfileResult
-from pytest_fxprof.views.report import profile_report
+from pytest_fxprof.views.report import ProfileReportJSON, profile_report
 from pytest_fxprof.views.trace import TRACE_SUFFIX, trace_events, trace_file_name, write_traces
 from tests.records_for_tests import CAPTURE, ENV, POLICY, PROTOCOL
 
@@ -71,7 +71,7 @@ def result(factors: Mapping[str, float] | None = None, passes: int = PASSES) -> 
     )
 
 
-def checked(factors: Mapping[str, float], test_id: str = "t.py::test_net", key: str = "call0") -> dict[str, Any]:
+def checked(factors: Mapping[str, float], test_id: str = "t.py::test_net", key: str = "call0") -> ProfileReportJSON:
     current = result(factors)
     c = compare(result().entry(TOLERANCES), current.entry(TOLERANCES), POLICY)
     return profile_report(test_id, key, c.status.value, current, c)
@@ -215,7 +215,7 @@ def test_an_unmeasured_profile_has_one_pass_and_no_verdicts() -> None:
 
 
 def test_a_profile_without_nodes_has_only_its_names() -> None:
-    report = {**SLOWER, "nodes": []}
+    report: ProfileReportJSON = {**SLOWER, "nodes": []}
     trace = trace_events(report)
     assert [e["ph"] for e in trace["traceEvents"]] == ["M", "M"]
     assert trace["otherData"]["passes"] == 0
@@ -255,15 +255,15 @@ def test_ids_that_read_alike_get_different_files() -> None:
     ],
 )
 def test_a_node_without_whole_nanosecond_samples_is_refused(change: dict[str, Any], message: str) -> None:
-    report = {**SLOWER, "nodes": [{**SLOWER["nodes"][0], **change}, *SLOWER["nodes"][1:]]}
+    report: Any = {**SLOWER, "nodes": [{**SLOWER["nodes"][0], **change}, *SLOWER["nodes"][1:]]}
     with pytest.raises(ValueError, match=message):
         trace_events(report)
 
 
 def test_bad_profiles_and_targets_are_refused_before_any_file_is_written(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="'test_id'"):
-        trace_events({k: v for k, v in SLOWER.items() if k != "test_id"})
-    broken: Sequence[Mapping[str, Any]] = [SLOWER, {**SLOWER, "key": "other", "nodes": "not a list"}]
+        trace_events(cast("ProfileReportJSON", {k: v for k, v in SLOWER.items() if k != "test_id"}))
+    broken: Sequence[Any] = [SLOWER, {**SLOWER, "key": "other", "nodes": "not a list"}]
     with pytest.raises(ValueError, match="'nodes' must be a list"):
         write_traces(tmp_path / "out", broken)
     assert not (tmp_path / "out").exists()

@@ -18,6 +18,7 @@ from pytest_fxprof import profile_train_step
 from pytest_fxprof.capture.step import METHOD, default_loss
 from pytest_fxprof.judge.aggregates import graph_groups
 from pytest_fxprof.records.measurement import DIRECTIONS
+from pytest_fxprof.views.report import ProfileReportJSON
 from tests.test_end_to_end import skip_if_the_recording_was_too_noisy
 from tests.test_plugin import skip_if_the_machine_was_busy
 
@@ -397,7 +398,7 @@ def test_steps_run_under_xdist(pytester: pytest.Pytester) -> None:
 
 
 @pytest.fixture(scope="module")
-def step_report() -> dict[str, Any]:
+def step_report() -> ProfileReportJSON:
     """The report of a measured step of ``Net`` with an optimizer, as every view reads it."""
     from pytest_fxprof.views.report import profile_report
 
@@ -406,7 +407,7 @@ def step_report() -> dict[str, Any]:
     return profile_report("t.py::test_step", "step0", "pass", result, None)
 
 
-def test_the_report_and_trace_show_the_direction(step_report: dict[str, Any]) -> None:
+def test_the_report_and_trace_show_the_direction(step_report: ProfileReportJSON) -> None:
     from pytest_fxprof.views.trace import trace_events
 
     assert {n["direction"] for n in step_report["nodes"]} == set(DIRECTIONS)
@@ -425,7 +426,7 @@ def test_the_report_and_trace_show_the_direction(step_report: dict[str, Any]) ->
     assert any(e["ts"] >= conv["ts"] and e["ts"] + e["dur"] <= conv["ts"] + conv["dur"] for e in grads)
 
 
-def test_html_markdown_and_benchmark_json_show_the_direction(step_report: dict[str, Any]) -> None:
+def test_html_markdown_and_benchmark_json_show_the_direction(step_report: ProfileReportJSON) -> None:
     from pytest_fxprof.views.benchjson import benchmark_json
     from pytest_fxprof.views.html import render_html
 

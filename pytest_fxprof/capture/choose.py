@@ -23,11 +23,10 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from pytest_fxprof.capture import symbolic
+from pytest_fxprof.capture import methods, symbolic
 from pytest_fxprof.capture.check import Checker
 from pytest_fxprof.capture.errors import CaptureError, ProfileError, one_line
 from pytest_fxprof.capture.graphs import Captured, LeafSpec
-from pytest_fxprof.capture.methods import BY_NAME, GRAPH_METHODS, MODES
 from pytest_fxprof.capture.state import kept_as_is
 from pytest_fxprof.capture.symbolic import SymbolicTraceError
 
@@ -55,8 +54,8 @@ def capture_module(
     Every capture but an explicit ``symbolic`` one is checked against the module's own output. The module
     is left as it was (modes, buffers, attributes) and so is torch's random state.
     """
-    if mode not in MODES:
-        raise CaptureError(f"unknown capture mode {mode!r}; choose one of {', '.join(MODES)}")
+    if mode not in methods.MODES:
+        raise CaptureError(f"unknown capture mode {mode!r}; choose one of {', '.join(methods.MODES)}")
     _check_request(module, args, kwargs, mode=mode, leaf_modules=leaf_modules, tracer=tracer)
     with kept_as_is(module) as kept:
         if mode == "symbolic":
@@ -68,7 +67,7 @@ def capture_module(
         problem = checker.problem(captured)
         if problem:
             raise CaptureError(
-                f"{BY_NAME[mode].label} captured {type(module).__name__}, but {problem}.\n"
+                f"{methods.BY_NAME[mode].label} captured {type(module).__name__}, but {problem}.\n"
                 '  Fix: capture="auto" tries the other modes; capture="symbolic" with leaf_modules=[...] keeps '
                 "the part that differs whole."
             )
@@ -116,12 +115,12 @@ def _check_request(
         raise CaptureError(f"tracer= takes a torch.fx.Tracer instance, got {type(tracer).__name__}")
     check_leaf_modules(module, leaf_modules)
     given = [arg for arg, on in (("tracer=", tracer is not None), ("leaf_modules=", bool(leaf_modules))) if on]
-    if mode in BY_NAME and given:
+    if mode in methods.BY_NAME and given:
         them = "them" if len(given) > 1 else "it"
         raise CaptureError(
             f'{" and ".join(given)} {"are" if len(given) > 1 else "is"} for symbolic tracing; capture="{mode}" '
             f"cannot use {them}. "
-            f'Fix: drop {them} to capture with {BY_NAME[mode].label}, or set capture="symbolic" (or "auto") '
+            f'Fix: drop {them} to capture with {methods.BY_NAME[mode].label}, or set capture="symbolic" (or "auto") '
             "with @pytest.mark.fxprof(capture=...), the fxprof_capture ini key or --fxprof-capture."
         )
     if len(given) > 1:
@@ -174,7 +173,7 @@ def _auto(
     if captured is not None:
         return captured
     failures = [failed]
-    for mode in (m.name for m in GRAPH_METHODS):
+    for mode in (m.name for m in methods.GRAPH_METHODS):
         try:
             candidate = _capture_by(mode, module, args, kwargs, checker)
             problem = checker.problem(candidate)
@@ -289,5 +288,5 @@ def _capture_by(
     mode: str, module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any], checker: Checker
 ) -> Captured:
     """A capture by one of ``methods.GRAPH_METHODS`` (not yet checked against the module)."""
-    capture: Any = importlib.import_module(BY_NAME[mode].module).capture
+    capture: Any = importlib.import_module(methods.BY_NAME[mode].module).capture
     return capture(module, args, kwargs, checker)  # type: ignore[no-any-return]

@@ -15,14 +15,14 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pytest_fxprof.records.measurement import BaselineEntry
 from pytest_fxprof.records.verdicts import Status
 from pytest_fxprof.settings import Settings
 from pytest_fxprof.store.baseline import BaselineError, BaselineFile, BaselineStore, entry_from_json, parse
 from pytest_fxprof.store.files import TooLargeError, loads, read_text, write_atomic
-from pytest_fxprof.views.report import REPORT_MAX_BYTES, REPORT_VERSION
+from pytest_fxprof.views.report import REPORT_MAX_BYTES, REPORT_VERSION, ReportJSON
 
 PROG = "fxprof"
 
@@ -128,7 +128,7 @@ _PARTIAL_TOKEN = re.compile(r"(?:t(?:r(?:ue?)?)?|f(?:a(?:l(?:se?)?)?)?|n(?:u(?:l
 """What the end of a JSON text cut inside a literal or a number holds."""
 
 
-def read_report(path: Path) -> tuple[Report, dict[str, Any]]:
+def read_report(path: Path) -> tuple[Report, ReportJSON]:
     """A JSON report of ``--fxprof-report`` and its data, for a command that reads reports only: a file that is not
     whole JSON gets advice for a report (written by a run, not recorded as a baseline is)."""
     text = _read_text(path)
@@ -148,7 +148,7 @@ def read_report(path: Path) -> tuple[Report, dict[str, Any]]:
             "is not a pytest-fxprof report (it has no report_version)",
             "Pass the JSON reports written by `pytest --fxprof-report PATH`",
         )
-    return _report(raw, path), raw
+    return _report(raw, path), cast("ReportJSON", raw)
 
 
 def _not_json(path: Path, text: str, exc: json.JSONDecodeError) -> CliError:

@@ -27,7 +27,7 @@ from pytest_fxprof.cli.inputs import EXIT_OK, REPORT_AGAIN, error, read_report
 from pytest_fxprof.store.files import dumps, write_atomic
 from pytest_fxprof.views.html import write_html
 from pytest_fxprof.views.markdown import markdown_summary, write_markdown
-from pytest_fxprof.views.report import REPORT_VERSION, AgainstJSON
+from pytest_fxprof.views.report import REPORT_VERSION, AgainstJSON, ProfileReportJSON, ReportJSON
 
 
 def add_parser(sub: Any) -> None:
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     outputs = [(Path(args.out), "the merged report (OUT)")]
     outputs += [(Path(p), f"the --{flag} file") for flag, p in (("markdown", args.markdown), ("html", args.html)) if p]
     _refuse_clashes(reports, outputs)
-    profiles: list[dict[str, Any]] = []
+    profiles: list[ProfileReportJSON] = []
     unused: set[str] = set()
     owner: dict[tuple[str, str], Path] = {}
     modes: dict[str, Path] = {}
@@ -86,14 +86,14 @@ def run(args: argparse.Namespace) -> int:
                     file=sys.stderr,
                 )
     profiles.sort(key=lambda p: (p["test_id"], p["key"]))
-    merged: dict[str, Any] = {
+    merged: ReportJSON = {
         "report_version": REPORT_VERSION,
         "mode": mode,
         "profiles": profiles,
         "unused_baselines": sorted(unused),
     }
     if against is not None:
-        merged["against"] = dict(against)
+        merged["against"] = against.copy()
     write_atomic(Path(args.out), dumps(merged))
     written = [Path(args.out)]
     if args.markdown:

@@ -34,12 +34,32 @@ class SamplingError(Exception):
     """A fresh process could not produce a comparable profile."""
 
 
+class OriginCheck(TypedDict):
+    """Against a revision, the old side's import check: no module may come from ``new_root`` (the working
+    tree) or its ``extra`` import roots instead of ``old_root`` (the revision's tree)."""
+
+    new_root: str
+    old_root: str
+    extra: list[str]
+
+
 class SampleRequest(TypedDict):
+    """What a fresh process is asked (``--fxprof-sample REQUEST``, a JSON file its parent writes)."""
+
     test_id: str
     settings: dict[str, Any]
     out: str
+    """Where it writes what it measured."""
     parent: NotRequired[int]
     """The process that started this one: it ends with it (``die_with_parent``)."""
+    entry: NotRequired[bool]
+    """A side against a revision: it writes whole entries and what became of its test."""
+    calls: NotRequired[list[str]]
+    """A side: the keys of the calls the new side made."""
+    lockstep: NotRequired[dict[str, Any]]
+    """A side of a duet: its lock-step with its twin (``measure.lockstep``)."""
+    against: NotRequired[OriginCheck]
+    """The old side: the import check it runs before it writes."""
 
 
 class SampleJSON(TypedDict):

@@ -37,7 +37,7 @@ class ChildMode(RunMode):
         except (OSError, ValueError) as exc:
             raise pytest.UsageError(f"--fxprof-sample {path}: cannot read the request ({exc})") from None
         die_with_parent(self.request.get("parent"))
-        self.watch = SideWatch(self.request["test_id"]) if self.request.get("entry") else None
+        self.watch = SideWatch(self.request["test_id"]) if self.request.get("entry", False) else None
         """A side against a revision: what became of its test."""
 
     def settings(self, item: pytest.Item, marked: Settings) -> Settings:
@@ -52,7 +52,7 @@ class ChildMode(RunMode):
             item.nodeid,
             settings,
             out=Path(req["out"]) if req["test_id"] == item.nodeid else None,
-            request=dict(req),
+            request=req,
             store=run.store,
             reactions=run.reactions,
             relaunch=relaunch,

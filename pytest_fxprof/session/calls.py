@@ -22,7 +22,7 @@ from pytest_fxprof.session.reactions import Outcome, Reactions, UsageError
 from pytest_fxprof.settings import Mode, Settings
 from pytest_fxprof.store.baseline import BaselineStore
 from pytest_fxprof.views.render import capture_notices, summary_line
-from pytest_fxprof.views.report import ProfileRecord, profile_report
+from pytest_fxprof.views.report import ProfileRecord, ProfileReportJSON, profile_report
 
 if TYPE_CHECKING:
     from pytest_fxprof.capture.step import Step
@@ -211,7 +211,7 @@ class Calls:
         self.extend_report(key, report)
         return {"test_id": self.test_id, "key": key, "status": status.value, "summary": text, "report": report}
 
-    def extend_report(self, key: str, report: dict[str, Any]) -> None:
+    def extend_report(self, key: str, report: ProfileReportJSON) -> None:
         """What the mode adds to a call's JSON report."""
 
     def waited(self) -> tuple[int, float]:

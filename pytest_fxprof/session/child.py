@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_fxprof.against.origin import foreign_modules
 from pytest_fxprof.measure.lockstep import Barrier, lockstep_barrier
-from pytest_fxprof.measure.sampling import SampleJSON, write_samples
+from pytest_fxprof.measure.sampling import SampleJSON, SampleRequest, write_samples
 from pytest_fxprof.records.disturbance import disturbance_to_json
 from pytest_fxprof.session.calls import Calls
 from pytest_fxprof.session.reactions import Outcome
@@ -28,12 +28,12 @@ class ChildCalls(Calls):
     mode = Mode.SAMPLE
 
     def __init__(
-        self, test_id: str, settings: Settings, *, out: Path | None, request: dict[str, Any], **kwargs: Any
+        self, test_id: str, settings: Settings, *, out: Path | None, request: SampleRequest, **kwargs: Any
     ) -> None:
         super().__init__(test_id, settings, **kwargs)
         self.out = out
         self.request = request
-        self.side = bool(request.get("entry"))
+        self.side = request.get("entry", False)
         """A side against a revision (else one of a recording's processes, or a confirmation)."""
         self._barriers: dict[str, Barrier] = {}
         """In a duet's process: each call's lock-step with its twin (whether it held, ``Barrier.alone_from``)."""

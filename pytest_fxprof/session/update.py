@@ -17,6 +17,7 @@ from pytest_fxprof.store.baseline import BaselineError, BaselineFile, NewerSchem
 
 if TYPE_CHECKING:
     from pytest_fxprof.session.run import RunState
+    from pytest_fxprof.views.report import ProfileReportJSON
 
 
 class UpdateCalls(Calls):
@@ -74,7 +75,7 @@ class UpdateCalls(Calls):
                     out.append(f"fxprof: {weak}")
         return out
 
-    def extend_report(self, key: str, report: dict[str, Any]) -> None:
+    def extend_report(self, key: str, report: ProfileReportJSON) -> None:
         if key in self.busy_recorded:  # how many of its processes stayed busy, as its warning says
             report["busy_processes"] = len(self.busy_recorded[key])
 

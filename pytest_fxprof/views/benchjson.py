@@ -27,6 +27,8 @@ from pytest_fxprof.store.files import write_atomic
 if TYPE_CHECKING:
     from pytest_benchmark.stats import Metadata
 
+    from pytest_fxprof.views.report import NodeJSON, ProfileReportJSON, TotalJSON
+
 NS_PER_S = 1e9
 ITERATIONS = 1
 """Each sample is one pass of the model (or one run of a node): a round of one iteration."""
@@ -60,12 +62,12 @@ def _samples(value: object, what: str) -> tuple[int, ...]:
     )
 
 
-def _verdict(item: Mapping[str, Any]) -> dict[str, Any]:
+def _verdict(item: NodeJSON | TotalJSON) -> dict[str, Any]:
     """The decision's verdict and ratio (None when the profile was not compared with a baseline)."""
     return {"verdict": item.get("verdict"), "ratio": item.get("ratio")}
 
 
-def _profile_benchmarks(profile: Mapping[str, Any]) -> list[_Benchmark]:
+def _profile_benchmarks(profile: ProfileReportJSON) -> list[_Benchmark]:
     test_id, key = str(profile.get("test_id", "")), str(profile.get("key", ""))
     if not test_id or not key:
         raise ValueError(
@@ -111,7 +113,7 @@ def _metadata(bench: _Benchmark, options: Mapping[str, Any]) -> Metadata:
     return meta
 
 
-def _options(profile: Mapping[str, Any]) -> dict[str, Any]:
+def _options(profile: ProfileReportJSON) -> dict[str, Any]:
     """The measurement's settings under pytest-benchmark's option names."""
     protocol, environment = profile.get("protocol", {}), profile.get("environment", {})
     return {
@@ -125,7 +127,7 @@ def _options(profile: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def benchmark_json(
-    profiles: Sequence[Mapping[str, Any]],
+    profiles: Sequence[ProfileReportJSON],
     machine_info: Mapping[str, Any] | None = None,
     commit_info: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -157,7 +159,7 @@ def benchmark_json(
     return document
 
 
-def write_benchmark_json(path: Path, profiles: Sequence[Mapping[str, Any]]) -> None:
+def write_benchmark_json(path: Path, profiles: Sequence[ProfileReportJSON]) -> None:
     """Write ``benchmark_json(profiles)`` to ``path`` atomically, encoded as pytest-benchmark encodes it."""
     from pytest_benchmark.utils import safe_dumps
 

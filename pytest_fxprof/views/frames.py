@@ -10,14 +10,14 @@ Must not import torch or pytest. Must not import pandas at module level: ``read_
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pytest_fxprof.records.measurement import DIRECTIONS, FORWARD
 from pytest_fxprof.records.verdicts import Comparison, Judgement, NodeVerdict
 from pytest_fxprof.store.files import TooLargeError, loads, read_text
-from pytest_fxprof.views.report import REPORT_MAX_BYTES, judgement_json
+from pytest_fxprof.views.report import REPORT_MAX_BYTES, JudgedJSON, JudgementJSON, ProfileReportJSON, judgement_json
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -40,6 +40,10 @@ VERDICT_COLUMNS = [
 
 def _us(ns: float | None) -> float | None:
     return ns / 1e3 if ns is not None else None
+
+
+def _giga(value: float | None) -> float | None:
+    return value / 1e9 if value is not None else None
 
 
 def node_rows(result: Profile) -> Rows:
@@ -104,7 +108,7 @@ def verdict_rows(c: Comparison | None) -> Rows:
     if c is None:
         return [], VERDICT_COLUMNS
 
-    def item(baseline_ns: float, current_ns: float, j: Judgement) -> dict[str, Any]:
+    def item(baseline_ns: float, current_ns: float, j: Judgement) -> _Judged:
         return {"baseline_ns": baseline_ns, "current_ns": current_ns, **judgement_json(j)}
 
     rows = [
@@ -141,8 +145,15 @@ def _module_of(kind: str, name: str) -> str:
     return name if kind in MODULE_LIKE else ""
 
 
+class _Judged(JudgementJSON):
+    """A comparison's decision with its item's times, as ``verdict_rows`` makes its rows from it."""
+
+    baseline_ns: float
+    current_ns: float
+
+
 def _verdict(
-    kind: str, name: str, module: str, item: Mapping[str, Any], gates: bool = True, *, direction: str | None = None
+    kind: str, name: str, module: str, item: JudgedJSON | _Judged, gates: bool = True, *, direction: str | None = None
 ) -> dict[str, Any]:
     """A decision's row from its plain data (a report's node, aggregate or total). An aggregate's direction is
     the one its name ends with, in a training step (``layer3.0 backward``)."""
@@ -188,17 +199,16 @@ def read_report(path: str | Path, by: str = "node") -> pd.DataFrame:
         raise ValueError(f"{path}: {exc}; {again}") from None
     if not isinstance(data, dict) or "report_version" not in data or not isinstance(data.get("profiles"), list):
         raise ValueError(f"{path} is not a report written by --fxprof-report (it has no report_version)")
+    profiles = cast("list[ProfileReportJSON]", data["profiles"])
     try:
-        rows = [
-            {"test_id": p["test_id"], "key": p["key"], **row} for p in data["profiles"] for row in _report_rows(p, by)
-        ]
+        rows = [{"test_id": p["test_id"], "key": p["key"], **row} for p in profiles for row in _report_rows(p, by)]
     except (KeyError, TypeError, ZeroDivisionError) as exc:
         raise ValueError(f"{path}: a profile lacks a field or has the wrong type ({exc!r}); {again}") from None
     columns = {"node": NODE_COLUMNS, "verdict": VERDICT_COLUMNS}.get(by, ROLLUP_COLUMNS)
     return pd.DataFrame(rows, columns=["test_id", "key", *columns])
 
 
-def _report_rows(p: dict[str, Any], by: str) -> list[dict[str, Any]]:
+def _report_rows(p: ProfileReportJSON, by: str) -> list[dict[str, Any]]:
     if by == "node":
         return [
             {
@@ -217,7 +227,7 @@ def _report_rows(p: dict[str, Any], by: str) -> list[dict[str, Any]]:
                 "share": n["share"],
                 "samples": len(n.get("samples_ns", [])),
                 "flops": n.get("flops"),
-                "gflops_per_s": n["flops_per_s"] / 1e9 if n.get("flops_per_s") is not None else None,
+                "gflops_per_s": _giga(n.get("flops_per_s")),
                 "host_us": _us(n.get("host_ns")),
                 "memory_bytes": n.get("memory_bytes"),
                 "peak_bytes": n.get("peak_bytes"),

@@ -22,13 +22,26 @@ from datetime import datetime
 from html import escape
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NotRequired, TypedDict, cast
 
 from pytest_fxprof.records.units import fmt_ns, fmt_rate
 from pytest_fxprof.records.verdicts import Status
 from pytest_fxprof.store.files import write_atomic
 from pytest_fxprof.views.render import graphs_text
-from pytest_fxprof.views.report import against_of, blame_lines_of, busy_line, verdict_tone
+from pytest_fxprof.views.report import (
+    AggregateJSON,
+    FlagJSON,
+    GraphsJSON,
+    LeaderJSON,
+    NodeJSON,
+    ProfileReportJSON,
+    RollupJSON,
+    TotalJSON,
+    against_of,
+    blame_lines_of,
+    busy_line,
+    verdict_tone,
+)
 
 TITLE = "pytest-fxprof report"
 CHART_ROWS = 40
@@ -68,7 +81,7 @@ def section_id(test_id: str, key: str) -> str:
 # Input -------------------------------------------------------------------------------------------
 
 
-def _checked(profiles: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _checked(profiles: Sequence[ProfileReportJSON]) -> list[ProfileReportJSON]:
     """The profiles sorted for display; ``ValueError`` naming the first one that is not a profile report."""
     out = []
     for i, p in enumerate(profiles):
@@ -89,7 +102,7 @@ def _checked(profiles: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     f"node {j} of profile {i} of the HTML report ({p['test_id']!r}) has no valid 'key' and "
                     "'current_ns': pass the dicts that report.profile_report makes (ProfileRecord['report'])"
                 )
-        out.append(dict(p))
+        out.append(cast("ProfileReportJSON", dict(p)))
     return sorted(out, key=lambda p: (STATUS_ORDER.get(p["status"], len(STATUS_ORDER)), p["test_id"], p["key"]))
 
 
@@ -145,7 +158,7 @@ def _badge(text: str, tone: str) -> str:
     return f'<span class="badge t-{tone}">{_e(text)}</span>'
 
 
-def _verdict_badge(judged: Mapping[str, Any]) -> str:
+def _verdict_badge(judged: AggregateJSON | TotalJSON) -> str:
     """The verdict of a judged item (an aggregate or the total) in its colour."""
     verdict = judged.get("verdict")
     return _badge(str(verdict or ""), verdict_tone(verdict, gates=True, confirmed=judged.get("confirmed")))
@@ -165,7 +178,7 @@ def _facts(pairs: Sequence[tuple[str, str]]) -> str:
 # The header --------------------------------------------------------------------------------------
 
 
-def _counts(profiles: Sequence[Mapping[str, Any]]) -> str:
+def _counts(profiles: Sequence[ProfileReportJSON]) -> str:
     counts: dict[str, int] = {}
     for p in profiles:
         counts[p["status"]] = counts.get(p["status"], 0) + 1
@@ -174,7 +187,7 @@ def _counts(profiles: Sequence[Mapping[str, Any]]) -> str:
     return " ".join(_badge(f"{counts[s]} {s}", status_tone(s)) for s in order)
 
 
-def _header(mode: str, profiles: Sequence[Mapping[str, Any]], title: str) -> str:
+def _header(mode: str, profiles: Sequence[ProfileReportJSON], title: str) -> str:
     when = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %z")
     against = f"Check against {against_of(profiles) or 'a revision'}, in pairs of old and new processes"
     what = {"check": "Check against baselines", "update": "Baselines recorded", "against": against}.get(
@@ -206,7 +219,7 @@ SHARE_BAR_EM = 4.0
 """The width of a module's share bar at 100 % (the whole model), in em."""
 
 
-def _meta(p: Mapping[str, Any], first_env: Mapping[str, Any]) -> str:
+def _meta(p: ProfileReportJSON, first_env: Mapping[str, Any]) -> str:
     capture, protocol = p.get("capture") or {}, p.get("protocol") or {}
     pairs = [
         ("nodes", str(len(p["nodes"]))),
@@ -238,20 +251,30 @@ def _meta(p: Mapping[str, Any], first_env: Mapping[str, Any]) -> str:
     return _facts(pairs)
 
 
-def _node_index(p: Mapping[str, Any]) -> dict[tuple[str, str], Mapping[str, Any]]:
+def _node_index(p: ProfileReportJSON) -> dict[tuple[str, str], NodeJSON]:
     return {(n.get("name", ""), n.get("module", "")): n for n in p["nodes"]}
 
 
-def _aggregate_index(p: Mapping[str, Any]) -> dict[tuple[str, str], Mapping[str, Any]]:
+def _aggregate_index(p: ProfileReportJSON) -> dict[tuple[str, str], AggregateJSON]:
     return {(a.get("kind", ""), a.get("name", "")): a for a in p.get("aggregates", [])}
 
 
-def _flag_item(flag: Mapping[str, Any], p: Mapping[str, Any]) -> str:
+class _Faster(TypedDict):
+    """An item found faster beyond its band, as a list of flags shows it (``_faster``)."""
+
+    kind: str
+    name: str
+    module: NotRequired[str]
+    ratio: float | None
+    led_by: NotRequired[list[LeaderJSON]]
+
+
+def _flag_item(flag: FlagJSON | _Faster, p: ProfileReportJSON) -> str:
     """One line of what failed (or warned about) a profile: the item, its ratio, reason and leading nodes."""
     kind, name = flag.get("kind", ""), flag.get("name", "")
     reason = ""
     if kind == "node":
-        n = _node_index(p).get((name, flag.get("module", "")), {})
+        n: NodeJSON | dict[str, str] = _node_index(p).get((name, flag.get("module", "")), {})
         where = n.get("module") or "<root>"
         if n.get("direction", "forward") != "forward":  # a training step's backward or optimizer node
             where += f" {n['direction']}"
@@ -261,7 +284,7 @@ def _flag_item(flag: Mapping[str, Any], p: Mapping[str, Any]) -> str:
     elif kind == "total":
         what, reason = "<b>total</b>", p["total"].get("reason", "")
     else:
-        a = _aggregate_index(p).get((kind, name), {})
+        a: AggregateJSON | dict[str, str] = _aggregate_index(p).get((kind, name), {})
         what = f"every <b>{_e(name)}</b> node" if kind == "op" else f"module <b>{_e(name)}</b>"
         reason = a.get("reason", "")
     line = f"{what} {_e(_ratio(flag.get('ratio')))}"
@@ -278,17 +301,17 @@ def _flag_item(flag: Mapping[str, Any], p: Mapping[str, Any]) -> str:
     return f"<li>{line}</li>"
 
 
-def _flag_list(title: str, flags: Sequence[Mapping[str, Any]], p: Mapping[str, Any], tone: str) -> str:
+def _flag_list(title: str, flags: Sequence[FlagJSON | _Faster], p: ProfileReportJSON, tone: str) -> str:
     if not flags:
         return ""
     items = "".join(_flag_item(f, p) for f in flags)
     return f'<div class="flags t-{tone}"><h3>{_e(title)}</h3><ul>{items}</ul></div>'
 
 
-def _faster(p: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _faster(p: ProfileReportJSON) -> list[_Faster]:
     """Nodes, aggregates and the total found faster beyond their band, as flag items (nodes large enough to
     gate alone, as the gate reports them)."""
-    out: list[dict[str, Any]] = [
+    out: list[_Faster] = [
         {"kind": "node", "name": n["name"], "module": n.get("module", ""), "ratio": n.get("ratio")}
         for n in p["nodes"]
         if n.get("verdict") == "faster" and n.get("gates")
@@ -303,7 +326,7 @@ def _faster(p: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _structure(p: Mapping[str, Any]) -> str:
+def _structure(p: ProfileReportJSON) -> str:
     """Why a profile was not compared, or how its graph changed since the baseline."""
     parts = []
     if p.get("noisy"):
@@ -316,10 +339,11 @@ def _structure(p: Mapping[str, Any]) -> str:
     if p.get("mismatches"):
         items = "".join(f"<li>{_e(m)}</li>" for m in p["mismatches"])
         parts.append(f"<h3>Recorded in another environment, so not compared</h3><ul>{items}</ul>")
-    graphs = p.get("graphs") or {}
+    graphs: GraphsJSON | dict[str, int] = p.get("graphs") or {}
     if graphs.get("baseline") != graphs.get("current"):
         parts.append(f"<p><b>{_e(graphs_text(graphs['baseline'], graphs['current']))}</b> since the baseline</p>")
-    for field in ("added", "removed"):
+    changes: tuple[Literal["added"], Literal["removed"]] = ("added", "removed")
+    for field in changes:
         refs = p.get(field) or []
         if refs:
             names = _names([f"{r.get('name', '')} ({r.get('target', '')})" for r in refs])
@@ -327,7 +351,7 @@ def _structure(p: Mapping[str, Any]) -> str:
     return f'<div class="flags t-warn">{"".join(parts)}</div>' if parts else ""
 
 
-def _total(p: Mapping[str, Any]) -> str:
+def _total(p: ProfileReportJSON) -> str:
     t = p["total"]
     band = f"{_band(t.get('band'))} ({t['band_source']})" if t.get("band_source") else _band(t.get("band"))
     measured = ", ".join(_ratio(r) for r in t.get("ratios", [])) if len(t.get("ratios", [])) > 1 else ""
@@ -345,7 +369,7 @@ def _total(p: Mapping[str, Any]) -> str:
     return f'<div class="total"><h3>Total (instrumented pass) {verdict}{reason}</h3>{_facts(pairs)}</div>'
 
 
-def _hints(p: Mapping[str, Any]) -> str:
+def _hints(p: ProfileReportJSON) -> str:
     hints = p.get("hints") or []
     if not hints:
         return ""
@@ -360,7 +384,7 @@ def _hints(p: Mapping[str, Any]) -> str:
     return f'<div class="hints"><h3>Hints</h3><ul>{"".join(items)}</ul></div>'
 
 
-def _module_row(r: Mapping[str, Any], verdict: Mapping[str, Any] | None, branch: bool) -> str:
+def _module_row(r: RollupJSON, verdict: AggregateJSON | None, branch: bool) -> str:
     name = str(r.get("name", ""))
     head, dot, tail = name.rpartition(".")
     label = f'<span class="dim">{_e(head + dot)}</span>{_e(tail)}' if dot else _e(name)
@@ -395,12 +419,13 @@ _DIRECTION_SHORT = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
 
 
 def _step_row(
-    path: str, depth: int, by: Mapping[str, Mapping[str, Any]], verdicts: Mapping[str, Any], kids: bool
+    path: str, depth: int, by: Mapping[str, RollupJSON], verdicts: Mapping[str, AggregateJSON], kids: bool
 ) -> str:
     """One module of a training step: its forward and backward times side by side, and both verdicts."""
     head, dot, tail = path.rpartition(".")
     label = f'<span class="dim">{_e(head + dot)}</span>{_e(tail)}' if dot else _e(path)
-    fw, bw = by.get("forward", {}), by.get("backward", {})
+    fw: RollupJSON | dict[str, int] = by.get("forward", {})
+    bw: RollupJSON | dict[str, int] = by.get("backward", {})
     times = [int(fw.get("current_ns") or 0), int(bw.get("current_ns") or 0)]
     nodes = sum(int(r.get("nodes") or 0) for r in by.values())
     ratio = f"x{times[1] / times[0]:.2f}" if times[0] and times[1] else ""
@@ -420,10 +445,10 @@ def _step_row(
     )
 
 
-def _step_module_tree(p: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
+def _step_module_tree(p: ProfileReportJSON, rows: Sequence[RollupJSON]) -> str:
     """A training step's module tree: each module once, its forward and backward times side by side."""
     verdicts = {a["name"]: a for a in p.get("aggregates", []) if a.get("kind") == "module"}
-    by_path: dict[str, dict[str, Mapping[str, Any]]] = {}
+    by_path: dict[str, dict[str, RollupJSON]] = {}
     depth: dict[str, int] = {}
     for r in rows:
         if r.get("direction"):
@@ -456,7 +481,7 @@ def _step_module_tree(p: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -
     )
 
 
-def _module_tree(p: Mapping[str, Any]) -> str:
+def _module_tree(p: ProfileReportJSON) -> str:
     """The module roll-ups as a tree of ``<details>``, slowest first, each beside its aggregate verdict."""
     rows = (p.get("rollups") or {}).get("module") or []
     if not rows:
@@ -465,7 +490,7 @@ def _module_tree(p: Mapping[str, Any]) -> str:
         return _step_module_tree(p, rows)
     verdicts = {a["name"]: a for a in p.get("aggregates", []) if a.get("kind") == "module"}
     known = {r["name"] for r in rows}
-    children: dict[str | None, list[Mapping[str, Any]]] = {}
+    children: dict[str | None, list[RollupJSON]] = {}
     for r in rows:
         parent = _parent(r["name"], int(r.get("depth", 0)))
         if parent is not None and parent not in known:
@@ -475,7 +500,7 @@ def _module_tree(p: Mapping[str, Any]) -> str:
     # a subtree opens where one of its modules was not judged ok, so that the judgement is in sight
     judged = [name for name, a in verdicts.items() if a.get("verdict") != "ok"]
 
-    def render(r: Mapping[str, Any]) -> str:
+    def render(r: RollupJSON) -> str:
         kids = children.get(r["name"], [])
         row = _module_row(r, verdicts.get(r["name"]), bool(kids))
         if not kids:
@@ -496,7 +521,7 @@ def _module_tree(p: Mapping[str, Any]) -> str:
     )
 
 
-def _op_table(p: Mapping[str, Any]) -> str:
+def _op_table(p: ProfileReportJSON) -> str:
     """Time per operator type, beside the verdict of every node of that type taken together."""
     rows = (p.get("rollups") or {}).get("op") or []
     if not rows:
@@ -518,7 +543,7 @@ def _op_table(p: Mapping[str, Any]) -> str:
     )
 
 
-def _chart_block(p: Mapping[str, Any]) -> str:
+def _chart_block(p: ProfileReportJSON) -> str:
     compared = any("verdict" in n for n in p["nodes"])
     legend = f'<span class="sw dot t-{"good" if compared else "none"}"></span> current time, its whisker the spread'
     if compared:
@@ -536,7 +561,7 @@ def _chart_block(p: Mapping[str, Any]) -> str:
     )
 
 
-def _section(index: int, p: Mapping[str, Any], first_env: Mapping[str, Any]) -> str:
+def _section(index: int, p: ProfileReportJSON, first_env: Mapping[str, Any]) -> str:
     try:
         return _section_of(index, p, first_env)
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
@@ -546,7 +571,7 @@ def _section(index: int, p: Mapping[str, Any], first_env: Mapping[str, Any]) -> 
         ) from exc
 
 
-def _section_of(index: int, p: Mapping[str, Any], first_env: Mapping[str, Any]) -> str:
+def _section_of(index: int, p: ProfileReportJSON, first_env: Mapping[str, Any]) -> str:
     tone = status_tone(p["status"])
     flagged = _where(p) + _flag_list("Failed by", p.get("flagged") or [], p, "bad")
     warned = _flag_list("Warnings", p.get("warned") or [], p, WARN)
@@ -561,7 +586,7 @@ def _section_of(index: int, p: Mapping[str, Any], first_env: Mapping[str, Any]) 
     )
 
 
-def _where(p: Mapping[str, Any]) -> str:
+def _where(p: ProfileReportJSON) -> str:
     """What a failed profile leads with (``report.blame_lines_of``): where the time went, above what failed it."""
     lines = blame_lines_of(p)
     if not lines:
@@ -581,7 +606,7 @@ def _unused(unused: Sequence[str]) -> str:
 # The page ----------------------------------------------------------------------------------------
 
 
-def render_html(mode: str, profiles: Sequence[Mapping[str, Any]], unused: Sequence[str], title: str = TITLE) -> str:
+def render_html(mode: str, profiles: Sequence[ProfileReportJSON], unused: Sequence[str], title: str = TITLE) -> str:
     """The report page of a run: ``profiles`` are ``profile_report`` dicts, shown regressions and other problems
     first, then by (test id, key)."""
     shown = _checked(profiles)
@@ -608,7 +633,7 @@ def asset(name: str) -> str:
 
 
 def write_html(
-    path: Path, mode: str, profiles: Sequence[Mapping[str, Any]], unused: Sequence[str], title: str = TITLE
+    path: Path, mode: str, profiles: Sequence[ProfileReportJSON], unused: Sequence[str], title: str = TITLE
 ) -> None:
     """Write the report page to ``path`` atomically (a reader sees the old page or the new one, never half)."""
     write_atomic(path, render_html(mode, profiles, unused, title))

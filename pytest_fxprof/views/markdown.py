@@ -15,14 +15,23 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from pytest_fxprof.records.measurement import FORWARD
 from pytest_fxprof.records.units import fmt_ns
 from pytest_fxprof.records.verdicts import Status
 from pytest_fxprof.store.files import write_atomic
 from pytest_fxprof.views.render import graphs_text
-from pytest_fxprof.views.report import against_of, blame_lines_of, busy_line, item_tone, worst_nodes
+from pytest_fxprof.views.report import (
+    FlagJSON,
+    GraphsJSON,
+    NodeJSON,
+    ProfileReportJSON,
+    against_of,
+    blame_lines_of,
+    busy_line,
+    item_tone,
+    worst_nodes,
+)
 
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 TITLE = "pytest-fxprof"
@@ -72,7 +81,7 @@ def _code(value: object, cell: bool = False) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-def _label(profile: Mapping[str, Any]) -> str:
+def _label(profile: ProfileReportJSON) -> str:
     return f"{profile['test_id']} [{profile['key']}]"
 
 
@@ -87,7 +96,7 @@ def _ratio(value: float) -> str:
 # The heading and the table -----------------------------------------------------------------------------
 
 
-def _heading(mode: str, profiles: Sequence[Mapping[str, Any]]) -> str:
+def _heading(mode: str, profiles: Sequence[ProfileReportJSON]) -> str:
     counts: dict[str, int] = {}
     for p in profiles:
         counts[p["status"]] = counts.get(p["status"], 0) + 1
@@ -107,7 +116,7 @@ def _status_cell(status: str) -> str:
     return f"**{word}**" if status in ATTENTION else word
 
 
-def _total_cell(profile: Mapping[str, Any]) -> str:
+def _total_cell(profile: ProfileReportJSON) -> str:
     total = profile.get("total", {})
     if "current_ns" not in total:
         return ""
@@ -120,7 +129,7 @@ def _total_cell(profile: Mapping[str, Any]) -> str:
     return text
 
 
-def _worst_cell(profile: Mapping[str, Any]) -> str:
+def _worst_cell(profile: ProfileReportJSON) -> str:
     """The node with the highest ratio; without a comparison, the slowest node and its share."""
     compared = worst_nodes(profile.get("nodes", []), 1)
     if compared:
@@ -134,7 +143,7 @@ def _worst_cell(profile: Mapping[str, Any]) -> str:
     return f"{_code(slowest['name'], cell=True)} {fmt_ns(slowest.get('current_ns', 0))}{share}"
 
 
-def _table(mode: str, profiles: Sequence[Mapping[str, Any]]) -> list[str]:
+def _table(mode: str, profiles: Sequence[ProfileReportJSON]) -> list[str]:
     ordered = sorted(profiles, key=lambda p: p["status"] not in ATTENTION)  # stable: the rest keep their order
     shown = ordered[:PROFILES_SHOWN]
     node = "Worst node" if mode in ("check", "against") else "Slowest node"
@@ -150,7 +159,7 @@ def _table(mode: str, profiles: Sequence[Mapping[str, Any]]) -> list[str]:
 # One block per problem --------------------------------------------------------------------------------
 
 
-def _leaders(item: Mapping[str, Any]) -> str:
+def _leaders(item: FlagJSON) -> str:
     leaders = item.get("led_by", [])
     if not leaders:
         return ""
@@ -160,7 +169,7 @@ def _leaders(item: Mapping[str, Any]) -> str:
     return f", led by {shown}" + (f" and {len(leaders) - LEADERS_SHOWN} more" if len(leaders) > LEADERS_SHOWN else "")
 
 
-def _item(item: Mapping[str, Any]) -> str:
+def _item(item: FlagJSON) -> str:
     """One flagged or warned item: what it is, where, and its ratio."""
     kind, name, ratio = item.get("kind", ""), item.get("name", ""), _ratio(item.get("ratio", 0.0))
     if kind == "total":
@@ -175,7 +184,7 @@ def _item(item: Mapping[str, Any]) -> str:
     return f"{_text(kind)} {_code(name)} {ratio}{_leaders(item)}"
 
 
-def _slowed_table(nodes: Sequence[Mapping[str, Any]], *, against: bool = False) -> list[str]:
+def _slowed_table(nodes: Sequence[NodeJSON], *, against: bool = False) -> list[str]:
     slowed = worst_nodes([n for n in nodes if item_tone(n) == "bad"])  # failed the test, the most time lost first
     if not slowed:
         return []
@@ -198,7 +207,7 @@ def _slowed_table(nodes: Sequence[Mapping[str, Any]], *, against: bool = False) 
     return ["", *lines, *(["", *more] if more else [])]
 
 
-def _regression_block(profile: Mapping[str, Any]) -> list[str]:
+def _regression_block(profile: ProfileReportJSON) -> list[str]:
     flagged = profile.get("flagged", [])
     lines = [f"### {_code(_label(profile))}: regression", ""]
     where = blame_lines_of(profile)
@@ -214,7 +223,7 @@ def _regression_block(profile: Mapping[str, Any]) -> list[str]:
         corrected = (
             f" at {_text(profile['against'])}, per pair of old and new processes"
             if profile.get("against")
-            else f" against the reference workload (machine {_ratio(total.get('machine_factor'))})"
+            else f" against the reference workload (machine {_ratio(total['machine_factor'])})"
         )
         lines += [
             "",
@@ -224,7 +233,7 @@ def _regression_block(profile: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _mismatch_block(profile: Mapping[str, Any]) -> list[str]:
+def _mismatch_block(profile: ProfileReportJSON) -> list[str]:
     why = (
         f"Not compared: the test hands the model other inputs or another mode than at {_text(profile['against'])}."
         if profile.get("against")
@@ -236,7 +245,7 @@ def _mismatch_block(profile: Mapping[str, Any]) -> list[str]:
     return lines + [f"- {line}" for line in _more(NODES_SHOWN, len(mismatches), "differences")]
 
 
-def _busy(profiles: Sequence[Mapping[str, Any]]) -> list[str]:
+def _busy(profiles: Sequence[ProfileReportJSON]) -> list[str]:
     """One line per profile measured on a busy machine, or undecided, with its figures: never folded."""
     items = []
     for p in profiles:
@@ -248,7 +257,7 @@ def _busy(profiles: Sequence[Mapping[str, Any]]) -> list[str]:
     return ["", *shown] if items else []
 
 
-def _blocks(profiles: Sequence[Mapping[str, Any]]) -> list[str]:
+def _blocks(profiles: Sequence[ProfileReportJSON]) -> list[str]:
     problems = [p for p in profiles if p["status"] in (Status.REGRESSION, Status.MISMATCH)]
     out: list[str] = []
     for p in problems[:BLOCKS_SHOWN]:
@@ -270,13 +279,13 @@ def _details(summary: str, items: Sequence[str]) -> list[str]:
     return ["", "<details>", f"<summary>{summary} ({len(items)})</summary>", "", *shown, "", "</details>"]
 
 
-def _warnings(profiles: Sequence[Mapping[str, Any]]) -> list[str]:
+def _warnings(profiles: Sequence[ProfileReportJSON]) -> list[str]:
     out = []
     for p in profiles:
         label = _code(_label(p))
         out += [f"{label}: {_item(w)}, slower without failing, or undecided" for w in p.get("warned", [])]
         added, removed = len(p.get("added", [])), len(p.get("removed", []))
-        graphs = p.get("graphs") or {}
+        graphs: GraphsJSON | dict[str, int] = p.get("graphs") or {}
         broke = graphs.get("baseline") != graphs.get("current")
         if added or removed or broke:
             change = f", {graphs_text(graphs['baseline'], graphs['current'])}" if broke else ""
@@ -285,7 +294,7 @@ def _warnings(profiles: Sequence[Mapping[str, Any]]) -> list[str]:
     return out
 
 
-def _hints(profiles: Sequence[Mapping[str, Any]]) -> list[str]:
+def _hints(profiles: Sequence[ProfileReportJSON]) -> list[str]:
     """Every profile's hints, the most time at stake first (each message names its nodes and their time)."""
     hints = [(h, p) for p in profiles for h in p.get("hints", [])]
     hints.sort(key=lambda hp: -hp[0].get("time_ns", 0))
@@ -300,7 +309,7 @@ def _unused(unused: Sequence[str]) -> list[str]:
     return ["", f"**Unused baselines** ({len(unused)}): {shown}{more}"]
 
 
-def markdown_summary(mode: str, profiles: Sequence[Mapping[str, Any]], unused: Sequence[str]) -> str:
+def markdown_summary(mode: str, profiles: Sequence[ProfileReportJSON], unused: Sequence[str]) -> str:
     """The run's summary in GitHub-flavoured Markdown, ending with a newline."""
     if mode not in MODES:
         raise ValueError(f"fxprof markdown: mode must be one of {', '.join(MODES)}, not {mode!r}")

@@ -11,15 +11,14 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from pytest_fxprof.views.report import AgainstJSON, ProfileRecord, worst_nodes
+from pytest_fxprof.views.report import AgainstJSON, FlagJSON, ProfileRecord, ProfileReportJSON, worst_nodes
 
 PropertyValue = str | int | float
 PROPERTY_PREFIX = "fxprof"
 
 
-def _profiles(records: Sequence[ProfileRecord]) -> list[dict[str, Any]]:
+def _profiles(records: Sequence[ProfileRecord]) -> list[ProfileReportJSON]:
     return [r["report"] for r in sorted(records, key=lambda r: (r["test_id"], r["key"]))]
 
 
@@ -139,7 +138,7 @@ def user_properties(records: Iterable[ProfileRecord]) -> list[tuple[str, Propert
     return out
 
 
-def _flag_text(flag: Mapping[str, Any]) -> str:
+def _flag_text(flag: FlagJSON) -> str:
     """``node layer3_0_conv2 x1.49``, ``module layer3.0 x1.27``, ``total x1.12``."""
     what = "total" if flag["kind"] == "total" else f"{flag['kind']} {flag['name']}"
     return f"{what} x{flag['ratio']:.2f}"

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from pytest_fxprof.judge.hints import profile_hints
-from pytest_fxprof.records.disturbance import Disturbance, disturbance_to_json
+from pytest_fxprof.records.disturbance import Disturbance, DisturbanceJSON, disturbance_to_json
 from pytest_fxprof.records.measurement import FORWARD, NodeInfo, NodeStats
 from pytest_fxprof.records.profile import ROLLUPS, Profile
 from pytest_fxprof.records.units import fmt_ns
@@ -26,13 +26,285 @@ from pytest_fxprof.records.verdicts import (
     Status,
     Verdict,
 )
-from pytest_fxprof.store.baseline import capture_to_json, run_to_json
+from pytest_fxprof.store.baseline import RunJSON, capture_to_json, run_to_json
 from pytest_fxprof.store.files import dumps, write_atomic
 from pytest_fxprof.views.render import aggregate_what, at_stake, code_change_line
 
 REPORT_VERSION = 1
 REPORT_MAX_BYTES = 1 << 30
 """A report larger than this (1 GiB) is refused unread where one is read back (``read_report``, ``fxprof``)."""
+
+
+class NodeRefJSON(TypedDict):
+    """A node as the report names it: its stable key, its name, where it sits and, in a training step, its
+    direction and the forward node it differentiates."""
+
+    key: str
+    name: str
+    op: str
+    target: str
+    module: str
+    source: str
+    direction: str
+    forward: str
+
+
+class NodeStatsJSON(TypedDict, total=False):
+    """What a node's row holds only where known: FLOPs where counted, host time and memory where the device
+    reports them."""
+
+    flops: int
+    flops_per_s: int | None
+    host_ns: int
+    memory_bytes: int
+    peak_bytes: int | None
+
+
+class JudgementJSON(TypedDict):
+    """A decision as every judged item of the report holds it: the ratio (and one per measurement, or per pair of
+    old and new processes), the band and what set it, and the verdict and why."""
+
+    ratio: float
+    ratios: list[float]
+    band: float
+    band_source: str
+    sigma: float | None
+    floor: float
+    verdict: str
+    confirmed: bool | None
+    reason: str
+
+
+class _JudgementFieldsJSON(TypedDict, total=False):
+    """The keys of ``JudgementJSON`` on an item that holds them only where it was compared."""
+
+    ratio: float
+    ratios: list[float]
+    band: float
+    band_source: str
+    sigma: float | None
+    floor: float
+    verdict: str
+    confirmed: bool | None
+    reason: str
+
+
+class NodeVerdictJSON(_JudgementFieldsJSON, total=False):
+    """What a node's row holds only where it was compared with its baseline: its decision and what set it (a node
+    added since the baseline has none)."""
+
+    baseline_ns: int
+    speed_factor: float
+    divisor: float
+    floor_ns: int
+    gates: bool
+    baseline_shape: str
+
+
+class NodeJSON(NodeRefJSON, NodeStatsJSON, NodeVerdictJSON):
+    """One node of a profile (``nodes``): its identity, its median time (``current_ns``), spread, share and
+    per-pass times, its output's shape and layout; the rest where measured or compared."""
+
+    current_ns: int
+    spread: float
+    share: float
+    samples_ns: list[int]
+    shape: str
+    layout: str
+
+
+class TotalVerdictJSON(_JudgementFieldsJSON, total=False):
+    """What the total holds only where it was compared: the baseline's time, the reference workload's factor and
+    the decision."""
+
+    baseline_ns: int
+    machine_factor: float
+
+
+class TotalJSON(TotalVerdictJSON):
+    """The whole instrumented pass (``total``): ``current_ns`` and ``baseline_ns`` are instrumented passes, what
+    the total's verdict compares; ``plain_ns`` the pass without the instrumentation."""
+
+    current_ns: int
+    instrumented_ns: int
+    plain_ns: int
+    samples_ns: list[int]
+
+
+_AggregateFieldsJSON = TypedDict(
+    "_AggregateFieldsJSON",
+    {
+        "kind": str,
+        "name": str,
+        "path": str,
+        "direction": str,
+        "what": str,
+        "class": str,
+        "instances": list[str],
+        "level": str,
+        "level_items": int,
+        "members": list[str],
+        "added": list[NodeRefJSON],
+        "removed": list[NodeRefJSON],
+        "baseline_ns": int,
+        "current_ns": int,
+        "delta_ns": int,
+        "speed_factor": float,
+        "divisor": float,
+        "gates": bool,
+        "changed": NotRequired[str],
+    },
+)
+"""An aggregate of the report but its decision (``changed``: what changed in its code, where anything did)."""
+
+
+class AggregateJSON(_AggregateFieldsJSON, JudgementJSON):
+    """One aggregate of a compared profile (``aggregates``, ``aggregate_json``)."""
+
+
+BlameJSON = TypedDict(
+    "BlameJSON",
+    {
+        "kind": str,
+        "name": str,
+        "node": NotRequired[str],
+        "direction": NotRequired[str],
+        "class": str,
+        "what": str,
+        "instances": NotRequired[list[str]],
+        "chain": list[str],
+        "chain_ratios": list[float],
+        "baseline_ns": int,
+        "current_ns": int,
+        "ratio": float,
+        "share": float,
+        "extra_ns": int,
+        "source": NotRequired[str],
+        "changed": NotRequired[str],
+        "added": list[NodeRefJSON],
+        "removed": list[NodeRefJSON],
+    },
+)
+"""What a failed profile leads with (``blame``, ``blame_json``): ``node``, ``source`` where a node leads (``kind``
+``node``); ``direction``, ``instances`` and ``changed`` where a module, a pattern or a class does."""
+
+
+class LeaderJSON(TypedDict):
+    """A member that points at the cause of a flagged aggregate (``led_by``)."""
+
+    name: str
+    module: str
+    baseline_ns: int
+    current_ns: int
+
+
+class FlagJSON(TypedDict):
+    """An item that failed a profile (``flagged``) or was slower or undecidable without failing it (``warned``):
+    a node (with its ``direction`` and ``target`` outside the forward), an aggregate (with the members that lead
+    it, ``led_by``) or the total."""
+
+    kind: str
+    name: str
+    module: str
+    ratio: float
+    direction: NotRequired[str]
+    target: NotRequired[str]
+    led_by: NotRequired[list[LeaderJSON]]
+
+
+class RollupJSON(TypedDict):
+    """One module subtree or operator type of a profile (``rollups``)."""
+
+    name: str
+    depth: int
+    nodes: int
+    current_ns: int
+    spread_ns: int
+    share: float
+    flops: int | None
+    direction: str
+    path: str
+
+
+class HintJSON(TypedDict):
+    """One piece of advice on a profile (``hints``)."""
+
+    kind: str
+    message: str
+    nodes: list[str]
+    keys: list[str]
+    time_ns: int
+    share: float
+
+
+class DisturbanceReportJSON(DisturbanceJSON):
+    """A profile's disturbance (``disturbance_report``)."""
+
+    reasons: list[str]
+    line: str
+
+
+class GraphsJSON(TypedDict):
+    """How many graphs the capture made, in the baseline and in this run."""
+
+    baseline: int
+    current: int
+
+
+class MeasuringJSON(TypedDict):
+    """A measuring turn the call's measuring held the machine for (``measuring``): what it measured, when it
+    started and ended, and how long it waited for another process's turn."""
+
+    what: str
+    start: str
+    end: str
+    waited_s: float
+
+
+class ProfileReportJSON(TypedDict):
+    """The report of one ``fxprof`` call (``profile_report``), an element of the JSON report's ``profiles`` and
+    what every view reads. The keys from ``speed_factor`` to ``warned`` are present where the profile was compared
+    (``noisy`` where it is undecided, ``against`` and ``pairs`` against a revision); ``measuring`` and ``notices``
+    are added by the run that made it, ``busy_processes`` by a recording whose processes stayed busy."""
+
+    test_id: str
+    key: str
+    status: str
+    environment: dict[str, Any]
+    capture: dict[str, Any]
+    protocol: dict[str, Any]
+    setup: dict[str, Any] | None
+    total: TotalJSON
+    overhead: float | None
+    remeasured: bool
+    disturbance: DisturbanceReportJSON
+    seconds: float
+    runs: list[RunJSON]
+    nodes: list[NodeJSON]
+    rollups: dict[str, list[RollupJSON]]
+    hints: list[HintJSON]
+    speed_factor: NotRequired[float]
+    baseline_processes: NotRequired[int]
+    baseline_recordings: NotRequired[int]
+    mismatches: NotRequired[list[str]]
+    added: NotRequired[list[NodeRefJSON]]
+    removed: NotRequired[list[NodeRefJSON]]
+    graphs: NotRequired[GraphsJSON]
+    measurements: NotRequired[int]
+    noisy: NotRequired[str]
+    against: NotRequired[str]
+    pairs: NotRequired[int]
+    aggregates: NotRequired[list[AggregateJSON]]
+    blame: NotRequired[BlameJSON | None]
+    flagged: NotRequired[list[FlagJSON]]
+    warned: NotRequired[list[FlagJSON]]
+    measuring: NotRequired[list[MeasuringJSON]]
+    notices: NotRequired[list[str]]
+    busy_processes: NotRequired[int]
+
+
+JudgedJSON = NodeJSON | AggregateJSON | TotalJSON
+"""A judged item of a report: a node, an aggregate or the total."""
 
 
 class ProfileRecord(TypedDict):
@@ -42,10 +314,10 @@ class ProfileRecord(TypedDict):
     key: str
     status: str
     summary: str
-    report: dict[str, Any]
+    report: ProfileReportJSON
 
 
-def _node_ref(n: NodeInfo) -> dict[str, str]:
+def _node_ref(n: NodeInfo) -> NodeRefJSON:
     return {
         "key": n.key,
         "name": n.name,
@@ -58,9 +330,9 @@ def _node_ref(n: NodeInfo) -> dict[str, str]:
     }
 
 
-def _optional(n: NodeStats) -> dict[str, Any]:
+def _optional(n: NodeStats) -> NodeStatsJSON:
     """FLOPs where counted; host time and memory where the device reports them."""
-    out: dict[str, Any] = {}
+    out: NodeStatsJSON = {}
     if n.flops is not None:
         out["flops"] = n.flops
         out["flops_per_s"] = round(n.flops_per_s) if n.flops_per_s is not None else None
@@ -72,7 +344,34 @@ def _optional(n: NodeStats) -> dict[str, Any]:
     return out
 
 
-def _rollups(result: Profile) -> dict[str, list[dict[str, Any]]]:
+def _node_verdict(n: NodeStats, v: NodeVerdict | None) -> NodeVerdictJSON:
+    """A node's decision where it was compared; nothing where not."""
+    if v is None:
+        return {}
+    return {
+        "baseline_ns": round(v.baseline_ns),
+        "speed_factor": round(v.speed_factor, 4),
+        "divisor": round(v.divisor, 4),
+        "floor_ns": round(v.floor_ns),
+        "gates": v.gates,
+        "baseline_shape": v.shapes[0] if v.shapes else n.shape,
+        **judgement_json(v.judgement),
+    }
+
+
+def _total_verdict(c: Comparison | None) -> TotalVerdictJSON:
+    """The total's decision where it was compared; nothing where not."""
+    if c is None or c.total is None:
+        return {}
+    t = c.total
+    return {
+        "baseline_ns": round(t.baseline_ns),
+        "machine_factor": round(t.machine_factor, 4),
+        **judgement_json(t.judgement),
+    }
+
+
+def _rollups(result: Profile) -> dict[str, list[RollupJSON]]:
     return {
         by: [
             {
@@ -94,12 +393,12 @@ def _rollups(result: Profile) -> dict[str, list[dict[str, Any]]]:
 
 def profile_report(
     test_id: str, key: str, status: str, result: Profile, comparison: Comparison | None
-) -> dict[str, Any]:
+) -> ProfileReportJSON:
     """The report of one profile; node decisions are present when it was compared with a baseline."""
     verdicts = {v.node.key: v for v in comparison.nodes} if comparison else {}
-    nodes = []
+    nodes: list[NodeJSON] = []
     for n in result.nodes:
-        row: dict[str, Any] = {
+        row: NodeJSON = {
             **_node_ref(n.info),
             "current_ns": n.median_ns,
             "spread": round(n.spread, 4),
@@ -108,20 +407,10 @@ def profile_report(
             "shape": n.shape,
             "layout": n.layout,
             **_optional(n),
+            **_node_verdict(n, verdicts.get(n.info.key)),
         }
-        v = verdicts.get(n.info.key)
-        if v is not None:
-            row.update(
-                baseline_ns=round(v.baseline_ns),
-                speed_factor=round(v.speed_factor, 4),
-                divisor=round(v.divisor, 4),
-                floor_ns=round(v.floor_ns),
-                gates=v.gates,
-                baseline_shape=v.shapes[0] if v.shapes else n.shape,
-                **judgement_json(v.judgement),
-            )
         nodes.append(row)
-    out: dict[str, Any] = {
+    out: ProfileReportJSON = {
         "test_id": test_id,
         "key": key,
         "status": status,
@@ -135,6 +424,7 @@ def profile_report(
             "instrumented_ns": result.instrumented_ns,
             "plain_ns": result.total_ns,
             "samples_ns": list(result.instrumented_samples_ns),
+            **_total_verdict(comparison),
         },
         "overhead": round(result.overhead, 4) if result.overhead is not None else None,
         "remeasured": result.remeasured,
@@ -171,21 +461,14 @@ def profile_report(
             out["pairs"] = comparison.pairs
         out["aggregates"] = [aggregate_json(a) for a in comparison.aggregates]
         out["blame"] = blame_json(comparison.blame)
-        if comparison.total is not None:
-            t = comparison.total
-            out["total"].update(
-                baseline_ns=round(t.baseline_ns),
-                machine_factor=round(t.machine_factor, 4),
-                **judgement_json(t.judgement),
-            )
         out["flagged"], out["warned"] = _flags(comparison)
     return out
 
 
-def aggregate_json(a: AggregateVerdict) -> dict[str, Any]:
+def aggregate_json(a: AggregateVerdict) -> AggregateJSON:
     """One aggregate of the report: what it is (its level, class, instances), its decision, and the nodes only one
     side holds (``added``, ``removed``: its code changed)."""
-    out: dict[str, Any] = {
+    fields: _AggregateFieldsJSON = {
         "kind": a.kind.value,
         "name": a.name,
         "path": a.where,
@@ -204,15 +487,15 @@ def aggregate_json(a: AggregateVerdict) -> dict[str, Any]:
         "speed_factor": round(a.speed_factor, 4),
         "divisor": round(a.divisor, 4),
         "gates": a.gates,
-        **judgement_json(a.judgement),
     }
+    out: AggregateJSON = {**fields, **judgement_json(a.judgement)}
     changed = code_change_line(a)
     if changed:
         out["changed"] = changed
     return out
 
 
-def blame_json(b: Blame | None) -> dict[str, Any] | None:
+def blame_json(b: Blame | None) -> BlameJSON | None:
     """What a failure leads with (``Comparison.blame``), None where it names no module: the lead's kind (``module``,
     ``pattern``, ``class``, or ``node`` where a node leads), its ``name`` (path, pattern or class; a node's module),
     its class, the enclosing modules (``chain``, outermost first), its times and share of the extra time, and the
@@ -262,7 +545,7 @@ def blame_json(b: Blame | None) -> dict[str, Any] | None:
     }
 
 
-def blame_lines_of(profile: Mapping[str, Any]) -> list[str]:
+def blame_lines_of(profile: ProfileReportJSON) -> list[str]:
     """What a failed profile of a report leads with, as the views show it: where the time went (its times, ratio and
     share of the extra time), the modules around it, what changed in its code; [] where it names nothing."""
     b = profile.get("blame")
@@ -280,19 +563,19 @@ def blame_lines_of(profile: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def disturbance_report(d: Disturbance) -> dict[str, Any]:
+def disturbance_report(d: Disturbance) -> DisturbanceReportJSON:
     """A profile's disturbance in the report: every figure (``busy`` by the rules of ``records.disturbance``), the
     reasons it is busy and ``line``, what every view shows of a busy profile ("" when it is not)."""
     return {**disturbance_to_json(d), "reasons": list(d.reasons), "line": d.line}
 
 
-def busy_line(profile: Mapping[str, Any]) -> str:
+def busy_line(profile: ProfileReportJSON) -> str:
     """What a report's profile says of the machine it was measured on: "measured on a busy machine: ..." or ""."""
     d = profile.get("disturbance")
     return str(d.get("line") or "") if isinstance(d, Mapping) else ""
 
 
-def judgement_json(j: Judgement) -> dict[str, Any]:
+def judgement_json(j: Judgement) -> JudgementJSON:
     return {
         "ratio": round(j.ratio, 4),
         "ratios": [round(r, 4) for r in j.ratios],
@@ -306,17 +589,20 @@ def judgement_json(j: Judgement) -> dict[str, Any]:
     }
 
 
-def _flags(c: Comparison) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _flags(c: Comparison) -> tuple[list[FlagJSON], list[FlagJSON]]:
     """What failed the profile, and what was slower (or undecidable) without failing it."""
 
-    def node(v: NodeVerdict) -> dict[str, Any]:
+    def node(v: NodeVerdict) -> FlagJSON:
         n = v.node
-        out = {"kind": "node", "name": n.name, "module": n.module, "ratio": round(v.ratio, 4)}
-        return out | ({"direction": n.direction, "target": n.target} if n.direction != FORWARD else {})
+        out: FlagJSON = {"kind": "node", "name": n.name, "module": n.module, "ratio": round(v.ratio, 4)}
+        if n.direction != FORWARD:
+            out["direction"] = n.direction
+            out["target"] = n.target
+        return out
 
-    def aggregate(a: AggregateVerdict) -> dict[str, Any]:
+    def aggregate(a: AggregateVerdict) -> FlagJSON:
         module = a.name if a.kind in (Kind.MODULE, Kind.PATTERN) else ""
-        leaders = [
+        leaders: list[LeaderJSON] = [
             {
                 "name": v.node.name,
                 "module": v.node.module,
@@ -331,7 +617,9 @@ def _flags(c: Comparison) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         return j.confirmed is False or j.verdict is Verdict.NOISY
 
     flagged = [node(v) for v in c.slower] + [aggregate(a) for a in c.slower_aggregates]
-    total = {"kind": "total", "name": "total", "module": "", "ratio": round(c.total.ratio, 4)} if c.total else None
+    total: FlagJSON | None = (
+        {"kind": "total", "name": "total", "module": "", "ratio": round(c.total.ratio, 4)} if c.total else None
+    )
     if total is not None and c.total is not None and c.total.verdict is Verdict.SLOWER:
         flagged.append(total)
     warned = [node(v) for v in c.slower_small]
@@ -355,19 +643,19 @@ def verdict_tone(verdict: str | None, gates: bool = True, confirmed: bool | None
     return "warn"
 
 
-def item_tone(item: Mapping[str, Any]) -> str:
+def item_tone(item: JudgedJSON) -> str:
     """``verdict_tone`` of a report's node, aggregate or total."""
     return verdict_tone(item.get("verdict"), bool(item.get("gates", True)), item.get("confirmed"))
 
 
-def worst_nodes(nodes: Sequence[Mapping[str, Any]], limit: int | None = None) -> list[Mapping[str, Any]]:
+def worst_nodes(nodes: Sequence[NodeJSON], limit: int | None = None) -> list[NodeJSON]:
     """A report's compared nodes worst first, as ``render.at_stake`` ranks them (what failed, then by the time each
     lost; ties in graph order): what every view calls the worst."""
     judged = [n for n in nodes if "ratio" in n]  # a node added since the baseline has no ratio
     return sorted(judged, key=_stake)[:limit]
 
 
-def _stake(n: Mapping[str, Any]) -> tuple[int, float]:
+def _stake(n: NodeJSON) -> tuple[int, float]:
     delta = float(n.get("baseline_ns") or 0) * (float(n["ratio"]) - 1.0)
     verdict = str(n.get("verdict", ""))
     return at_stake(delta, verdict, failed=verdict == Verdict.SLOWER.value and bool(n.get("gates", True)))
@@ -385,6 +673,17 @@ class AgainstJSON(TypedDict):
     python: str
 
 
+class ReportJSON(TypedDict):
+    """A JSON report as ``--fxprof-report`` and ``fxprof merge`` write it: its version, the run's mode, every
+    profile's report (by test id and key), the baselines no test used and, against a revision, its old side."""
+
+    report_version: int
+    mode: str
+    profiles: list[ProfileReportJSON]
+    unused_baselines: list[str]
+    against: NotRequired[AgainstJSON]
+
+
 def write_report(
     path: Path,
     mode: str,
@@ -394,17 +693,17 @@ def write_report(
     against: AgainstJSON | None = None,
 ) -> None:
     """The report of a run's ``records``; ``against``: the old side of a run against a revision."""
-    data: dict[str, Any] = {
+    data: ReportJSON = {
         "report_version": REPORT_VERSION,
         "mode": mode,
         "profiles": [r["report"] for r in sorted(records, key=lambda r: (r["test_id"], r["key"]))],
         "unused_baselines": sorted(unused),
     }
     if against is not None:
-        data["against"] = dict(against)
+        data["against"] = against.copy()
     write_atomic(path, dumps(data))
 
 
-def against_of(profiles: Sequence[Mapping[str, Any]]) -> str:
+def against_of(profiles: Sequence[ProfileReportJSON]) -> str:
     """The revision a run compared with (``origin/main (1a2b3c4)``), from its profiles; empty against baselines."""
     return next((str(p["against"]) for p in profiles if p.get("against")), "")

@@ -8,15 +8,14 @@ when the terminal supports them. Must not import torch or pytest.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from pytest_fxprof.records.disturbance import BUSY_LINE
 from pytest_fxprof.records.measurement import FORWARD
 from pytest_fxprof.records.units import fmt_ns
 from pytest_fxprof.records.verdicts import Status
 from pytest_fxprof.views.render import WORST_SHOWN, grid
-from pytest_fxprof.views.report import ProfileRecord, busy_line, item_tone, worst_nodes
+from pytest_fxprof.views.report import NodeJSON, ProfileRecord, busy_line, item_tone, worst_nodes
 
 Line = tuple[str, str | None]
 """A line of text and the colour to write it in (None: the terminal's own)."""
@@ -31,7 +30,7 @@ def status_colour(status: str) -> str:
     return STATUS_COLOURS.get(status, WARNING_COLOUR)
 
 
-def node_colour(node: Mapping[str, Any]) -> str | None:
+def node_colour(node: NodeJSON) -> str | None:
     """A node's colour, by ``report.item_tone`` as in every view (a new node has none)."""
     return TONE_COLOURS.get(item_tone(node))
 
@@ -72,9 +71,7 @@ def profile_lines(record: ProfileRecord, verbose: bool = False) -> list[Line]:
     return out
 
 
-def _table(
-    nodes: Sequence[Mapping[str, Any]], compared: bool, header: bool = True, *, step: bool = False
-) -> list[Line]:
+def _table(nodes: Sequence[NodeJSON], compared: bool, header: bool = True, *, step: bool = False) -> list[Line]:
     """Nodes as aligned rows, each coloured by its verdict (and, in a training step, its direction)."""
     head = ["node", *(["direction"] if step else []), "target", "module", "shape", "median", "spread", "share"]
     if compared:

@@ -33,7 +33,7 @@ from pytest_fxprof.records.measurement import FORWARD
 from pytest_fxprof.records.profile import ROOT
 from pytest_fxprof.store.baseline import SUFFIX, file_name
 from pytest_fxprof.store.files import write_atomic
-from pytest_fxprof.views.report import busy_line, item_tone
+from pytest_fxprof.views.report import AggregateJSON, NodeJSON, ProfileReportJSON, busy_line, item_tone
 
 TRACE_SUFFIX = ".trace.json"
 NS_PER_US = 1000
@@ -83,7 +83,7 @@ class _Span:
         return out
 
 
-def _text(profile: Mapping[str, Any], name: str) -> str:
+def _text(profile: ProfileReportJSON, name: str) -> str:
     value = profile.get(name)
     if not isinstance(value, str):
         raise ValueError(
@@ -93,14 +93,14 @@ def _text(profile: Mapping[str, Any], name: str) -> str:
     return value
 
 
-def _nodes(profile: Mapping[str, Any], label: str) -> list[Mapping[str, Any]]:
+def _nodes(profile: ProfileReportJSON, label: str) -> list[NodeJSON]:
     nodes = profile.get("nodes")
     if not isinstance(nodes, list) or not all(isinstance(n, Mapping) for n in nodes):
         raise ValueError(f"fxprof trace: {label}: 'nodes' must be a list of node objects; got {type(nodes).__name__}")
     return nodes
 
 
-def _samples(node: Mapping[str, Any], label: str) -> list[int]:
+def _samples(node: NodeJSON, label: str) -> list[int]:
     samples = node.get("samples_ns")
     if isinstance(samples, list) and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in samples):
         return [int(s) for s in samples]
@@ -126,18 +126,20 @@ def _shared(open_spans: Sequence[_Span], chain: Sequence[str]) -> int:
     return count
 
 
-def _verdict_args(item: Mapping[str, Any]) -> dict[str, Any]:
-    return {name: item[name] for name in VERDICT_ARGS if name in item}
+def _verdict_args(item: NodeJSON | AggregateJSON) -> dict[str, Any]:
+    fields: Mapping[str, Any] = item
+    return {name: fields[name] for name in VERDICT_ARGS if name in fields}
 
 
-def _node_span(node: Mapping[str, Any], index: int, start: int, ns: int) -> _Span:
-    args = {name: node[name] for name in NODE_ARGS if name in node}
+def _node_span(node: NodeJSON, index: int, start: int, ns: int) -> _Span:
+    fields: Mapping[str, Any] = node
+    args = {name: fields[name] for name in NODE_ARGS if name in fields}
     args.update(pass_index=index, time_ns=ns, median_ns=node.get("current_ns"), **_verdict_args(node))
     colour = TONE_COLOURS.get(item_tone(node))
     return _Span(str(node.get("name", "")), "node", start, start + ns, args, colour)
 
 
-def _module_span(path: str, start: int, modules: Mapping[str, Mapping[str, Any]], direction: str = "") -> _Span:
+def _module_span(path: str, start: int, modules: Mapping[str, AggregateJSON], direction: str = "") -> _Span:
     """A module span (in a training step, ``direction``'s: the span of the direction itself where ``path`` is
     it); its arguments carry the module's own verdict (over all its runs) where it has one."""
     if direction and path == direction:
@@ -154,10 +156,10 @@ def _module_span(path: str, start: int, modules: Mapping[str, Mapping[str, Any]]
 
 def _pass_spans(
     index: int,
-    nodes: Sequence[Mapping[str, Any]],
+    nodes: Sequence[NodeJSON],
     times: Sequence[int],
     start: int,
-    modules: Mapping[str, Mapping[str, Any]],
+    modules: Mapping[str, AggregateJSON],
 ) -> list[_Span]:
     """One pass, parents before children: the pass span, then module and node spans in graph order."""
     whole = _Span(f"pass {index}", "pass", start, args={"pass_index": index})
@@ -189,7 +191,7 @@ def _metadata(name: str, value: str) -> dict[str, Any]:
     return {"name": name, "ph": "M", "pid": PID, "tid": TID, "args": {"name": value}}
 
 
-def trace_events(profile: Mapping[str, Any]) -> dict[str, Any]:
+def trace_events(profile: ProfileReportJSON) -> dict[str, Any]:
     """The Chrome trace of one profile report (an element of the JSON report's ``profiles``): as many passes
     as every node has samples for (they are aligned: ``samples_ns[i]`` of every node is pass ``i``)."""
     test_id, key = _text(profile, "test_id"), _text(profile, "key")
@@ -237,7 +239,7 @@ def _dumps(trace: Mapping[str, Any]) -> str:
     return json.dumps(trace, ensure_ascii=False, allow_nan=False, separators=(",", ":")) + "\n"
 
 
-def write_traces(directory: Path, profiles: Sequence[Mapping[str, Any]]) -> list[Path]:
+def write_traces(directory: Path, profiles: Sequence[ProfileReportJSON]) -> list[Path]:
     """Write one trace file per profile into ``directory`` (created if needed); return the files."""
     if directory.exists() and not directory.is_dir():
         raise ValueError(f"--fxprof-trace needs a directory, and {directory} is a file; give a directory path")
