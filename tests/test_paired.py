@@ -19,6 +19,7 @@ from pytest_fxprof.judge.paired import (
     compare_pairs,
     judge_pairs,
     needs_more,
+    out_of_line,
     t_cdf,
     t_quantile,
     undecided,
@@ -388,16 +389,72 @@ def test_pairs_out_of_lock_step_are_left_out_or_kept_and_counted() -> None:
     got = Pairs(children(old, [None, 3, None, in_step]), children(new, [None, None, None, None]))
     found = paired_entries(got, "call0")
     assert found is not None
-    kept_old, kept_new, left_out, kept_out_of_step = found
-    assert [e.runs[0] for e in kept_old] == [old.runs[0], old.runs[2], old.runs[3]]
-    assert [e.runs[0] for e in kept_new] == [new.runs[0], new.runs[2], new.runs[3]]
-    assert (left_out, kept_out_of_step) == (1, 0)
+    assert [e.runs[0] for e in found.old] == [old.runs[0], old.runs[2], old.runs[3]]
+    assert [e.runs[0] for e in found.new] == [new.runs[0], new.runs[2], new.runs[3]]
+    assert (found.left_out, found.kept_out_of_step, found.out_of_line) == (1, 0, 0)
 
     got = Pairs(children(old, [1, 2, None, None]), children(new, [None, None, 0, None]))
     found = paired_entries(got, "call0")
     assert found is not None
-    assert (len(found[0]), found[2], found[3]) == (4, 0, 3)  # one pair held: all kept, the three counted
+    assert (len(found.old), found.left_out, found.kept_out_of_step) == (4, 0, 3)  # one held: all kept, 3 counted
     assert paired_entries(Pairs(children(old, [None] * 4), [Child((), 0, {"calls": {}}, "")] * 4), "call0") is None
+
+
+def disturbed(e: BaselineEntry, pair: int, factor: float) -> BaselineEntry:
+    """``e`` with every node of the process of ``pair`` ``factor`` times as slow (other work hit it)."""
+    runs = list(e.runs)
+    runs[pair] = run_of([round(t * factor) for t in runs[pair].node_ns])
+    return entry(runs)
+
+
+def test_a_pair_whose_process_met_another_machine_is_left_out() -> None:
+    """One pair's old process ran 2.4 times as slow at every node: in it a slowed node read x0.46 and pulled the
+    estimate of six pairs into the band; the pairs that met one machine find it."""
+    old, new = sides(6, slowed={"conv3": 1.1}, noise=0.005)
+    old = disturbed(old, 4, 2.4)
+    assert out_of_line(old, new) == (4,)
+    loose = replace(POLICY, node_tolerance=0.05)
+    (before,) = [v for v in compare_pairs(old, new, loose, against=AGAINST).nodes if v.node.name == "conv3"]
+    assert before.verdict is Verdict.OK
+    kept = [p for p in range(6) if p != 4]
+    old5, new5 = entry([old.runs[p] for p in kept]), entry([new.runs[p] for p in kept])
+    (after,) = [v for v in compare_pairs(old5, new5, loose, against=AGAINST).nodes if v.node.name == "conv3"]
+    assert after.verdict is Verdict.SLOWER
+
+
+def test_a_change_that_moves_every_pair_alike_leaves_no_pair_out() -> None:
+    """A slowdown of every node, the machine's drift (alike for both sides of a pair) and a slowed node: the
+    median pair moves with them."""
+    everything = {n.name: 1.3 for n in CNN}
+    assert out_of_line(*sides(6, slowed=everything, noise=0.01)) == ()
+    assert out_of_line(*sides(8, drift=0.5, noise=0.02)) == ()
+    assert out_of_line(*sides(6, slowed={"conv3": 2.0}, noise=0.01)) == ()
+
+
+def test_no_pair_is_left_out_without_a_majority_or_a_median_pair() -> None:
+    old, new = sides(6, noise=0.005)
+    half = disturbed(disturbed(disturbed(old, 0, 2.0), 1, 2.0), 2, 2.0)
+    assert out_of_line(half, new) == ()  # which half met the other machine?
+    two_old, two_new = entry(old.runs[:2]), entry(new.runs[:2])
+    assert out_of_line(disturbed(two_old, 0, 2.0), two_new) == ()
+    assert out_of_line(disturbed(old, 0, 2.0), new) == (0,)
+    assert out_of_line(disturbed(old, 0, 2.0), new, limit=1.5) == ()
+
+
+def test_a_pair_out_of_line_is_left_out_of_the_call_and_counted() -> None:
+    from pytest_fxprof.against.check import paired_entries
+    from pytest_fxprof.against.rounds import Pairs
+    from pytest_fxprof.measure.sampling import Child
+    from pytest_fxprof.store.baseline import entry_to_json
+
+    def children(e: BaselineEntry) -> list[Child]:
+        return [Child((), 0, {"calls": {"call0": {"entry": entry_to_json(entry([run]))}}}, "") for run in e.runs]
+
+    old, new = sides(6, noise=0.005)
+    found = paired_entries(Pairs(children(disturbed(old, 2, 0.5)), children(new)), "call0")
+    assert found is not None
+    assert (len(found.old), len(found.new), found.out_of_line, found.left_out) == (5, 5, 1, 0)
+    assert [e.runs[0] for e in found.new] == [r for p, r in enumerate(new.runs) if p != 2]
 
 
 def test_fewer_pairs_than_the_minimum_can_never_decide_a_usual_total() -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from pytest_fxprof.against.revision import Revision
 from pytest_fxprof.against.rounds import Pairs, Side, SideFailedError, measure_pairs
-from pytest_fxprof.judge.paired import MIN_PAIRS, PairedPolicy, compare_pairs, needs_more
+from pytest_fxprof.judge.paired import MIN_PAIRS, PairedPolicy, compare_pairs, needs_more, out_of_line
 from pytest_fxprof.measure.sampling import Child, Relaunch, tail
 from pytest_fxprof.records.measurement import BaselineEntry, capture_difference, iqr_int, median_int
 from pytest_fxprof.records.profile import Profile
@@ -149,6 +149,8 @@ class CallOutcome:
     stopped: str = ""
     left_out: int = 0
     kept_out_of_step: int = 0
+    out_of_line: int = 0
+    """How many pairs met different machines in this call and were left out (``judge.paired.out_of_line``)."""
 
 
 @dataclass(frozen=True)
@@ -200,10 +202,23 @@ def _out_of_step(child: Child, key: str, entry: BaselineEntry) -> bool:
     return isinstance(alone, int) and alone < entry.protocol.warmup + entry.protocol.passes
 
 
-def paired_entries(got: Pairs, key: str) -> tuple[list[BaselineEntry], list[BaselineEntry], int, int] | None:
-    """The old and new side's entries of call ``key``, pair by pair, from the pairs whose twins kept their
-    lock-step in it, how many were left out, and how many lost it but were kept (all are kept where fewer than
-    two held it); None when a side did not make the call."""
+@dataclass(frozen=True)
+class PairedEntries:
+    """The old and new side's entries of one call, pair by pair, as the paired rule judges them."""
+
+    old: list[BaselineEntry]
+    new: list[BaselineEntry]
+    left_out: int = 0
+    """Pairs whose twins lost their lock-step in the call, left out."""
+    kept_out_of_step: int = 0
+    """Pairs that lost it but were kept: fewer than two held it."""
+    out_of_line: int = 0
+    """Pairs whose processes met different machines, left out (``judge.paired.out_of_line``)."""
+
+
+def paired_entries(got: Pairs, key: str) -> PairedEntries | None:
+    """The entries of call ``key`` from the pairs whose twins kept their lock-step in it (all where fewer than
+    two did) and whose processes met one machine; None when a side did not make the call."""
     old, new = _entries(got.old, key, "old"), _entries(got.new, key, "new")
     if old is None or new is None:
         return None
@@ -213,8 +228,10 @@ def paired_entries(got: Pairs, key: str) -> tuple[list[BaselineEntry], list[Base
         if not (_out_of_step(child_a, key, a) or _out_of_step(child_b, key, b))
     ]
     if len(kept) < MIN_PAIRS:
-        return old, new, 0, len(old) - len(kept)
-    return [a for a, _ in kept], [b for _, b in kept], len(old) - len(kept), 0
+        return PairedEntries(old, new, 0, len(old) - len(kept))
+    stray = set(out_of_line(merged([a for a, _ in kept]), merged([b for _, b in kept])))
+    held = [pair for p, pair in enumerate(kept) if p not in stray]
+    return PairedEntries([a for a, _ in held], [b for _, b in held], len(old) - len(kept), 0, len(stray))
 
 
 def merged(entries: Sequence[BaselineEntry]) -> BaselineEntry:
@@ -298,7 +315,7 @@ def check_test(
         for key in profiles:
             found = paired_entries(got, key)
             out[key] = (
-                None if found is None else compare_pairs(merged(found[0]), merged(found[1]), policy, against=label)
+                None if found is None else compare_pairs(merged(found.old), merged(found.new), policy, against=label)
             )
         return out
 
@@ -349,8 +366,10 @@ def check_test(
             )
         profile = side_profile(profiles[key], merged(new_entries)) if new_entries is not None else None
         stopped = got.stopped if comparison is not None and needs_more(comparison) else ""
-        left_out, kept_out_of_step = found[2:] if found is not None else (0, 0)
-        calls[key] = CallOutcome(comparison, profile, stopped, left_out, kept_out_of_step)
+        found = found or PairedEntries([], [])
+        calls[key] = CallOutcome(
+            comparison, profile, stopped, found.left_out, found.kept_out_of_step, found.out_of_line
+        )
     return TestOutcome(absent=False, calls=calls, pairs=len(got.old), seconds=got.seconds)
 
 

@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pytest_fxprof.against.check import Against, AgainstError, check_test
+from pytest_fxprof.judge.paired import OUT_OF_LINE
 from pytest_fxprof.records.verdicts import Status
 from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.session.calls import Calls
@@ -89,6 +90,11 @@ class AgainstCalls(Calls):
             )
             outcome.add(end.outcome)
             self.notices[key] = end.notices
+            if call.out_of_line:  # asks nothing of the user: the pairs that met one machine decided
+                self.notices[key].append(
+                    f"{call.out_of_line} of {tested.pairs} pairs left out: in each, the typical node's ratio lay more "
+                    f"than {OUT_OF_LINE:.0%} from the other pairs' (other work on the machine hit one of its processes)"
+                )
             if call.left_out:
                 outcome.warnings.append(
                     f"fxprof: {self.label(key)}: {call.left_out} of {tested.pairs} pairs left out, their processes "
