@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pytest_fxprof.against.check import Against
+from pytest_fxprof.against.compare import Against
 from pytest_fxprof.against.rounds import Side, run_duet, run_one
 from pytest_fxprof.measure.sampling import Child, Relaunch
 from pytest_fxprof.settings import Settings

@@ -176,10 +176,10 @@ def measure(name: str, modes: list[str], profile_it: bool) -> list[dict[str, Any
     import torch
 
     from pytest_fxprof import profile
-    from pytest_fxprof.capture.check import output_difference
     from pytest_fxprof.capture.choose import capture_module
     from pytest_fxprof.capture.graphs import plain_runners
     from pytest_fxprof.capture.nodes import describe_nodes
+    from pytest_fxprof.capture.verify import output_difference
 
     torch.set_num_threads(1)
     kind = kind_of(name)

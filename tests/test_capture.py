@@ -14,11 +14,11 @@ from torch.fx._symbolic_trace import PH
 
 from pytest_fxprof.capture import dynamo as dynamo_capture
 from pytest_fxprof.capture import methods
-from pytest_fxprof.capture.check import output_difference
 from pytest_fxprof.capture.choose import MAX_LEAF_RETRIES, capture_module
 from pytest_fxprof.capture.errors import CaptureError, ProfileError
 from pytest_fxprof.capture.graphs import Captured, plain_runners
 from pytest_fxprof.capture.nodes import describe_nodes, normalise_module_path
+from pytest_fxprof.capture.verify import output_difference
 from tests.test_profiler import ParamMutator
 
 MODES = ("symbolic", "export", "dynamo", "auto")

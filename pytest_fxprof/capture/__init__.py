@@ -7,7 +7,7 @@
 - ``graphs``: ``Captured`` (the graphs and how to run them) and running one pass of them;
 - ``nodes``: each node's identity (module path, target, source line, stable key);
 - ``state``: leaving the module and the inputs as they were;
-- ``check``: whether a capture computes what the module computes;
+- ``verify``: whether a capture computes what the module computes;
 - ``errors`` and ``sources``: how a failure reads, and which source lines are the user's.
 
 Imports torch; imports from the rest of the package only the records.

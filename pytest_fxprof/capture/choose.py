@@ -24,11 +24,11 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from pytest_fxprof.capture import methods, symbolic
-from pytest_fxprof.capture.check import Checker
 from pytest_fxprof.capture.errors import CaptureError, ProfileError, one_line
 from pytest_fxprof.capture.graphs import Captured, LeafSpec
 from pytest_fxprof.capture.state import kept_as_is
 from pytest_fxprof.capture.symbolic import SymbolicTraceError
+from pytest_fxprof.capture.verify import Checker
 
 MAX_LEAF_RETRIES = 8
 """How many submodules ``auto`` keeps whole, one per failed symbolic trace, before it tries ``export``."""

@@ -26,12 +26,12 @@ import torch
 import torch._dynamo
 import torch.fx
 
-from pytest_fxprof.capture.check import Checker
 from pytest_fxprof.capture.errors import CaptureError, ProfileError, Recorder, one_line, quiet
 from pytest_fxprof.capture.graphs import Captured, Runner
 from pytest_fxprof.capture.nodes import MODULE_PATH_META, split_module_path
 from pytest_fxprof.capture.sources import DYNAMO_DIRS, OWN_DIR
 from pytest_fxprof.capture.state import fresh_inputs
+from pytest_fxprof.capture.verify import Checker
 from pytest_fxprof.records.measurement import Capture
 
 

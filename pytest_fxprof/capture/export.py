@@ -17,10 +17,10 @@ import torch
 import torch.export
 from torch.utils import _pytree as pytree
 
-from pytest_fxprof.capture.check import Checker
 from pytest_fxprof.capture.errors import CaptureError, ProfileError, one_line, quiet
 from pytest_fxprof.capture.graphs import Captured, single_graph
 from pytest_fxprof.capture.state import fresh_inputs
+from pytest_fxprof.capture.verify import Checker
 from pytest_fxprof.records.measurement import Capture
 
 

@@ -6,7 +6,7 @@
   CUDA events on a GPU);
 - ``machine``: the environment a profile records, the allocator, the clocks and the reference workload;
 - ``facts``: what each node does, seen in one untimed pass (FLOPs, shapes, layouts, inputs, mode);
-- ``setup``: the test's side of a measurement (the inputs' signatures, the module's mode);
+- ``signature``: the test's side of a measurement (the inputs' signatures, the module's mode);
 - ``sampling``: fresh processes that measure a test again, for baselines, confirmations and the sides of a
   check against a revision;
 - ``lockstep``: passes in lock-step with a twin process (the duet schedule against a revision);

@@ -51,7 +51,7 @@ from pytest_fxprof.measure.machine import (
     sync,
     tune_allocator,
 )
-from pytest_fxprof.measure.setup import setup_of
+from pytest_fxprof.measure.signature import setup_of
 from pytest_fxprof.records.disturbance import OFF_CPU_LIMIT as OFF_CPU_LIMIT  # noqa: PLC0414 - re-exported
 from pytest_fxprof.records.disturbance import disturbance_of
 from pytest_fxprof.records.measurement import NodeInfo, NodeStats, Protocol, iqr_int, median_int

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pytest_fxprof.against.check import Against
+from pytest_fxprof.against.compare import Against
 from pytest_fxprof.modes.gate import Gate
 from pytest_fxprof.options import against_options
 from pytest_fxprof.session.against import AgainstCalls

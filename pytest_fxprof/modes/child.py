@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_fxprof.against.check import SideWatch
+from pytest_fxprof.against.compare import SideWatch
 from pytest_fxprof.measure.sampling import SampleRequest, die_with_parent, write_samples
 from pytest_fxprof.modes.base import RunMode
 from pytest_fxprof.session.child import ChildCalls

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_fxprof.against.check import Against, AgainstError, check_test
+from pytest_fxprof.against.compare import Against, AgainstError, check_test
 from pytest_fxprof.judge.paired import OUT_OF_LINE
 from pytest_fxprof.records.verdicts import Status
 from pytest_fxprof.result import ProfileResult
