@@ -1513,6 +1513,32 @@ TOTAL_CASES = [
         machine=1.3,
     ),
     TotalCase(
+        # a reference workload that sped up more than the model is not credited: the unchanged model would read
+        # x1.22 per reference (make demo's ViT, a passing check that failed); the faster test still credits it
+        "reference-faster-is-not-credited",
+        totals_run(1_000_000, 1_500_000),
+        totals_run(1_000_000, 1_450_000, 395_000),
+        1.45 / 1.5,
+        Verdict.OK,
+        machine=0.79,
+    ),
+    TotalCase(
+        "slower-on-a-faster-machine-is-judged-raw",
+        totals_run(1_000_000, 1_500_000),
+        totals_run(1_000_000, 1_800_000, 395_000),
+        1.2,
+        Verdict.SLOWER,
+        machine=0.79,
+    ),
+    TotalCase(
+        "faster-per-reference-on-a-faster-machine",
+        totals_run(1_000_000, 1_500_000),
+        totals_run(1_000_000, 750_000, 400_000),
+        (0.75 / 0.4) / (1.5 / 0.5),
+        Verdict.FASTER,
+        machine=0.8,
+    ),
+    TotalCase(
         "not-instrumented-falls-back-to-the-plain-forward",
         totals_run(1_000_000, 0),
         totals_run(1_300_000, 0),

@@ -524,6 +524,12 @@ def test_aggregate_line_of_several_measurements() -> None:
             id="slower-machine",
         ),
         pytest.param(
+            replace(BASELINE, runs=(replace(BASELINE.runs[0], instrumented_ns=1_450_000, reference_ns=400_000),)),
+            "total: 1.50 ms -> 1.45 ms, x0.97 against the reference workload (machine x0.80; faster, not credited), "
+            "band +15% (tolerance): ok",
+            id="faster-machine",
+        ),
+        pytest.param(
             entry(dict.fromkeys(BASE_NS, 0.5)),
             "total: 1.50 ms -> 750.0 us, x0.50 against the reference workload (machine x1.00), band +15% (tolerance): "
             "faster",

@@ -42,7 +42,8 @@ The rules, in order:
 6. The total is the instrumented pass divided by the reference workload, banded by the larger of the
    total tolerance (``HISTORY_TOTAL_TOLERANCE`` from ``MIN_RECORDINGS`` recordings on) and ``spread_k``
    deviations, within and between recordings (no floor, no speed factor). It catches slowdowns spread
-   over every node, which 3 and 5 cancel by design.
+   over every node, which 3 and 5 cancel by design. As in 3, the slower test divides out a slower reference
+   but a faster one only by ``FASTER_CREDIT``; the faster test divides out both.
 7. A current entry may hold several measurements (a confirmation re-measures a flagged profile). Each
    item is slower only if *every* measurement says so, faster only if every one does; the verdict
    carries all the ratios, so whether the confirmation agreed is on record.
@@ -539,12 +540,24 @@ def _judge_total(recordings: Sequence[Sequence[Run]], runs: Sequence[Run], polic
     centre = float(statistics.median(per_ref(r) for r in baseline))
     sigma, _ = spread_of([[per_ref(r) for r in rs] for rs in recordings])
     band, source = band_for(policy.total_tolerance, sigma, k=policy.spread_k)
-    ratios = [per_ref(r) / centre for r in runs]
     ref_centre = statistics.median(r.reference_ns for r in baseline)
+
+    def uncredited(run: Run) -> float:
+        """The run's total over the reference workload, a faster one credited only by ``faster_credit``."""
+        if not use_ref:
+            return per_ref(run)
+        machine = run.reference_ns / ref_centre
+        return max(timed(run) / (ref_centre * max(machine, float(machine**policy.faster_credit))), 1e-12)
+
+    # as for the nodes: the slower test divides out a slower machine, never a faster one (a reference workload
+    # that sped up more than the model would call an unchanged model slower); the faster test divides out both
+    ratios = [uncredited(r) / centre for r in runs]
+    faster = [per_ref(r) / centre for r in runs]
     machine = runs[0].reference_ns / ref_centre if use_ref else 1.0
     note = "" if use_ref else " (raw: no reference workload timed)"
     base_total = float(statistics.median(timed(r) for r in baseline))
-    return TotalVerdict(base_total, timed(runs[0]), machine, judge(ratios, band, source, note=note, sigma=sigma))
+    verdict = judge(ratios, band, source, note=note, sigma=sigma, faster=faster)
+    return TotalVerdict(base_total, timed(runs[0]), machine, verdict)
 
 
 def mismatches_of(baseline: BaselineEntry, current: BaselineEntry) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -17,8 +17,7 @@ from pytest_fxprof.against.compare import Against
 from pytest_fxprof.modes.gate import Gate
 from pytest_fxprof.options import against_options
 from pytest_fxprof.session.against import AgainstCalls
-from pytest_fxprof.session.calls import Calls
-from pytest_fxprof.settings import Mode, Settings
+from pytest_fxprof.settings import Mode
 
 if TYPE_CHECKING:
     from pytest_fxprof.measure.sampling import Relaunch
@@ -28,6 +27,7 @@ if TYPE_CHECKING:
 
 class AgainstMode(Gate):
     mode = Mode.AGAINST
+    calls_class = AgainstCalls
 
     def __init__(self, config: pytest.Config, run: RunState) -> None:
         super().__init__(config, run)
@@ -43,17 +43,8 @@ class AgainstMode(Gate):
             "python": self.against.python or "",
         }
 
-    def calls(self, item: pytest.Item, settings: Settings, relaunch: Relaunch) -> Calls:
-        run = self.run
-        return AgainstCalls(
-            item.nodeid,
-            settings,
-            against=self.against,
-            store=run.store,
-            reactions=run.reactions,
-            relaunch=relaunch,
-            turns=run.measuring_turns(),
-        )
+    def call_options(self, item: pytest.Item, relaunch: Relaunch) -> dict[str, Any]:
+        return {**super().call_options(item, relaunch), "against": self.against}
 
 
 def old_side(config: pytest.Config) -> Against:

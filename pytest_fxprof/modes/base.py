@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pytest_fxprof.session.calls import Calls, OffCalls
 from pytest_fxprof.session.run import RunState
@@ -19,6 +19,8 @@ class RunMode:
     runs; the plugin's hooks hand each test over to ``calls``."""
 
     mode: ClassVar[Mode]
+    calls_class: ClassVar[type[Calls]]
+    """What a test's ``fxprof`` calls are in this mode."""
     gated: ClassVar[bool] = True
     """Whether the run judges or records (its tests carry their verdicts on their reports, its end writes)."""
 
@@ -38,15 +40,17 @@ class RunMode:
 
     def calls(self, item: pytest.Item, settings: Settings, relaunch: Relaunch) -> Calls:
         """The ``fxprof`` calls of the test ``item``, made by this mode's rules."""
-        raise NotImplementedError
+        return self.calls_class(item.nodeid, settings, **self.call_options(item, relaunch))
+
+    def call_options(self, item: pytest.Item, relaunch: Relaunch) -> dict[str, Any]:
+        """What every call of a test takes from the run (a mode adds its own)."""
+        run = self.run
+        return {"store": run.store, "reactions": run.reactions, "relaunch": relaunch, "turns": run.measuring_turns()}
 
 
 class OffMode(RunMode):
     """Without ``--fxprof``, ``--fxprof-update`` or ``--fxprof-against``: calls are captured and run, untimed."""
 
     mode = Mode.OFF
+    calls_class = OffCalls
     gated = False
-
-    def calls(self, item: pytest.Item, settings: Settings, relaunch: Relaunch) -> Calls:
-        run = self.run
-        return OffCalls(item.nodeid, settings, store=run.store, reactions=run.reactions, relaunch=relaunch)

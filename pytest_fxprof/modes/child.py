@@ -21,12 +21,12 @@ from pytest_fxprof.store.files import loads
 
 if TYPE_CHECKING:
     from pytest_fxprof.measure.sampling import Relaunch
-    from pytest_fxprof.session.calls import Calls
     from pytest_fxprof.session.run import RunState
 
 
 class ChildMode(RunMode):
     mode = Mode.SAMPLE
+    calls_class = ChildCalls
     gated = False
 
     def __init__(self, config: pytest.Config, run: RunState) -> None:
@@ -46,17 +46,18 @@ class ChildMode(RunMode):
     def follows_markers(self) -> bool:
         return False
 
-    def calls(self, item: pytest.Item, settings: Settings, relaunch: Relaunch) -> Calls:
-        run, req = self.run, self.request
-        return ChildCalls(
-            item.nodeid,
-            settings,
-            out=Path(req["out"]) if req["test_id"] == item.nodeid else None,
-            request=req,
-            store=run.store,
-            reactions=run.reactions,
-            relaunch=relaunch,
-        )
+    def call_options(self, item: pytest.Item, relaunch: Relaunch) -> dict[str, Any]:
+        """Its parent's request, and where to write: for the test it named (the process's other tests run
+        unjudged); it measures inside its parent's turn."""
+        out = Path(self.request["out"]) if self.request["test_id"] == item.nodeid else None
+        run = self.run
+        return {
+            "store": run.store,
+            "reactions": run.reactions,
+            "relaunch": relaunch,
+            "out": out,
+            "request": self.request,
+        }
 
     # A side's watch over its test ---------------------------------------------------------------------------
 

@@ -15,16 +15,14 @@ import pytest
 
 from pytest_fxprof.modes.base import RunMode
 from pytest_fxprof.options import path_setting
-from pytest_fxprof.session.calls import Calls
 from pytest_fxprof.session.check import CheckCalls
 from pytest_fxprof.session.reactions import OnUnused
 from pytest_fxprof.session.update import UpdateCalls
-from pytest_fxprof.settings import Mode, Settings
+from pytest_fxprof.settings import Mode
 from pytest_fxprof.store.files import unwritable
 from pytest_fxprof.views.outputs import VIEWS
 
 if TYPE_CHECKING:
-    from pytest_fxprof.measure.sampling import Relaunch
     from pytest_fxprof.session.run import RunState
     from pytest_fxprof.views.report import AgainstJSON
 
@@ -152,17 +150,7 @@ class CheckMode(Gate):
     """``--fxprof``: each test's calls checked against their stored baselines."""
 
     mode = Mode.CHECK
-
-    def calls(self, item: pytest.Item, settings: Settings, relaunch: Relaunch) -> Calls:
-        run = self.run
-        return CheckCalls(
-            item.nodeid,
-            settings,
-            store=run.store,
-            reactions=run.reactions,
-            relaunch=relaunch,
-            turns=run.measuring_turns(),
-        )
+    calls_class = CheckCalls
 
 
 class UpdateMode(Gate):
@@ -170,6 +158,7 @@ class UpdateMode(Gate):
     where the baselines' directory cannot be written."""
 
     mode = Mode.UPDATE
+    calls_class = UpdateCalls
 
     def __init__(self, config: pytest.Config, run: RunState) -> None:
         super().__init__(config, run)
@@ -179,14 +168,3 @@ class UpdateMode(Gate):
                 f"--fxprof-update cannot write baselines to {run.store.directory}: {problem}. Make it writable, or "
                 "record them elsewhere with --fxprof-baseline-dir (or the fxprof_baseline_dir ini key)"
             )
-
-    def calls(self, item: pytest.Item, settings: Settings, relaunch: Relaunch) -> Calls:
-        run = self.run
-        return UpdateCalls(
-            item.nodeid,
-            settings,
-            store=run.store,
-            reactions=run.reactions,
-            relaunch=relaunch,
-            turns=run.measuring_turns(),
-        )

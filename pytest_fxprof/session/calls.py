@@ -165,15 +165,19 @@ class Calls:
         tries = [result]
         while tries[-1].busy and len(tries) <= BUSY_RETRIES:
             again = measure()
-            first, second = [n.info.key for n in result.nodes], [n.info.key for n in again.nodes]
-            if first != second:
-                raise SamplingError(
-                    f"fxprof: {self.label(key)}: measured again in this process (the first profile was measured on "
-                    "a busy machine), the model captured a different graph; the capture must be deterministic: "
-                    + capture_difference(first, second, ("the first profile's capture", "the one measured again"))
-                )
+            self.same_capture(key, result, again, "(the first profile was measured on a busy machine)")
             tries.append(again)
         return tries[least_disturbed([t.disturbance for t in tries])]
+
+    def same_capture(self, key: str, first: ProfileResult, again: ProfileResult, why: str) -> None:
+        """Refuse a call measured again in this process (``why``) whose model captured another graph."""
+        keys, again_keys = [n.info.key for n in first.nodes], [n.info.key for n in again.nodes]
+        if keys != again_keys:
+            raise SamplingError(
+                f"fxprof: {self.label(key)}: measured again in this process {why}, the model captured a different "
+                "graph; the capture must be deterministic (a model whose graph depends on state cannot be gated): "
+                + capture_difference(keys, again_keys, ("the first profile's capture", "the one measured again"))
+            )
 
     def label(self, key: str) -> str:
         return f"{self.test_id} [{key}]"

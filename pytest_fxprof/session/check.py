@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_fxprof.judge.decision import compare, weak_baseline
 from pytest_fxprof.measure.sampling import BUSY_RETRIES, SamplingError, sample
 from pytest_fxprof.records.disturbance import Disturbance
-from pytest_fxprof.records.measurement import BaselineEntry, Run, capture_difference
+from pytest_fxprof.records.measurement import BaselineEntry, Run
 from pytest_fxprof.records.verdicts import Comparison, Status
 from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.session.calls import Calls
@@ -97,13 +97,7 @@ class CheckCalls(Calls):
                     f"again in this process instead: {exc}"
                 )
         again = measure()
-        first, second = [n.info.key for n in result.nodes], [n.info.key for n in again.nodes]
-        if first != second:
-            raise SamplingError(
-                f"fxprof: {self.label(key)}: measured again in this process, the model captured a different graph; "
-                "the capture must be deterministic (a model whose graph depends on state cannot be gated): "
-                + capture_difference(first, second, ("the first profile's capture", "the one measured again"))
-            )
+        self.same_capture(key, result, again, "(to confirm a slowdown)")
         again = self.calmer(key, again, measure)
         self._confirmed_busy = again.disturbance
         return again.run()

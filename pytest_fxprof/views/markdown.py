@@ -20,7 +20,7 @@ from pytest_fxprof.records.measurement import FORWARD
 from pytest_fxprof.records.units import fmt_ns
 from pytest_fxprof.records.verdicts import Status
 from pytest_fxprof.store.files import write_atomic
-from pytest_fxprof.views.render import graphs_text
+from pytest_fxprof.views.render import graphs_text, machine_credit
 from pytest_fxprof.views.report import (
     FlagJSON,
     GraphsJSON,
@@ -223,7 +223,8 @@ def _regression_block(profile: ProfileReportJSON) -> list[str]:
         corrected = (
             f" at {_text(profile['against'])}, per pair of old and new processes"
             if profile.get("against")
-            else f" against the reference workload (machine {_ratio(total['machine_factor'])})"
+            else f" against the reference workload (machine {_ratio(total['machine_factor'])}"
+            f"{machine_credit(total['machine_factor'], total.get('verdict', ''))})"
         )
         lines += [
             "",

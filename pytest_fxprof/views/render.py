@@ -394,9 +394,14 @@ def total_line(t: TotalVerdict) -> str:
         )
     return (
         f"total: {fmt_ns(t.baseline_ns)} -> {fmt_ns(t.current_ns)}, x{t.ratio:.2f} against the reference workload "
-        f"(machine x{t.machine_factor:.2f}), band +{t.band:.0%} ({t.band_source.value}): {t.verdict.value}"
-        f"{_measured(t.judgement.ratios)}"
+        f"(machine x{t.machine_factor:.2f}{machine_credit(t.machine_factor, t.verdict.value)}), band +{t.band:.0%} "
+        f"({t.band_source.value}): {t.verdict.value}{_measured(t.judgement.ratios)}"
     )
+
+
+def machine_credit(factor: float, verdict: str) -> str:
+    """What a faster machine counted for: nothing, unless the total was found faster (``judge.decision``)."""
+    return "; faster, not credited" if factor < 1.0 and verdict != Verdict.FASTER.value else ""
 
 
 def _names(nodes: Sequence[NodeInfo], limit: int = 8) -> str:
