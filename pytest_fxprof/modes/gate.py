@@ -20,7 +20,7 @@ from pytest_fxprof.session.reactions import OnUnused
 from pytest_fxprof.session.update import UpdateCalls
 from pytest_fxprof.settings import Mode
 from pytest_fxprof.store.files import unwritable
-from pytest_fxprof.views.outputs import VIEWS
+from pytest_fxprof.views.outputs import VIEWS, write_view
 
 if TYPE_CHECKING:
     from pytest_fxprof.session.run import RunState
@@ -67,8 +67,6 @@ class Gate(RunMode):
             path = path_setting(config, name, None)
             if path is None:
                 continue
-            from pytest_fxprof.views.outputs import write_view
-
             try:
                 outputs.extend(write_view(name, path, run.mode.value, run.records, unused, against=self.against_json()))
             except (OSError, ValueError) as exc:
