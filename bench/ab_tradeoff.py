@@ -10,7 +10,11 @@ check fails when a node that gates alone, an aggregate or the total is slower, a
 
 Prints, per setting: the false alarms over the checks of unchanged code (``none``) and the detection of each
 slowed condition, pooled over the models, and the seconds ``n`` pairs take (the median seconds a pair took,
-times ``n``). Only checks that measured at least ``n`` pairs count at ``n``.
+times ``n``). Only checks that measured at least ``n`` pairs count at ``n``. With ``--sequential`` each check
+is replayed as the plugin schedules it instead: from ``n`` pairs, one more while an item that gates is
+undecided and nothing failed, as far as the check's recorded pairs go; ``s`` is then the mean pairs used.
+
+    .venv/bin/python bench/ab_tradeoff.py bench/ab_quality.jsonl --sequential --pairs 4,6 --confidence 0.999
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ SCALE = 1e9
 """Ratios are replayed as times: the old side at this, the new side at this times the ratio."""
 
 
-def failed(items: list[dict[str, Any]], n: int, confidence: float, node_tolerance: float) -> bool:
+def verdicts(items: list[dict[str, Any]], n: int, confidence: float, node_tolerance: float) -> list[Verdict]:
+    """Each gating item's verdict on the check's first ``n`` pairs."""
+    out = []
     for item in items:
         if not item["gates"] or len(item["ratios"] or []) < n:
             continue
@@ -45,9 +51,27 @@ def failed(items: list[dict[str, Any]], n: int, confidence: float, node_toleranc
             floor=floor,
             resolve=item["kind"] == "total",
         )
-        if j.verdict is Verdict.SLOWER:
-            return True
-    return False
+        out.append(j.verdict)
+    return out
+
+
+def failed(items: list[dict[str, Any]], n: int, confidence: float, node_tolerance: float) -> bool:
+    return Verdict.SLOWER in verdicts(items, n, confidence, node_tolerance)
+
+
+def sequential(check: dict[str, Any], start: int, confidence: float, node_tolerance: float) -> tuple[bool, int]:
+    """The check replayed as the plugin extends it: ``start`` pairs, then one more while an item that gates is
+    undecided and nothing failed, as far as the check's recorded pairs go. Returns whether it failed and the
+    pairs it used."""
+    recorded = check.get("pairs") or 0
+    n = start
+    while True:
+        seen = verdicts(check["items"], n, confidence, node_tolerance)
+        if Verdict.SLOWER in seen:
+            return True, n
+        if Verdict.NOISY not in seen or n >= recorded:
+            return False, n
+        n += 1
 
 
 def main() -> None:
@@ -56,6 +80,12 @@ def main() -> None:
     parser.add_argument("--pairs", default="3,4,5,6", help="pair counts to replay (3,4,5,6)")
     parser.add_argument("--confidence", default=f"0.99,0.995,{CONFIDENCE}", help="one-sided confidence levels")
     parser.add_argument("--node-tolerance", default=f"0.03,{PAIRED_NODE_TOLERANCE},0.08", help="node bands")
+    parser.add_argument(
+        "--sequential",
+        action="store_true",
+        help="replay each check from --pairs pairs on, one more while undecided, as far as its recorded pairs go "
+        "(the plugin's schedule); the s column is then the mean pairs used",
+    )
     args = parser.parse_args()
     checks = [
         c
@@ -71,16 +101,23 @@ def main() -> None:
         for confidence in (float(x) for x in args.confidence.split(",")):
             for tolerance in (float(x) for x in args.node_tolerance.split(",")):
                 counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+                used = []
                 for c in checks:
                     if (c.get("pairs") or 0) < n:
                         continue
                     tally = counts[c["condition"]]
-                    tally[0] += failed(c["items"], n, confidence, tolerance)
+                    if args.sequential:
+                        fails, pairs = sequential(c, n, confidence, tolerance)
+                        used.append(pairs)
+                    else:
+                        fails = failed(c["items"], n, confidence, tolerance)
+                    tally[0] += fails
                     tally[1] += 1
                 cells = "".join(
                     f" {f'{k}/{m} {k / m:4.0%}' if m else '-':>13}" for k, m in (counts[c] for c in conditions)
                 )
-                print(f"{n:>5} {confidence:>6} {tolerance:>5} {n * per_pair:>4.0f}{cells}")
+                cost = statistics.mean(used) if args.sequential else n * per_pair
+                print(f"{n:>5} {confidence:>6} {tolerance:>5} {cost:>4.1f}{cells}")
     print("none: checks of unchanged code that failed (false alarms); the other columns: slowed checks that failed")
 
 

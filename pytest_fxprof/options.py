@@ -130,6 +130,12 @@ RUN_OPTIONS: tuple[Option, ...] = (
         cli=False,
     ),
     Option(
+        "run_budget_s",
+        "Against a revision: seconds the whole run's pairs may take; no pair starts that would end past it (at "
+        "its tests' measured cost), and a test still undecided then says so (default 1800)",
+        metavar="S",
+    ),
+    Option(
         "baseline_dir",
         "Where baselines live (default: baselines/ under the rootdir)",
         metavar="DIR",
@@ -257,6 +263,28 @@ def against_options(config: pytest.Config, *, ini: bool = True) -> tuple[str | N
     return ref, python or None
 
 
+RUN_BUDGET_S = 1800.0
+"""The default of ``--fxprof-run-budget-s``: half an hour of pairs at most, for a check on every pull request."""
+
+
+def run_budget(config: pytest.Config) -> float:
+    """``--fxprof-run-budget-s`` (or its ini key), checked: a positive number of seconds."""
+    import pytest
+
+    raw = value(config, "run_budget_s")
+    if raw is None:
+        return RUN_BUDGET_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise pytest.UsageError(
+            f"--fxprof-run-budget-s {raw}: give a positive number of seconds (default {RUN_BUDGET_S:g})"
+        )
+    return seconds
+
+
 def path_setting(config: pytest.Config, name: str, default: str | None) -> Path | None:
     """A path option: relative to the invocation directory on the command line, to the ini file in it."""
     cli = config.getoption(f"fxprof_{name}")
@@ -280,6 +308,22 @@ def lock_path(config: pytest.Config) -> Path | None:
     if raw is not None and not str(raw).strip():
         raise pytest.UsageError("--fxprof-lock is empty; give a lock file's path, or 'off' to measure without turns")
     return path_setting(config, "lock", None) or default_lock_path()
+
+
+MARKER = "fxprof"
+"""The marker whose keywords set a test's settings: ``@pytest.mark.fxprof(...)``."""
+
+
+def marker_settings(item: pytest.Item, base: Settings) -> Settings:
+    """A test's settings: its markers' over ``base`` (``SettingsError`` for a marker that cannot be applied)."""
+    from pytest_fxprof.settings import SettingsError
+
+    settings = base
+    for mark in reversed(list(item.iter_markers(MARKER))):  # closest marker applied last
+        if mark.args:
+            raise SettingsError(f"{item.nodeid}: @pytest.mark.fxprof takes keywords only, got {mark.args!r}")
+        settings = apply(settings, mark.kwargs, f"{item.nodeid}: @pytest.mark.fxprof")
+    return settings
 
 
 def settings_of(config: pytest.Config) -> Settings:

@@ -15,15 +15,24 @@ from typing import Any
 
 import pytest
 
-from pytest_fxprof.measure.sampling import Relaunch, SamplingError, plugin_args
+from pytest_fxprof.measure.sampling import SamplingError
 from pytest_fxprof.measure.turns import TurnError
-from pytest_fxprof.modes.base import OffMode, RunMode
-from pytest_fxprof.options import add_options, against_options, lock_path, path_setting, reactions_of, settings_of
+from pytest_fxprof.modes.base import OffMode, RunMode, relaunch_of
+from pytest_fxprof.options import (
+    MARKER,
+    add_options,
+    against_options,
+    lock_path,
+    marker_settings,
+    path_setting,
+    reactions_of,
+    settings_of,
+)
 from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.session.calls import Calls
 from pytest_fxprof.session.reactions import Outcome, UsageError
 from pytest_fxprof.session.run import WORKER_KEY, RunState
-from pytest_fxprof.settings import SETTING_NAMES, Mode, Settings, SettingsError, apply
+from pytest_fxprof.settings import SETTING_NAMES, Mode, Settings, SettingsError
 from pytest_fxprof.store.baseline import BaselineError, BaselineStore
 
 MODE_KEY = pytest.StashKey[RunMode]()
@@ -32,7 +41,6 @@ CALLS_KEY = pytest.StashKey[Calls]()
 SPOILED_KEY = pytest.StashKey[bool]()
 SKIPPED_KEY = pytest.StashKey[bool]()
 """Set on a test that fxprof skipped (a missing baseline, another setup, no verdict), to report the skip there."""
-MARKER = "fxprof"
 
 
 class FxprofWarning(UserWarning):
@@ -113,15 +121,6 @@ def _run(config: pytest.Config) -> RunState:
     return config.stash[MODE_KEY].run
 
 
-def _marker_settings(item: pytest.Item, base: Settings) -> Settings:
-    settings = base
-    for mark in reversed(list(item.iter_markers(MARKER))):  # closest marker applied last
-        if mark.args:
-            raise SettingsError(f"{item.nodeid}: @pytest.mark.fxprof takes keywords only, got {mark.args!r}")
-        settings = apply(settings, mark.kwargs, f"{item.nodeid}: @pytest.mark.fxprof")
-    return settings
-
-
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     if hasattr(config, "workerinput"):  # an xdist worker: the fixture fails the test instead
         return
@@ -129,7 +128,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     errors = []
     for item in items:
         try:
-            _marker_settings(item, base)
+            marker_settings(item, base)
         except SettingsError as exc:
             errors.append(str(exc))
     if errors:
@@ -224,19 +223,13 @@ def fxprof(request: pytest.FixtureRequest) -> Fxprof:
     mode = config.stash[MODE_KEY]
 
     def marked() -> Settings:
-        return _marker_settings(item, config.stash[SETTINGS_KEY])
+        return marker_settings(item, config.stash[SETTINGS_KEY])
 
     try:
         settings = mode.settings(item, marked())
     except SettingsError as exc:  # rejected at collection already, except in xdist workers
         pytest.fail(f"fxprof: {exc}", pytrace=False)
-    relaunch = Relaunch(
-        invocation_dir=config.invocation_params.dir,
-        rootdir=config.rootpath,
-        inifile=config.inipath,
-        extra_args=plugin_args(config.invocation_params.args),
-    )
-    calls = mode.calls(item, settings, relaunch)
+    calls = mode.calls(item, settings, relaunch_of(config))
     item.stash[CALLS_KEY] = calls
     return Fxprof(calls, marked if mode.follows_markers() else None)
 

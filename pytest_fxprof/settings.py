@@ -66,10 +66,12 @@ def _setting(
     return field(default=default, metadata={"help": help, "minimum": minimum, "choices": choices, "why": why})
 
 
-MORE_PAIRS = 3
-"""Against a revision, a test whose verdict is still open after ``pairs`` pairs gets up to this many times as
-many (within its ``budget_s``)."""
-_PAIRS = 6
+MORE_PAIRS = 14
+"""Against a revision, a test whose verdict is still open after ``pairs`` pairs gets up to this many more (within
+its ``budget_s`` and the run's)."""
+_PAIRS = MIN_DECIDING_PAIRS
+"""Decided tests leave the pairs, undecided ones get more: starting from the fewest pairs that can decide costs
+nothing in false alarms or detection (``bench/ab_tradeoff.py --sequential``, BENCHMARKS.md)."""
 
 
 @dataclass(frozen=True)
@@ -126,14 +128,15 @@ class Settings:
     pairs: int = _setting(
         _PAIRS,
         f"Against a revision: pairs of old and new processes per test, at least {MIN_DECIDING_PAIRS}; up to "
-        f"{MORE_PAIRS} times as many while a verdict is undecided (default {_PAIRS})",
+        f"{MORE_PAIRS} more while a verdict is undecided (default {_PAIRS})",
         minimum=MIN_DECIDING_PAIRS,
         why=f": fewer pairs cannot decide the total of a check whose pairs spread as usual (1 %) at the gate's "
         f"confidence (use {MIN_DECIDING_PAIRS} or more; the default is {_PAIRS})",
     )
     budget_s: float = _setting(
         150.0,
-        "Against a revision: seconds a test's pairs may take before no more are added (default 150)",
+        "Against a revision: seconds a test's share of the pairs may take; no pair is added for it that would end "
+        "past them (default 150)",
         minimum=0.0,
     )
     schedule: str = _setting(
@@ -185,7 +188,7 @@ class Settings:
     @property
     def max_pairs(self) -> int:
         """How many pairs a test may grow to while an item that gates is undecided."""
-        return self.pairs * MORE_PAIRS
+        return self.pairs + MORE_PAIRS
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

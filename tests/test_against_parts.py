@@ -1,5 +1,5 @@
-"""Unit tests of the parts of the mode against a revision: the exported tree, the schedule of pairs, the old
-side's import check and the lock-step barrier (no torch, no pytest inner runs)."""
+"""Unit tests of the parts of the mode against a revision: the exported tree, the old side's import check and the
+lock-step barrier (no torch, no pytest inner runs). The pairs' schedule is ``test_rounds.py``'s."""
 
 from __future__ import annotations
 
@@ -14,11 +14,9 @@ from typing import Any
 import pytest
 
 from pytest_fxprof.against import revision as rev
-from pytest_fxprof.against import rounds
 from pytest_fxprof.against.origin import foreign_modules
 from pytest_fxprof.against.revision import Revision, RevisionError, materialise, remove, remove_stale, resolve
 from pytest_fxprof.measure.lockstep import DONE, call_tag, exited_mark, lockstep_barrier, pair_cores
-from pytest_fxprof.measure.sampling import Child, Relaunch
 
 
 def git(repo: Path, *args: str) -> str:
@@ -125,139 +123,6 @@ def test_trees_and_index_files_of_killed_runs_are_removed_and_live_ones_kept(tmp
     assert not lock.exists()
     assert live.exists()
     assert other.exists()
-
-
-# The schedule ------------------------------------------------------------------------------------------
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def fake_sides(
-    monkeypatch: pytest.MonkeyPatch, clock: FakeClock, seconds: float = 10.0, data: dict[str, Any] | None = None
-) -> list[str]:
-    """Sides whose processes each take ``seconds`` on ``clock`` and write ``data``; returns the order in which
-    they ran."""
-    ran: list[str] = []
-
-    def run_one(side: rounds.Side, test_id: str, request: dict[str, Any], **kw: Any) -> Child:
-        clock.now += seconds
-        ran.append(side.name)
-        return Child((), 0, data or {"calls": {}}, "")
-
-    monkeypatch.setattr(rounds, "run_one", run_one)
-    return ran
-
-
-SIDE = rounds.Side("old", "HEAD", Relaunch(Path(), Path(), None))
-NEW = rounds.Side("new", "the working tree", Relaunch(Path(), Path(), None))
-
-
-def test_pairs_alternate_in_a_balanced_order(monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = FakeClock()
-    ran = fake_sides(monkeypatch, clock)
-    got = rounds.measure_pairs(
-        SIDE, NEW, "t", {}, pairs=4, max_pairs=12, budget_s=1000, undecided=lambda p: False, clock=clock
-    )
-    assert ran == ["old", "new", "new", "old", "old", "new", "new", "old"]
-    assert len(got.old) == len(got.new) == 4
-    assert got.seconds == 80
-    assert got.stopped == ""
-
-
-def test_pairs_are_added_while_undecided_up_to_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = FakeClock()
-    fake_sides(monkeypatch, clock)
-    seen: list[int] = []
-
-    def undecided(p: rounds.Pairs) -> bool:
-        seen.append(len(p.old))
-        return True
-
-    got = rounds.measure_pairs(
-        SIDE, NEW, "t", {}, pairs=3, max_pairs=5, budget_s=1000, undecided=undecided, clock=clock
-    )
-    assert len(got.old) == 5
-    assert got.stopped == "the limit of 5 pairs"
-    assert seen == [3, 4, 5]  # asked only once the test's own pairs are measured
-
-
-def test_the_budget_bounds_the_added_pairs_never_the_tests_own(monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = FakeClock()
-    fake_sides(monkeypatch, clock)
-    got = rounds.measure_pairs(
-        SIDE, NEW, "t", {}, pairs=6, max_pairs=18, budget_s=50, undecided=lambda p: True, clock=clock
-    )
-    assert len(got.old) == 6  # 120 s: over the budget, but the test asked for 6
-    assert got.stopped == "the time budget of 50 s per test"
-    got = rounds.measure_pairs(
-        SIDE, NEW, "t", {}, pairs=2, max_pairs=18, budget_s=70, undecided=lambda p: True, clock=clock
-    )
-    assert len(got.old) == 3  # 2 pairs took 40 s, a third ends at 60 s, a fourth would end at 80 s
-
-
-def test_a_decided_test_stops_at_its_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = FakeClock()
-    fake_sides(monkeypatch, clock)
-    got = rounds.measure_pairs(
-        SIDE, NEW, "t", {}, pairs=6, max_pairs=18, budget_s=50, undecided=lambda p: False, clock=clock
-    )
-    assert len(got.old) == 6
-    assert got.stopped == ""
-
-
-@pytest.mark.parametrize(
-    ("data", "absent", "skipped"), [({"absent": True}, True, ""), ({"skipped": "no GPU"}, False, "no GPU")]
-)
-def test_a_side_that_finds_the_test_absent_or_skipped_ends_the_rounds(
-    monkeypatch: pytest.MonkeyPatch, data: dict[str, Any], absent: bool, skipped: str
-) -> None:
-    clock = FakeClock()
-    ran = fake_sides(monkeypatch, clock, data=data)
-    got = rounds.measure_pairs(
-        SIDE, NEW, "t", {}, pairs=6, max_pairs=18, budget_s=500, undecided=lambda p: True, clock=clock
-    )
-    assert ran == ["old", "new"]  # one pair, then nothing more to measure
-    assert got.ended is not None
-    side, child = got.ended
-    assert side == "old"
-    assert (child.absent, child.skipped) == (absent, skipped)
-    assert got.old == got.new == []
-
-
-def test_moot_pairs_stop_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = FakeClock()
-    ran = fake_sides(monkeypatch, clock)
-    got = rounds.measure_pairs(
-        SIDE,
-        NEW,
-        "t",
-        {},
-        pairs=6,
-        max_pairs=18,
-        budget_s=500,
-        undecided=lambda p: True,
-        moot=lambda p: True,
-        clock=clock,
-    )
-    assert len(ran) == 2
-    assert len(got.old) == 1
-
-
-def test_a_failing_side_stops_the_pairs_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    def run_one(side: rounds.Side, test_id: str, request: dict[str, Any], **kw: Any) -> Child:
-        raise rounds.SideFailedError(side, Child(("x",), 4, None, "ERROR: not found"), kw["number"])
-
-    monkeypatch.setattr(rounds, "run_one", run_one)
-    with pytest.raises(rounds.SideFailedError) as err:
-        rounds.measure_pairs(SIDE, NEW, "t", {}, pairs=2, max_pairs=2, budget_s=10, undecided=lambda p: False)
-    assert err.value.side.name == "old"
-    assert err.value.child.returncode == 4
 
 
 # The old side's import check ---------------------------------------------------------------------------
@@ -439,7 +304,7 @@ def test_twins_waiting_on_different_calls_the_right_one_gives_way(
     spec = {"dir": str(tmp_path), "new_calls": tags}
     waiting = {"old": old_waits, "new": new_waits}
     for side, other in (("old", "new"), ("new", "old")):
-        (tmp_path / f"{other}.waiting").write_text(call_tag(waiting[other]))
+        (tmp_path / f"{other}.waiting").write_text(f"0 {call_tag(waiting[other])}")
         barrier = lockstep_barrier({**spec, "side": side, "other": other}, waiting[side])
         assert barrier is not None
         if side == gives_way:
@@ -449,105 +314,13 @@ def test_twins_waiting_on_different_calls_the_right_one_gives_way(
             assert not barrier._give_way()
 
 
-class ScriptRelaunch(Relaunch):
-    """Starts ``python -c SCRIPT`` in place of pytest."""
-
-    def __init__(self, script: str, where: Path) -> None:
-        super().__init__(invocation_dir=where, rootdir=where, inifile=None)
-        object.__setattr__(self, "script", script)
-
-    def command(self, test_id: str, request: Path) -> list[str]:
-        return [sys.executable, "-c", self.script]  # type: ignore[attr-defined]
 
 
-def test_a_process_whose_own_child_keeps_the_pipe_open_is_not_waited_for(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from pytest_fxprof.measure import sampling
-
-    monkeypatch.setattr(sampling, "DRAIN_S", 0.2)
-    pid_file = tmp_path / "server.pid"
-    script = (
-        "import subprocess, sys\n"
-        f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
-        f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
-        "print('measured', flush=True)\n"
-    )
-    proc, out = sampling.start(ScriptRelaunch(script, tmp_path), "t.py::t", {}, tmp_path)
-    child = sampling.finish(proc, out)
-    server = int(pid_file.read_text())
-    try:
-        os.kill(server, 0)  # the server still holds the pipe: finish did not wait for it to close
-        assert child.returncode == 0
-        assert "measured" in child.output
-    finally:
-        os.kill(server, 9)
-
-
-class FakeProc:
-    """A process for ``_wait_both``: running until killed, then ended (``code``) after ``dies_after`` more polls;
-    as with ``Popen``, only ``poll`` sets ``returncode``."""
-
-    def __init__(self, dies_after: int, code: int = -9) -> None:
-        self.returncode: int | None = None
-        self.killed = False
-        self.dies_after = dies_after
-        self.code = code
-
-    def poll(self) -> int | None:
-        if self.killed and self.returncode is None:
-            if self.dies_after == 0:
-                self.returncode = self.code
-            self.dies_after -= 1
-        return self.returncode
-
-    def kill(self) -> None:
-        self.killed = True
-
-
-def test_processes_stopped_at_the_deadline_are_late_even_when_one_dies_slowly(tmp_path: Path) -> None:
-    procs = [FakeProc(dies_after=0), FakeProc(dies_after=3)]
-    marks = [tmp_path / "old.exited", tmp_path / "new.exited"]
-    first, late = rounds._wait_both(procs, marks, 0.0)  # type: ignore[arg-type]
-    assert (first, late) == (None, True)
-    assert all(p.killed for p in procs)
-
-
-def test_a_process_that_fails_first_ends_its_twin(tmp_path: Path) -> None:
-    failing, waiting = FakeProc(dies_after=0), FakeProc(dies_after=1)
-    failing.returncode = 3
-    first, late = rounds._wait_both([failing, waiting], [tmp_path / "a", tmp_path / "b"], None)  # type: ignore[list-item]
-    assert (first, late) == (0, False)
-    assert waiting.killed
-
-
-class WaitsForTwin:
-    """The old side's process of a duet waiting in its lock-step for a twin that already ended: it goes on only
-    once the twin's end is marked (and gives up after ``patience`` polls, as the barrier's timeout would)."""
-
-    def __init__(self, twin_mark: Path, patience: int = 20) -> None:
-        self.returncode: int | None = None
-        self.twin_mark = twin_mark
-        self.patience = patience
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            self.patience -= 1
-            if self.twin_mark.exists():
-                self.returncode = 0
-            elif self.patience == 0:
-                self.returncode = 1
-        return self.returncode
-
-    def kill(self) -> None:
-        raise AssertionError("nothing failed: nothing is killed")
-
-
-def test_a_twin_that_ends_first_is_marked_while_the_other_waits_for_it(tmp_path: Path) -> None:
-    marks = [tmp_path / "old.exited", tmp_path / "new.exited"]
-    ended = FakeProc(dies_after=0, code=0)
-    ended.killed = True  # it has ended: the first poll finds it so, as Popen's returncode is set by poll alone
-    waiting = WaitsForTwin(marks[1])
-    first, late = rounds._wait_both([waiting, ended], marks, None)  # type: ignore[list-item]
-    assert waiting.returncode == 0
-    assert (first, late) == (None, False)
+@pytest.mark.parametrize(("theirs", "gives_way"), [(2, True), (0, False)])
+def test_a_twin_in_a_later_test_left_this_one_behind(tmp_path: Path, theirs: int, gives_way: bool) -> None:
+    """Twins that serve several tests: one waiting in a later test than this side's has left this test behind
+    (its side skipped or failed it), so this side runs the call alone; one in an earlier test will still come."""
+    (tmp_path / "new.waiting").write_text(f"{theirs} {call_tag('call0', 'test_b')}")
+    barrier = lockstep_barrier({"dir": str(tmp_path), "side": "old", "other": "new", "test": 1}, "call0", test_id="t")
+    assert barrier is not None
+    assert barrier._give_way() is gives_way

@@ -51,7 +51,8 @@ def test_tolerances_left_unset_take_the_modes_defaults() -> None:
 
 def test_pairs_and_their_budget() -> None:
     s = apply(Settings(), {"pairs": "4", "budget_s": 30, "schedule": "alternate"}, "marker")
-    assert (s.pairs, s.max_pairs, s.budget_s, s.schedule) == (4, 12, 30.0, "alternate")
+    assert (s.pairs, s.max_pairs, s.budget_s, s.schedule) == (4, 18, 30.0, "alternate")
+    assert (Settings().pairs, Settings().max_pairs) == (4, 18)
     assert Settings().schedule == "auto"
     with pytest.raises(SettingsError, match=r"pairs must be at least 4, not 3: fewer pairs cannot decide"):
         apply(Settings(), {"pairs": 3}, "marker")
@@ -223,7 +224,7 @@ def test_json_round_trip() -> None:
         "floor_us": 2.5,
         "engine": "compiled",
         "capture": "auto",
-        "pairs": 6,
+        "pairs": 4,
         "budget_s": 150.0,
         "schedule": "auto",
         "history": 5,

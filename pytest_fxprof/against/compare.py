@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_fxprof.against.revision import Revision
-from pytest_fxprof.against.rounds import Pairs, Side, SideFailedError, measure_pairs
+from pytest_fxprof.against.rounds import PairedTest, Pairs, Side, SideFailedError, measure_pairs
 from pytest_fxprof.judge.paired import MIN_PAIRS, PairedPolicy, compare_pairs, needs_more, out_of_line
-from pytest_fxprof.measure.sampling import Child, Relaunch, tail
+from pytest_fxprof.measure.sampling import Child, Relaunch, Spent, tail
 from pytest_fxprof.records.measurement import BaselineEntry, capture_difference, iqr_int, median_int
 from pytest_fxprof.records.profile import Profile
 from pytest_fxprof.records.verdicts import Comparison, Status
@@ -30,37 +30,39 @@ from pytest_fxprof.store.baseline import entry_from_json
 
 @dataclass
 class SideWatch:
-    """What a side's process saw of the one test it runs, for what it reports where no ``fxprof`` call wrote
-    its profiles (``report``)."""
+    """What a side's process saw of one test it runs, for what it reports where no ``fxprof`` call wrote its
+    profiles (``report``)."""
 
     test_id: str
     collected: bool = False
     passed: bool = False
-    failed: bool = False
+    failed: str = ""
+    """Why it failed (its report's text), where it did; a file of it that failed to collect counts."""
     skipped: str = ""
 
     def note(self, when: str, outcome: str, reason: str = "") -> None:
-        """One phase's outcome (``setup``, ``call``, ``teardown``; ``passed``, ``failed``, ``skipped``)."""
+        """One phase's outcome (``setup``, ``call``, ``teardown``, ``collect``; ``passed``, ``failed``,
+        ``skipped``); ``reason``: why it skipped or failed."""
         if outcome == "skipped":
             self.skipped = reason.removeprefix("Skipped: ") or "skipped"
         elif outcome == "failed":
-            self.failed = True
+            self.failed = self.failed or f"{when} failed: {reason}".rstrip(": ") or "failed"
         elif when == "call":
             self.passed = True
 
-    def report(self, exitstatus: int, *, collection_failed: bool = False) -> dict[str, Any] | None:
+    def report(self, *, absent: bool) -> dict[str, Any]:
         """``{"skipped": why}``, ``{"calls": {}}`` (it passed without an ``fxprof`` call), ``{"absent": True}``
-        (pytest found no such test: the file or the name is not there, and nothing failed to collect), or None
-        (it failed: its output says why)."""
+        (pytest found no such test, where ``absent`` says that this can be told: the file or the name is not there,
+        and nothing failed to collect), or ``{"failed": why}``."""
         if self.failed:
-            return None
+            return {"failed": self.failed}
         if self.skipped:
             return {"skipped": self.skipped}
         if self.passed:
             return {"calls": {}}
-        if not self.collected and not collection_failed and exitstatus in NOT_FOUND:
+        if not self.collected and absent:
             return {"absent": True}
-        return None
+        return {"failed": "it did not run (its output says why)"}
 
 
 NOT_FOUND = (4, 5)
@@ -69,8 +71,9 @@ no such name in it) or nothing collected."""
 
 
 PROCESS_DEADLINE_S = 600.0
-"""The least time one side's process may take before it is stopped as hung (twice the test's budget, if that is
-more): it holds the machine's lock, so a test that hangs would stop every other test's check."""
+"""The least time one test may run in a side's process before the process is stopped and the test failed as hung
+(twice the test's budget, if that is more): the pairs hold the machine's lock, so a test that hangs would stop
+every other test's check."""
 
 
 class AgainstError(Exception):
@@ -246,7 +249,9 @@ def merged(entries: Sequence[BaselineEntry]) -> BaselineEntry:
                     [n.key for n in first.nodes], [n.key for n in e.nodes], ("its first process's capture", "another's")
                 )
             )
-    return replace(first, runs=tuple(e.runs[0] for e in entries))
+    # the shapes come from the processes that ran the counting pass (the first pair's)
+    shapes = next((e.shapes for e in entries if e.shapes), first.shapes)
+    return replace(first, runs=tuple(e.runs[0] for e in entries), shapes=shapes)
 
 
 def side_profile(base: Profile, entry: BaselineEntry) -> Profile:
@@ -289,6 +294,126 @@ def _failure(err: SideFailedError, label: str, test_id: str) -> AgainstError:
     )
 
 
+@dataclass(frozen=True)
+class AskedTest:
+    """A test to check against the old side: its settings (as its processes take them), its paired rule, its pairs
+    and budget, and ``keys``, the calls this process made in it (None where it has not run yet)."""
+
+    test_id: str
+    settings: dict[str, Any]
+    policy: PairedPolicy
+    pairs: int
+    max_pairs: int
+    budget_s: float
+    keys: tuple[str, ...] | None = None
+
+
+def _keys(asked: AskedTest, got: Pairs) -> list[str]:
+    """The calls to judge: this process's, else those the new side's first process made."""
+    if asked.keys is not None:
+        return list(asked.keys)
+    return sorted(_calls(got.new[0])) if got.new else []
+
+
+def _judged(got: Pairs, keys: Iterable[str], policy: PairedPolicy, label: str) -> dict[str, Comparison | None]:
+    out: dict[str, Comparison | None] = {}
+    for key in keys:
+        found = paired_entries(got, key)
+        out[key] = None if found is None else compare_pairs(merged(found.old), merged(found.new), policy, against=label)
+    return out
+
+
+def measure_tests(
+    against: Against,
+    new: Relaunch,
+    tests: Sequence[AskedTest],
+    *,
+    duet: bool,
+    run_budget_s: float | None = None,
+    turn: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
+    progress: Callable[[int, int, float], None] | None = None,
+    spent: Spent | None = None,
+) -> dict[str, Pairs]:
+    """Measure ``tests`` in pairs of old and new processes that serve them all (``against.rounds``), in the
+    machine's measuring ``turn`` (``measure.turns``); per test what its pairs measured, for ``judge_test``."""
+    old_side, new_side = against.sides(new)
+    label = against.label
+
+    def paired(asked: AskedTest) -> PairedTest:
+        def undecided(got: Pairs) -> bool:
+            judged = _judged(got, _keys(asked, got), asked.policy, label)
+            return any(c is not None and needs_more(c) for c in judged.values())
+
+        def moot(got: Pairs) -> bool:
+            """After each pair: refuse an old side that ran the working tree's code, and stop when no call is left
+            that more pairs could compare (the old side made none of them, or each hands the model another
+            setup)."""
+            try:
+                _refuse_foreign(got.old[-1], label)
+                judged = _judged(got, _keys(asked, got), asked.policy, label)
+            except AgainstError as exc:
+                got.error = str(exc)
+                return True
+            return all(c is None or c.status is Status.MISMATCH for c in judged.values())
+
+        request: dict[str, Any] = {"settings": asked.settings}
+        if asked.keys is not None:
+            request["calls"] = list(asked.keys)
+        return PairedTest(
+            asked.test_id, request, asked.pairs, asked.max_pairs, asked.budget_s, undecided=undecided, moot=moot
+        )
+
+    deadline = max(PROCESS_DEADLINE_S, *(2 * a.budget_s for a in tests))
+    with turn():
+        return measure_pairs(
+            old_side,
+            new_side,
+            [paired(a) for a in tests],
+            duet=duet,
+            deadline_s=deadline,
+            run_budget_s=run_budget_s,
+            progress=progress,
+            spent=spent,
+        )
+
+
+def judge_test(
+    against: Against, test_id: str, got: Pairs, profiles: dict[str, Profile], policy: PairedPolicy
+) -> TestOutcome:
+    """Judge each call of ``profiles`` (this process's unmeasured profiles of the test's calls, keyed as the calls
+    are) on what the test's pairs measured (``measure_tests``) with the paired rule."""
+    label = against.label
+    if got.failed is not None:
+        raise _failure(got.failed, label, test_id)
+    if got.error:
+        raise AgainstError(got.error)
+    if got.ended is not None:
+        side, child = got.ended
+        where = label if side == "old" else "a fresh process of the working tree"
+        if child.skipped:
+            return TestOutcome(absent=False, calls={}, skipped=f"the test skipped at {where}: {child.skipped}")
+        if side == "old" and against.revision is not None:
+            return TestOutcome(absent=True, calls={})
+        raise AgainstError(f"{where} found no test {test_id} (collected nothing of that name)")
+    calls = {}
+    for key, comparison in _judged(got, profiles, policy, label).items():
+        found = paired_entries(got, key)
+        new_entries = _entries(got.new, key, "new")
+        if new_entries is None:
+            i = next(i for i, child in enumerate(got.new, 1) if key not in _calls(child))
+            raise AgainstError(
+                f"fresh process {i} of the working tree for {test_id} made no fxprof call {key!r}, which this "
+                "process made; calls must not depend on the process (make the call whatever ran before it)"
+            )
+        profile = side_profile(profiles[key], merged(new_entries))
+        stopped = got.stopped if comparison is not None and needs_more(comparison) else ""
+        found = found or PairedEntries([], [])
+        calls[key] = CallOutcome(
+            comparison, profile, stopped, found.left_out, found.kept_out_of_step, found.out_of_line
+        )
+    return TestOutcome(absent=False, calls=calls, pairs=len(got.old), seconds=got.seconds)
+
+
 def check_test(
     against: Against,
     new: Relaunch,
@@ -302,75 +427,14 @@ def check_test(
     budget_s: float,
     schedule: str = "auto",
     turn: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
+    spent: Spent | None = None,
 ) -> TestOutcome:
-    """Measure ``test_id`` in pairs of old and new processes and judge each call of ``profiles`` (this
-    process's unmeasured profiles of the test's calls, keyed as the calls are), on ``schedule``
-    (``settings.SCHEDULES``), the pairs measured in the machine's measuring ``turn`` (``measure.turns``)."""
-    old_side, new_side = against.sides(new)
+    """Measure ``test_id`` alone in pairs of old and new processes and judge each call of ``profiles``, on
+    ``schedule`` (``settings.SCHEDULES``): what a test that no earlier measuring served gets (``judge_test``)."""
+    asked = AskedTest(test_id, settings, policy, pairs, max_pairs, budget_s, keys=tuple(profiles))
     duet = duet_for(schedule, profiles.values())
-    label = against.label
-
-    def judged(got: Pairs) -> dict[str, Comparison | None]:
-        out: dict[str, Comparison | None] = {}
-        for key in profiles:
-            found = paired_entries(got, key)
-            out[key] = (
-                None if found is None else compare_pairs(merged(found.old), merged(found.new), policy, against=label)
-            )
-        return out
-
-    def undecided(got: Pairs) -> bool:
-        return any(c is not None and needs_more(c) for c in judged(got).values())
-
-    def moot(got: Pairs) -> bool:
-        """After each pair: refuse an old side that ran the working tree's code, and stop when no call is left
-        that more pairs could compare (the old side made none of them, or each hands the model another setup)."""
-        _refuse_foreign(got.old[-1], label)
-        return all(c is None or c.status is Status.MISMATCH for c in judged(got).values())
-
-    request = {"test_id": test_id, "settings": settings, "entry": True, "calls": list(profiles)}
-    try:
-        with turn():
-            got = measure_pairs(
-                old_side,
-                new_side,
-                test_id,
-                request,
-                pairs=pairs,
-                max_pairs=max_pairs,
-                budget_s=budget_s,
-                undecided=undecided,
-                moot=moot,
-                duet=duet,
-                deadline_s=max(PROCESS_DEADLINE_S, 2 * budget_s),
-            )
-    except SideFailedError as err:
-        raise _failure(err, label, test_id) from None
-    if got.ended is not None:
-        side, child = got.ended
-        where = label if side == "old" else "a fresh process of the working tree"
-        if child.skipped:
-            return TestOutcome(absent=False, calls={}, skipped=f"the test skipped at {where}: {child.skipped}")
-        if side == "old" and against.revision is not None:
-            return TestOutcome(absent=True, calls={})
-        raise AgainstError(f"{where} found no test {test_id} (collected nothing of that name)")
-    calls = {}
-    for key, comparison in judged(got).items():
-        found = paired_entries(got, key)
-        new_entries = _entries(got.new, key, "new")
-        if new_entries is None:
-            i = next(i for i, child in enumerate(got.new, 1) if key not in _calls(child))
-            raise AgainstError(
-                f"fresh process {i} of the working tree for {test_id} made no fxprof call {key!r}, which this "
-                "process made; calls must not depend on the process (make the call whatever ran before it)"
-            )
-        profile = side_profile(profiles[key], merged(new_entries)) if new_entries is not None else None
-        stopped = got.stopped if comparison is not None and needs_more(comparison) else ""
-        found = found or PairedEntries([], [])
-        calls[key] = CallOutcome(
-            comparison, profile, stopped, found.left_out, found.kept_out_of_step, found.out_of_line
-        )
-    return TestOutcome(absent=False, calls=calls, pairs=len(got.old), seconds=got.seconds)
+    got = measure_tests(against, new, [asked], duet=duet, turn=turn, spent=spent)[test_id]
+    return judge_test(against, test_id, got, profiles, policy)
 
 
 def _refuse_foreign(child: Child, label: str) -> None:

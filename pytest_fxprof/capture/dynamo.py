@@ -23,7 +23,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
-import torch._dynamo
 import torch.fx
 
 from pytest_fxprof.capture.errors import CaptureError, ProfileError, Recorder, one_line, quiet

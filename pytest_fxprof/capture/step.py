@@ -28,7 +28,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
-import torch._dynamo
 import torch.fx
 from torch.utils import _pytree as pytree
 

@@ -6,7 +6,10 @@ each pass at the same time and meet the same neighbours. A process stops waiting
 call alone, when its twin is done with the call, ran it alone, or has ended (the parent marks a process's end:
 ``exited_mark``), when both wait on different calls (a call that one side's test makes and the other's does
 not: the side whose call the other will never reach gives up, told by the new side's calls, which the parent
-knows), or, as a last resort, after ``LOCKSTEP_TIMEOUT_S``. A barrier that ran alone says from which pass
+knows), or, as a last resort, after ``LOCKSTEP_TIMEOUT_S``. Where the twins serve several tests in turn, each waits
+with the position of its test in the order they share (``test``): a twin waiting in a later test than this one
+has left this one behind (its side skipped it, lacks it, or failed it), so this side runs the call alone; a twin
+in an earlier test will still come. A barrier that ran alone says from which pass
 (``Barrier.alone_from``): the pair's ratio for that call is then not a duet's, and the check leaves it out.
 
 Where the parent gave the pair its cores (``pair_cores``), the twins also trade them pass by pass: in even
@@ -40,9 +43,9 @@ SIDES = ("old", "new")
 """The twins, in the order that decides which group of cores each starts on."""
 
 
-def call_tag(key: str) -> str:
-    """A call's name in the marks (its key, hashed: keys are whatever the test names its calls)."""
-    return hashlib.sha256(key.encode()).hexdigest()[:16]
+def call_tag(key: str, test_id: str = "") -> str:
+    """A call's name in the marks (its test and key, hashed: keys are whatever the test names its calls)."""
+    return hashlib.sha256(f"{test_id}::{key}".encode()).hexdigest()[:16]
 
 
 def exited_mark(directory: Path, side: str) -> Path:
@@ -76,10 +79,14 @@ def _place(cores: Sequence[int]) -> None:
 class Barrier:
     """The lock-step of one ``fxprof`` call (``barrier(i)`` before pass ``i``, ``barrier(DONE)`` at the end)."""
 
-    def __init__(self, spec: Mapping[str, Any], key: str, place: Callable[[Sequence[int]], None] = _place) -> None:
+    def __init__(
+        self, spec: Mapping[str, Any], key: str, place: Callable[[Sequence[int]], None] = _place, test_id: str = ""
+    ) -> None:
         self.directory = Path(str(spec["dir"]))
         self.me, self.other = str(spec["side"]), str(spec["other"])
-        self.tag = call_tag(key)
+        self.tag = call_tag(key, test_id)
+        self.test = int(spec.get("test", 0))
+        """The position of this call's test among those the twins serve in turn."""
         self.new_calls = frozenset(str(t) for t in spec.get("new_calls", ()))
         self.cores = [int(c) for c in spec.get("cores", [])]
         half = len(self.cores) // 2
@@ -101,11 +108,13 @@ class Barrier:
         (the pull request removed it); the new side when the old one waits on a call they both make (it added
         this one)."""
         try:
-            theirs = self._waiting(self.other).read_text()
+            test, _, theirs = self._waiting(self.other).read_text().partition(" ")
         except OSError:
             return False
         if theirs in ("", self.tag):
             return False
+        if test.isdigit() and int(test) != self.test:
+            return int(test) > self.test  # a twin in a later test left this one behind; one in an earlier will come
         if self.me == "old":
             return self.tag not in self.new_calls
         return theirs in self.new_calls or not self.new_calls
@@ -122,7 +131,7 @@ class Barrier:
         if self.alone_from is not None:
             return
         waiting = self._waiting(self.me)
-        waiting.write_text(self.tag)
+        waiting.write_text(f"{self.test} {self.tag}")
         deadline = time.monotonic() + LOCKSTEP_TIMEOUT_S
         try:
             while not self._mark(self.other, str(i)).exists() or self._mark(self.other, "alone").exists():
@@ -141,11 +150,11 @@ class Barrier:
 
 
 def lockstep_barrier(
-    spec: Mapping[str, Any] | None, key: str, place: Callable[[Sequence[int]], None] = _place
+    spec: Mapping[str, Any] | None, key: str, place: Callable[[Sequence[int]], None] = _place, test_id: str = ""
 ) -> Barrier | None:
-    """The barrier of the ``fxprof`` call ``key`` in a duet described by ``spec`` (``dir``, ``side``, ``other``,
-    and ``cores``: the two groups of cores to trade, empty for none), or None outside a duet. ``place`` puts
-    this process on cores."""
+    """The barrier of the ``fxprof`` call ``key`` of ``test_id`` in a duet described by ``spec`` (``dir``, ``side``,
+    ``other``, ``cores``: the two groups of cores to trade, empty for none; ``test``: the test's position among
+    those the twins serve), or None outside a duet. ``place`` puts this process on cores."""
     if not spec:
         return None
-    return Barrier(spec, key, place)
+    return Barrier(spec, key, place, test_id)

@@ -136,6 +136,7 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     reference: bool = True,
     barrier: Callable[[int], None] | None = None,
     step: Step | None = None,
+    spent: dict[str, float] | None = None,
 ) -> Profile:
     """Capture ``module``, run ``protocol.warmup`` discarded and ``protocol.passes`` kept passes.
 
@@ -153,7 +154,12 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     With ``step``, a pass is a training step (``capture.step``): the forward and the loss, the backward and the
     optimizer step, timed node by node, and the plain step is the same graphs without stamps. Parameters, grads,
     the optimizer's state, buffers and the random state are put back after every step.
+
+    ``spent``, where given, gets the seconds this took added to its ``capture_s`` (the capture, its checks and the
+    flop count: all before the first pass), ``warmup_s`` and ``measuring_s`` (the kept passes and those measured
+    again).
     """
+    began = time.perf_counter()
     check_module(module, args, kwargs)
     setup = setup_of(module, args, kwargs)
     allocator = tune_allocator() if measured else "not measured"
@@ -208,6 +214,8 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
             nodes=infos,
         )
         i = 0
+        phases = {"capture_s": time.perf_counter() - began, "warmup_s": 0.0, "measuring_s": 0.0}
+        mark = time.perf_counter()
         while i < budget and not (i >= warmup + passes and samples.enough(passes)):
             keep = i >= warmup
             if barrier is not None:
@@ -229,6 +237,9 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
             after()
             if keep:
                 samples.keep(whole, times, off_cpu=off_cpu_share(whole, wall) if watch else 0.0)
+            now = time.perf_counter()
+            phases["measuring_s" if keep else "warmup_s"] += now - mark
+            mark = now
             i += 1
         if barrier is not None:
             barrier(-1)
@@ -237,6 +248,10 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
             after()
         measured_off_cpu = list(samples.off_cpu)
         picked = samples.choose(passes)
+        phases["measuring_s"] += time.perf_counter() - mark
+    if spent is not None:
+        for phase, seconds in phases.items():
+            spent[phase] = spent.get(phase, 0.0) + seconds
     medians = [median_int(s) for s in samples.nodes]
     busy = sum(medians) or 1
     stats = tuple(

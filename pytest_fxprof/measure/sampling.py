@@ -17,9 +17,9 @@ import sys
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import Any, ClassVar, NotRequired, TypedDict
 
 from pytest_fxprof.records.disturbance import Disturbance, DisturbanceJSON, disturbance_from_json, least_disturbed
 from pytest_fxprof.records.measurement import Run, capture_difference
@@ -43,23 +43,96 @@ class OriginCheck(TypedDict):
     extra: list[str]
 
 
-class SampleRequest(TypedDict):
-    """What a fresh process is asked (``--fxprof-sample REQUEST``, a JSON file its parent writes)."""
+class TestRequest(TypedDict):
+    """One test a fresh process is asked to measure."""
 
     test_id: str
     settings: dict[str, Any]
     out: str
-    """Where it writes what it measured."""
+    """Where it writes what it measured of this test."""
+    calls: NotRequired[list[str]]
+    """A side against a revision: the keys of the calls the new side made in this test, where known."""
+
+
+class SampleRequest(TypedDict):
+    """What a fresh process is asked (``--fxprof-sample REQUEST``, a JSON file its parent writes): the tests it
+    measures, in this order, and how."""
+
+    tests: list[TestRequest]
     parent: NotRequired[int]
     """The process that started this one: it ends with it (``die_with_parent``)."""
     entry: NotRequired[bool]
-    """A side against a revision: it writes whole entries and what became of its test."""
-    calls: NotRequired[list[str]]
-    """A side: the keys of the calls the new side made."""
+    """A side against a revision: it writes whole entries and what became of each test."""
     lockstep: NotRequired[dict[str, Any]]
     """A side of a duet: its lock-step with its twin (``measure.lockstep``)."""
     against: NotRequired[OriginCheck]
     """The old side: the import check it runs before it writes."""
+    progress: NotRequired[str]
+    """A file it writes the id of each test into as the test starts: its parent sees a test that hangs."""
+    timing: NotRequired[str]
+    """A file it writes at its end: each test's seconds and the session's (``ServedTiming``)."""
+    flops: NotRequired[bool]
+    """A side: whether its profiles run the untimed counting pass (flops, shapes; default yes): the first pair's
+    do, the same in every pair."""
+
+
+class ServedTiming(TypedDict):
+    """How long a fresh process's tests took, each from its setup to its teardown, and its whole session."""
+
+    tests: dict[str, float]
+    session_s: float
+
+
+@dataclass
+class Spent:
+    """Where a run's measuring time went, in seconds: fresh processes starting (interpreter, imports,
+    collection: process seconds, both sides of a duet counted), capturing (and the checks and the flop count
+    before the first pass), warm-up passes, measured passes, the tests' own code (building models and inputs),
+    and waiting for the machine's measuring turn."""
+
+    processes_s: float = 0.0
+    capture_s: float = 0.0
+    warmup_s: float = 0.0
+    measuring_s: float = 0.0
+    tests_s: float = 0.0
+    waiting_s: float = 0.0
+    processes: int = 0
+    """How many fresh processes were started."""
+
+    PHASES: ClassVar[tuple[str, ...]] = ("capture_s", "warmup_s", "measuring_s")
+    """What a profile's measuring reports of itself (``measure.profiler.profile_module``)."""
+
+    def add(self, other: Spent) -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def add_test(self, seconds: float, phases: Mapping[str, float]) -> None:
+        """One test's time in a fresh process: ``seconds`` in all, ``phases`` of it measuring."""
+        measured = 0.0
+        for name in self.PHASES:
+            value = float(phases.get(name, 0.0))
+            setattr(self, name, getattr(self, name) + value)
+            measured += value
+        self.tests_s += max(0.0, seconds - measured)
+
+    def to_json(self) -> dict[str, float | int]:
+        return {f.name: round(getattr(self, f.name), 3) for f in fields(self)}
+
+    def line(self) -> str:
+        """The summary's line: ``processes 40 s (12), capture 9 s, warm-up 5 s, measuring 20 s, ...``."""
+        parts = [
+            f"fresh processes starting {self.processes_s:.0f} s ({self.processes})" if self.processes else "",
+            f"capture {self.capture_s:.0f} s",
+            f"warm-up {self.warmup_s:.0f} s",
+            f"measuring {self.measuring_s:.0f} s",
+            f"the tests' own code {self.tests_s:.0f} s" if self.processes else "",
+            f"waiting for the measuring turn {self.waiting_s:.0f} s",
+        ]
+        return ", ".join(p for p in parts if p)
+
+
+def spent_from_json(raw: Mapping[str, Any]) -> Spent:
+    return Spent(**{f.name: raw[f.name] for f in fields(Spent) if isinstance(raw.get(f.name), int | float)})
 
 
 class SampleJSON(TypedDict):
@@ -106,10 +179,21 @@ class Relaunch:
     path: tuple[str, ...] = ()
     """Directories put first on the child's ``PYTHONPATH`` (the import roots of the code it must run)."""
 
-    def command(self, test_id: str, request: Path) -> list[str]:
-        path, sep, rest = test_id.partition("::")
-        target = str(self.rootdir / path) + sep + rest
-        cmd = [self.python, "-m", "pytest", target, "-q", "-p", "no:cacheprovider", "-o", "addopts="]
+    def targets(self, test_ids: Sequence[str]) -> list[str]:
+        """What the command line names: one test by its id; several by their files (each once, those that exist
+        here: the process picks its tests from the request, and one missing from a file is absent, not an error
+        that would stop the others)."""
+        if len(test_ids) == 1:
+            path, sep, rest = test_ids[0].partition("::")
+            return [str(self.rootdir / path) + sep + rest]
+        files = dict.fromkeys(t.partition("::")[0] for t in test_ids)
+        return [str(self.rootdir / f) for f in files if (self.rootdir / f).exists()]
+
+    def command(self, test_ids: Sequence[str], request: Path) -> list[str]:
+        targets = self.targets(test_ids)
+        cmd = [self.python, "-m", "pytest", *targets, "-q", "-p", "no:cacheprovider", "-o", "addopts="]
+        if len(test_ids) > 1:  # a file that fails to import at a revision fails its tests, not the others'
+            cmd.append("--continue-on-collection-errors")
         cmd += ["--rootdir", str(self.rootdir)]
         if self.inifile is not None:
             cmd += ["-c", str(self.inifile)]
@@ -172,15 +256,12 @@ def child_env(relaunch: Relaunch) -> dict[str, str]:
     return env
 
 
-def start(
-    relaunch: Relaunch, test_id: str, request: dict[str, Any], directory: Path
-) -> tuple[subprocess.Popen[str], Path]:
-    """Start one fresh process that runs ``test_id`` with ``request`` (``out`` is added), writing into
-    ``directory``; ``finish`` waits for it."""
-    out = directory / "out.json"
+def start(relaunch: Relaunch, request: dict[str, Any], directory: Path) -> subprocess.Popen[str]:
+    """Start one fresh process that measures the tests of ``request`` (``parent`` is added), its request
+    written into ``directory``; ``finish`` waits for it."""
     path = directory / "request.json"
-    path.write_text(json.dumps({**request, "out": str(out), "parent": os.getpid()}), encoding="utf-8")
-    cmd = relaunch.command(test_id, path)
+    path.write_text(json.dumps({**request, "parent": os.getpid()}), encoding="utf-8")
+    cmd = relaunch.command([t["test_id"] for t in request["tests"]], path)
     proc = subprocess.Popen(
         cmd,
         cwd=relaunch.invocation_dir,
@@ -191,7 +272,7 @@ def start(
         errors="replace",
     )
     _read_output(proc)
-    return proc, out
+    return proc
 
 
 DRAIN_S = 5.0
@@ -215,7 +296,7 @@ def _read_output(proc: subprocess.Popen[str]) -> None:
     proc.chunks, proc.reader = chunks, reader  # type: ignore[attr-defined]
 
 
-def finish(proc: subprocess.Popen[str], out: Path, deadline_s: float | None = None, problem: str = "") -> Child:
+def finish(proc: subprocess.Popen[str], out: Path | None, deadline_s: float | None = None, problem: str = "") -> Child:
     """Wait for a process ``start`` began, at most ``deadline_s`` (then it is stopped, and ``problem`` says so);
     a KeyboardInterrupt kills it first, so that none is left behind."""
     try:
@@ -232,7 +313,7 @@ def finish(proc: subprocess.Popen[str], out: Path, deadline_s: float | None = No
     proc.reader.join(DRAIN_S)  # type: ignore[attr-defined]
     output = "".join(proc.chunks)  # type: ignore[attr-defined]
     data = None
-    if out.is_file():
+    if out is not None and out.is_file():
         try:
             data = loads(out.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
@@ -288,7 +369,8 @@ def _one_sample(
     runs: dict[str, Run] = {}
     seen: dict[str, Disturbance] = {}
     with tempfile.TemporaryDirectory(prefix="fxprof-") as tmp:
-        proc, out = start(relaunch, test_id, {"test_id": test_id, "settings": settings}, Path(tmp))
+        out = Path(tmp) / "out.json"
+        proc = start(relaunch, {"tests": [{"test_id": test_id, "settings": settings, "out": str(out)}]}, Path(tmp))
         child = finish(proc, out)
     where = f"{which} for {test_id}"
     if child.returncode != 0 or child.data is None:

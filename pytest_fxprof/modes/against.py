@@ -1,26 +1,37 @@
-"""``AgainstMode``: ``--fxprof-against``: each test measured in pairs of fresh processes, old code against new.
+"""``AgainstMode``: ``--fxprof-against``: the tests measured in pairs of fresh processes, old code against new.
 
 Prepares the old side once per run: its revision exported from git (removed when the run ends; an xdist
 worker reuses its controller's export) and its Python checked (it runs, with this version of pytest-fxprof).
+Before the tests run, every selected test that uses the fixture is measured in pairs of processes that serve
+them all (``against.rounds``), within the run's budget; each test then runs here, is captured, and is judged
+on its pairs as it ends. An xdist worker, which does not know its tests ahead, measures each test alone as it
+ends.
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
+import time
+from collections.abc import Generator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_fxprof.against.compare import Against
+from pytest_fxprof.against.compare import Against, AskedTest, measure_tests
+from pytest_fxprof.measure.turns import TurnError
+from pytest_fxprof.modes.base import relaunch_of
 from pytest_fxprof.modes.gate import Gate
-from pytest_fxprof.options import against_options
+from pytest_fxprof.options import against_options, marker_settings, run_budget, settings_of
 from pytest_fxprof.session.against import AgainstCalls
-from pytest_fxprof.settings import Mode
+from pytest_fxprof.settings import Mode, SettingsError
 
 if TYPE_CHECKING:
+    from pytest_fxprof.against.rounds import Pairs
     from pytest_fxprof.measure.sampling import Relaunch
+    from pytest_fxprof.measure.turns import Turn
     from pytest_fxprof.session.run import RunState
     from pytest_fxprof.views.report import AgainstJSON
 
@@ -33,6 +44,77 @@ class AgainstMode(Gate):
         super().__init__(config, run)
         self.against = old_side(config)
         run.against = self.against.label
+        self.run_budget_s = run_budget(config)
+        self.ahead: dict[str, Pairs] = {}
+        """What the pairs measured of each test before the tests ran."""
+        self.ahead_error = ""
+        """Why they could not (the machine's measuring lock): every test fails with it."""
+        self.ahead_turns: list[Turn] = []
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
+        config = session.config
+        collection_failed = session.testsfailed and not config.option.continue_on_collection_errors
+        if not self.worker and not config.option.collectonly and not collection_failed:
+            self.measure_ahead(session.items)
+        return (yield)
+
+    def measure_ahead(self, items: Sequence[pytest.Item]) -> None:
+        """Measure every test of ``items`` that uses the fixture in pairs of processes that serve them all: in
+        duets where the test runs on the CPU (``auto``: where no accelerator is at hand), the others one process
+        after the other."""
+        base = settings_of(self.config)
+        groups: dict[bool, list[AskedTest]] = {True: [], False: []}
+        for item in items:
+            if "fxprof" not in getattr(item, "fixturenames", ()):
+                continue
+            try:
+                s = self.settings(item, marker_settings(item, base))
+            except SettingsError:  # the fixture fails the test with it
+                continue
+            asked = AskedTest(item.nodeid, s.to_json(), s.paired_policy(), s.pairs, s.max_pairs, s.budget_s)
+            groups[s.schedule == "duet" or (s.schedule == "auto" and not _accelerator())].append(asked)
+        tests = groups[True] + groups[False]
+        if not tests:
+            return
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+
+        def say(text: str) -> None:
+            if tr is not None:
+                tr.write_line(f"fxprof: {text}")
+
+        say(
+            f"measuring {len(tests)} test(s) at {self.against.label} and in the working tree, in pairs of fresh "
+            f"processes that serve them all (run budget {self.run_budget_s:g} s)"
+        )
+        began = time.monotonic()
+
+        def progress(number: int, count: int, seconds: float) -> None:
+            say(f"pair {number}: {count} test(s), {seconds:.0f} s")
+
+        turns = self.run.measuring_turns()
+        try:
+            for duet, group in groups.items():
+                if group:
+                    left = self.run_budget_s - (time.monotonic() - began)
+                    self.ahead.update(
+                        measure_tests(
+                            self.against,
+                            relaunch_of(self.config),
+                            group,
+                            duet=duet,
+                            run_budget_s=max(left, 0.0),
+                            turn=lambda: turns.turn("pairs", self.ahead_turns),
+                            progress=progress,
+                            spent=self.run.spent,
+                        )
+                    )
+        except TurnError as exc:
+            self.ahead_error = str(exc)
+        self.run.spent.waiting_s += sum(t.waited_s for t in self.ahead_turns)
+        undecided = [t for t, got in self.ahead.items() if got.stopped.startswith("the run's")]
+        if undecided:
+            say(f"{len(undecided)} test(s) still undecided when the run's time budget ended: {', '.join(undecided)}")
 
     def against_json(self) -> AgainstJSON | None:
         rev = self.against.revision
@@ -44,7 +126,19 @@ class AgainstMode(Gate):
         }
 
     def call_options(self, item: pytest.Item, relaunch: Relaunch) -> dict[str, Any]:
-        return {**super().call_options(item, relaunch), "against": self.against}
+        return {
+            **super().call_options(item, relaunch),
+            "against": self.against,
+            "ahead": self.ahead.get(item.nodeid),
+            "ahead_error": self.ahead_error,
+            "ahead_turns": self.ahead_turns,
+        }
+
+
+def _accelerator() -> bool:
+    """Whether a test here could run on an accelerator that two processes at once would share (CUDA)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and bool(torch.cuda.is_available())
 
 
 def old_side(config: pytest.Config) -> Against:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pytest_fxprof.measure.sampling import Relaunch, plugin_args
 from pytest_fxprof.session.calls import Calls, OffCalls
 from pytest_fxprof.session.run import RunState
 from pytest_fxprof.settings import Mode, Settings
 
 if TYPE_CHECKING:
     import pytest
-
-    from pytest_fxprof.measure.sampling import Relaunch
 
 
 class RunMode:
@@ -54,3 +53,13 @@ class OffMode(RunMode):
     mode = Mode.OFF
     calls_class = OffCalls
     gated = False
+
+
+def relaunch_of(config: pytest.Config) -> Relaunch:
+    """How to start pytest again as this run was started (``measure.sampling.Relaunch``)."""
+    return Relaunch(
+        invocation_dir=config.invocation_params.dir,
+        rootdir=config.rootpath,
+        inifile=config.inipath,
+        extra_args=plugin_args(config.invocation_params.args),
+    )

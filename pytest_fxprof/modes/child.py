@@ -1,19 +1,21 @@
 """``ChildMode``: a fresh process that a recording, a confirmation or a pair against a revision started
-(``--fxprof-sample REQUEST``). It measures the test its parent named with the parent's settings and writes
-what it measured; a side against a revision also says what became of its test whatever that was (skipped as
-it was collected, failed, never called the fixture), so that its parent never waits on silence.
+(``--fxprof-sample REQUEST``). It measures the tests its parent named, in its parent's order, each with the
+parent's settings, and writes what it measured of each; a side against a revision also says what became of each
+test whatever that was (skipped or failed as it was collected, failed, never called the fixture, absent), which
+test it is running (so that its parent sees one that hangs) and how long each took.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_fxprof.against.compare import SideWatch
-from pytest_fxprof.measure.sampling import SampleRequest, die_with_parent, write_samples
+from pytest_fxprof.against.compare import NOT_FOUND, SideWatch
+from pytest_fxprof.measure.sampling import SampleRequest, ServedTiming, die_with_parent, write_samples
 from pytest_fxprof.modes.base import RunMode
 from pytest_fxprof.session.child import ChildCalls
 from pytest_fxprof.settings import Mode, Settings, from_json
@@ -34,62 +36,113 @@ class ChildMode(RunMode):
         path = Path(config.getoption("fxprof_sample"))
         try:
             self.request: SampleRequest = loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
+            self.tests = {t["test_id"]: (k, t) for k, t in enumerate(self.request["tests"])}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
             raise pytest.UsageError(f"--fxprof-sample {path}: cannot read the request ({exc})") from None
         die_with_parent(self.request.get("parent"))
-        self.watch = SideWatch(self.request["test_id"]) if self.request.get("entry", False) else None
-        """A side against a revision: what became of its test."""
+        self.watches = {t: SideWatch(t) for t in self.tests} if self.request.get("entry", False) else {}
+        """A side against a revision: what became of each of its tests."""
+        self.began = time.monotonic()
+        import pytest_fxprof.measure.profiler  # noqa: F401 (its imports are the process's start, not its first test's)
+
+        self.started: dict[str, float] = {}
+        self.seconds: dict[str, float] = {}
 
     def settings(self, item: pytest.Item, marked: Settings) -> Settings:
-        return from_json(self.request["settings"])  # the parent's settings, whatever the markers say here
+        asked = self.tests.get(item.nodeid)
+        # the parent's settings, whatever the markers say here
+        return from_json(asked[1]["settings"]) if asked is not None else marked
 
     def follows_markers(self) -> bool:
         return False
 
     def call_options(self, item: pytest.Item, relaunch: Relaunch) -> dict[str, Any]:
-        """Its parent's request, and where to write: for the test it named (the process's other tests run
-        unjudged); it measures inside its parent's turn."""
-        out = Path(self.request["out"]) if self.request["test_id"] == item.nodeid else None
+        """Its parent's request for the test, and where to write (the process's other tests run unjudged); it
+        measures inside its parent's turn."""
+        asked = self.tests.get(item.nodeid)
+        request: dict[str, Any] = dict(self.request)
+        if asked is not None:
+            index, test = asked
+            request["calls"] = list(test.get("calls", []))
+            if "lockstep" in self.request:
+                request["lockstep"] = {**self.request["lockstep"], "test": index}
         run = self.run
         return {
             "store": run.store,
             "reactions": run.reactions,
             "relaunch": relaunch,
-            "out": out,
-            "request": self.request,
+            "out": Path(asked[1]["out"]) if asked is not None else None,
+            "request": request,
         }
 
-    # A side's watch over its test ---------------------------------------------------------------------------
+    # The tests it serves, in its parent's order -------------------------------------------------------------
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        wanted = [item for item in items if item.nodeid in self.tests]
+        others = [item for item in items if item.nodeid not in self.tests]
+        if others:
+            config.hook.pytest_deselected(items=others)
+        items[:] = sorted(wanted, key=lambda item: self.tests[item.nodeid][0])
+
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        self.started[nodeid] = time.monotonic()
+        progress = self.request.get("progress")
+        if progress and nodeid in self.tests:
+            Path(progress).write_text(nodeid, encoding="utf-8")
+
+    def pytest_runtest_logfinish(self, nodeid: str) -> None:
+        if nodeid in self.started:
+            self.seconds[nodeid] = time.monotonic() - self.started[nodeid]
+
+    # A side's watch over its tests --------------------------------------------------------------------------
 
     def pytest_itemcollected(self, item: pytest.Item) -> None:
-        if self.watch is not None and item.nodeid == self.watch.test_id:
-            self.watch.collected = True
+        watch = self.watches.get(item.nodeid)
+        if watch is not None:
+            watch.collected = True
 
     @pytest.hookimpl(wrapper=True)
     def pytest_make_collect_report(
         self, collector: pytest.Collector
     ) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
         report = yield
-        watch = self.watch
-        if watch is not None and report.skipped and watch.test_id.startswith(report.nodeid + "::"):
-            # a test module (or class) that skips as it is collected: the test skipped
-            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
-            watch.note("collect", "skipped", str(reason))
+        if report.skipped or report.failed:
+            # a test module (or class) that skips or fails as it is collected: so do its tests
+            reason = report.longrepr[2] if report.skipped and isinstance(report.longrepr, tuple) else ""
+            for watch in self.watches.values():
+                if watch.test_id.startswith((report.nodeid + "::", report.nodeid + "/")):
+                    watch.note("collect", report.outcome, str(reason) or _tail(report.longreprtext))
         return report
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
         report = yield
-        if self.watch is not None and item.nodeid == self.watch.test_id:
-            reason = report.longrepr[2] if report.skipped and isinstance(report.longrepr, tuple) else ""
-            self.watch.note(report.when, report.outcome, str(reason))
+        watch = self.watches.get(item.nodeid)
+        if watch is not None:
+            if report.skipped and isinstance(report.longrepr, tuple):
+                reason = str(report.longrepr[2])
+            else:
+                reason = _tail(report.longreprtext) if report.failed else ""
+            watch.note(report.when, report.outcome, reason)
         return report
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self.watch is None:
-            return
-        out = Path(self.request["out"])
-        reported = self.watch.report(int(exitstatus), collection_failed=session.testsfailed > 0)
-        if reported is not None and not out.exists():  # its fxprof calls wrote nothing: say what became of it
-            write_samples(out, reported)
+        single = len(self.tests) == 1
+        for test_id, watch in self.watches.items():
+            out = Path(self.tests[test_id][1]["out"])
+            # one test named on the command line: pytest says whether it was there; several: each file collected
+            # without an error says it of its tests
+            absent = int(exitstatus) in NOT_FOUND and not session.testsfailed if single else not watch.failed
+            if not out.exists():  # its fxprof calls wrote nothing: say what became of it
+                write_samples(out, watch.report(absent=absent))
+        timing = self.request.get("timing")
+        if timing:
+            served: ServedTiming = {"tests": self.seconds, "session_s": time.monotonic() - self.began}
+            write_samples(Path(timing), served)
+
+
+def _tail(text: str, lines: int = 40) -> str:
+    """The end of a failure's text, as much as its parent shows."""
+    return "\n".join(text.splitlines()[-lines:])

@@ -68,7 +68,17 @@ class Gate(RunMode):
             if path is None:
                 continue
             try:
-                outputs.extend(write_view(name, path, run.mode.value, run.records, unused, against=self.against_json()))
+                outputs.extend(
+                    write_view(
+                        name,
+                        path,
+                        run.mode.value,
+                        run.records,
+                        unused,
+                        against=self.against_json(),
+                        time=run.spent.to_json(),
+                    )
+                )
             except (OSError, ValueError) as exc:
                 errors.append(f"could not write the {name.replace('_', '-')} report {path}: {exc}")
         self.final = Final(written, unused, errors, outputs)
@@ -105,6 +115,8 @@ class Gate(RunMode):
                 f"measured one at a time on this machine: {run.turns} measuring turn(s), {run.waited_s:.1f} s spent "
                 f"waiting for other processes' turns (lock {run.lock_path})"
             )
+        if records and (run.spent.processes or verbose):
+            tr.write_line(f"where the time went: {run.spent.line()}")
         for note in run.notes:
             tr.write_line(note, yellow=True)
         for test_id, keys in sorted(run.dropped.items()):

@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_fxprof.against.compare import Against, AgainstError, check_test
+from pytest_fxprof.against.compare import Against, AgainstError, TestOutcome, check_test, judge_test
 from pytest_fxprof.judge.paired import OUT_OF_LINE
+from pytest_fxprof.measure.turns import TurnError
 from pytest_fxprof.records.verdicts import Status
 from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.session.calls import Calls
@@ -16,6 +17,8 @@ from pytest_fxprof.session.reactions import Outcome
 from pytest_fxprof.settings import Mode, Settings
 
 if TYPE_CHECKING:
+    from pytest_fxprof.against.rounds import Pairs
+    from pytest_fxprof.measure.turns import Turn
     from pytest_fxprof.session.run import RunState
 
 
@@ -26,36 +29,69 @@ class AgainstCalls(Calls):
     mode = Mode.AGAINST
     measured = False
 
-    def __init__(self, test_id: str, settings: Settings, *, against: Against, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        test_id: str,
+        settings: Settings,
+        *,
+        against: Against,
+        ahead: Pairs | None = None,
+        ahead_error: str = "",
+        ahead_turns: list[Turn] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(test_id, settings, **kwargs)
         self.against = against
+        self.ahead = ahead
+        """What the run's pairs measured of this test before the tests ran (None: it is measured as it ends)."""
+        self.ahead_error = ahead_error
+        if ahead is not None and ahead_turns:
+            self.taken[""] = list(ahead_turns)  # the turn its pairs measured in, shared with the run's other tests
+
+    def waited(self) -> tuple[int, float]:
+        """The turns this test took and waited for: not the one its pairs measured in before the tests ran, which
+        the run's other tests shared (the run counts it once)."""
+        if self.ahead is None:
+            return super().waited()
+        turns = [t for key, taken in self.taken.items() if key for t in taken]
+        return len(turns), sum(t.waited_s for t in turns)
+
+    def _measured(self) -> TestOutcome:
+        """The test's pairs (measured before the tests ran, else now, alone) judged call by call."""
+        policy = self.settings.paired_policy()
+        if self.ahead_error:
+            raise AgainstError(self.ahead_error)
+        if self.ahead is not None:
+            return judge_test(self.against, self.test_id, self.ahead, dict(self.results), policy)
+        assert self.relaunch is not None
+        return check_test(
+            self.against,
+            self.relaunch,
+            self.test_id,
+            settings=self.settings.to_json(),
+            profiles=dict(self.results),
+            policy=policy,
+            pairs=self.settings.pairs,
+            max_pairs=self.settings.max_pairs,
+            budget_s=self.settings.budget_s,
+            schedule=self.settings.schedule,
+            turn=lambda: self.turns.turn("pairs", self.taken.setdefault("", [])),
+            spent=self.processes_spent,
+        )
 
     def finish(self, run: RunState, passed: bool) -> Outcome:
         """Measure the test in pairs of old and new processes and judge each call against the old side."""
         outcome = Outcome(warnings=list(self.warnings))
         if not self.results:
             return outcome
-        assert self.relaunch is not None
         label = self.against.label
         if not passed:  # the test failed or skipped on its own: nothing to compare
             for key, result in self.results.items():
                 self.keep(run, self.record_of(key, Status.NOT_COMPARED, result, "the test did not pass"))
             return outcome
         try:
-            tested = check_test(
-                self.against,
-                self.relaunch,
-                self.test_id,
-                settings=self.settings.to_json(),
-                profiles=dict(self.results),
-                policy=self.settings.paired_policy(),
-                pairs=self.settings.pairs,
-                max_pairs=self.settings.max_pairs,
-                budget_s=self.settings.budget_s,
-                schedule=self.settings.schedule,
-                turn=lambda: self.turns.turn("pairs", self.taken.setdefault("", [])),
-            )
-        except AgainstError as exc:
+            tested = self._measured()
+        except (AgainstError, TurnError) as exc:
             outcome.failures.append(f"fxprof: {self.test_id} against {label}: {exc}")
             for key, result in self.results.items():
                 self.keep(run, self.record_of(key, Status.ERROR, result, "see the test's failure"))

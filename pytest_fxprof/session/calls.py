@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pytest_fxprof.measure.sampling import BUSY_RETRIES, Relaunch, SamplingError
+from pytest_fxprof.measure.sampling import BUSY_RETRIES, Relaunch, SamplingError, Spent
 from pytest_fxprof.measure.turns import Turn, Turns
 from pytest_fxprof.records.disturbance import least_disturbed
 from pytest_fxprof.records.measurement import capture_difference
@@ -68,6 +68,10 @@ class Calls:
         self.failed_calls = 0  # counted by the caller, which sees every way a call can fail
         self.notices: dict[str, list[str]] = {}
         """Per call, what the gate saw but does not fail on or ask anything about (``notice_lines``)."""
+        self.spent: dict[str, float] = {}
+        """Seconds this test's profiles spent capturing, warming up and measuring (``Spent.PHASES``)."""
+        self.processes_spent = Spent()
+        """Where the time of the fresh processes that measured this test alone went."""
 
     # A call ---------------------------------------------------------------------------------------------------
 
@@ -124,6 +128,7 @@ class Calls:
                 capture=self.settings.capture,
                 engine=self.settings.engine,
                 step=step,
+                spent=self.spent,
             )
             return ProfileResult.of(profiled)
 
@@ -194,6 +199,9 @@ class Calls:
         turns, waited = self.waited()
         run.turns += turns
         run.waited_s += waited
+        run.spent.add_test(0.0, self.spent)
+        run.spent.add(self.processes_spent)
+        run.spent.waiting_s += waited
 
     def keep(self, run: RunState, record: ProfileRecord) -> None:
         self.records.append(record)

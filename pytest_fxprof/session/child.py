@@ -39,14 +39,14 @@ class ChildCalls(Calls):
         """In a duet's process: each call's lock-step with its twin (whether it held, ``Barrier.alone_from``)."""
 
     def barrier(self, key: str) -> Barrier | None:
-        barrier = lockstep_barrier(self.request.get("lockstep"), key)
+        barrier = lockstep_barrier(self.request.get("lockstep"), key, test_id=self.test_id)
         if barrier is not None:
             self._barriers[key] = barrier
         return barrier
 
     @property
     def flops(self) -> bool:
-        return self.side
+        return self.side and self.request.get("flops", True)
 
     @property
     def reference(self) -> bool:
@@ -66,7 +66,8 @@ class ChildCalls(Calls):
                 "calls": {
                     key: {"entry": entry_to_json(r.entry(tolerances)), "alone_from": self._alone_from(key)}
                     for key, r in self.results.items()
-                }
+                },
+                "spent": dict(self.spent),
             }
             roots = self.request.get("against")
             if roots:

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Sequence, Set
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
+from pytest_fxprof.measure.sampling import Spent, spent_from_json
 from pytest_fxprof.measure.turns import Turns
 from pytest_fxprof.records.verdicts import Status
 from pytest_fxprof.session.reactions import Reactions
@@ -36,6 +37,8 @@ class FinishedTest(TypedDict):
     failed_calls: int
     turns: int
     waited_s: float
+    spent: dict[str, float]
+    processes_spent: dict[str, float]
 
 
 class WorkerPayload(TypedDict):
@@ -70,6 +73,8 @@ class RunState:
         """... and the seconds they waited for other processes' turns to end."""
         self.lock_path: Path | None = None
         """The measuring lock's file (None: measured without turns)."""
+        self.spent = Spent()
+        """Where the run's measuring time went."""
         self._turns: Turns | None = None
 
     def measuring_turns(self) -> Turns:
@@ -101,6 +106,8 @@ class RunState:
             "failed_calls": test.failed_calls,
             "turns": test.waited()[0],
             "waited_s": test.waited()[1],
+            "spent": dict(test.spent),
+            "processes_spent": test.processes_spent.to_json(),
         }
 
     def merge_test(self, payload: FinishedTest) -> None:
@@ -117,6 +124,9 @@ class RunState:
         self.failed_calls += payload["failed_calls"]
         self.turns += payload.get("turns", 0)
         self.waited_s += payload.get("waited_s", 0.0)
+        self.spent.add_test(0.0, payload.get("spent", {}))
+        self.spent.add(spent_from_json(payload.get("processes_spent", {})))
+        self.spent.waiting_s += payload.get("waited_s", 0.0)
 
     def payload(self) -> WorkerPayload:
         return {"collected": sorted(self.collected), "partial": self.partial}

@@ -93,14 +93,15 @@ def write_view(
     *,
     environ: Mapping[str, str] = os.environ,
     against: AgainstJSON | None = None,
+    time: Mapping[str, float] | None = None,
 ) -> list[Path]:
     """Write the view ``name`` (``report``, the JSON report, or one of ``VIEWS``) of the run's records; return
     the files written. ``against``: the old side of a run against a revision, which the report records at its
-    top."""
+    top, and ``time``, where the run's measuring time went (``measure.sampling.Spent``)."""
     if name == "report":
         from pytest_fxprof.views.report import write_report
 
-        write_report(path, mode, records, unused, against=against)
+        write_report(path, mode, records, unused, against=against, time=time)
         return [path]
     if name not in VIEWS:
         raise ValueError(f"no report view named {name!r}")

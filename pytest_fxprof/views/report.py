@@ -682,6 +682,9 @@ class ReportJSON(TypedDict):
     profiles: list[ProfileReportJSON]
     unused_baselines: list[str]
     against: NotRequired[AgainstJSON]
+    time: NotRequired[dict[str, float]]
+    """Where the run's measuring time went, in seconds (``measure.sampling.Spent``): fresh processes starting,
+    capture, warm-up, measuring, the tests' own code in fresh processes, waiting for the measuring turn."""
 
 
 def write_report(
@@ -691,8 +694,10 @@ def write_report(
     unused: Sequence[str],
     *,
     against: AgainstJSON | None = None,
+    time: Mapping[str, float] | None = None,
 ) -> None:
-    """The report of a run's ``records``; ``against``: the old side of a run against a revision."""
+    """The report of a run's ``records``; ``against``: the old side of a run against a revision; ``time``: where
+    the run's measuring time went."""
     data: ReportJSON = {
         "report_version": REPORT_VERSION,
         "mode": mode,
@@ -701,6 +706,8 @@ def write_report(
     }
     if against is not None:
         data["against"] = against.copy()
+    if time is not None:
+        data["time"] = dict(time)
     write_atomic(path, dumps(data))
 
 

@@ -1,0 +1,281 @@
+"""What a check of a whole suite against a revision costs, against one plain profiling run of the suite, and
+what it catches.
+
+    .venv/bin/python bench/suite_cost.py --suite 5 --runs 3 --out bench/suite_cost_5.jsonl
+    .venv/bin/python bench/suite_cost.py --suite 5 --runs 6 --condition mixed --out q.jsonl
+    .venv/bin/python bench/suite_cost.py --suite 5 --runs 1 --code ../old-checkout --out old.jsonl
+    .venv/bin/python bench/suite_cost.py --out q.jsonl --summary
+
+Builds a throw-away git repository holding one parametrized test over a suite of ``bench/suite_models.py``
+(``--suite 1``, ``5`` or ``20`` models; 2 x 3 x 160 x 160 images, tokens 2 x 64) and a ``conftest.py`` that
+installs the slowdowns (``pytest_fxprof.slow_down``) that a ``plan.json`` beside it lists. The base commit's plan
+is empty. The head commit adds a comment to the test module and, with ``--condition mixed``, a plan that slows
+some models: in run ``r``, model ``i`` (of those symbolic tracing captures, whose leaf modules the graph calls
+whole) gets, by ``(r + i) % 3``, ``node+10`` (the leaf module of 1 ms or more whose share of the model is
+closest to 5 %, 10 % slower), ``total+5`` (every leaf module 5 % slower) or nothing. With ``--condition none``
+nothing that matters changed: every failure is a false alarm.
+
+Each run times, one after the other in one loop, ``pytest --fxprof-update --fxprof-processes 1`` into a
+throw-away directory (one plain profiling run: each test measured once, in this one process) and ``pytest --fxprof-against HEAD~1 --fxprof-report R``
+(the check), each a fresh process as a user starts it, and writes one JSON line: both wall times and their
+ratio, the check's exit status, each test's verdict, what its failure named and whether that is the slowed
+thing, and where the check's time went (the report's ``time``). ``--code DIR`` runs the package of another
+checkout (its directory first on ``PYTHONPATH``), to compare with an earlier version side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+import suite_models  # noqa: E402 (this script's folder, put on sys.path above)
+
+CONFTEST = '''
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_fxprof import slow_down
+
+PLAN = json.loads((Path(__file__).parent / "plan.json").read_text())
+
+
+@pytest.fixture
+def slowed():
+    def apply(model, name):
+        for step in PLAN.get(name, []):
+            slow_down(model, step["path"], step["fraction"])
+        return model
+
+    return apply
+'''
+
+TEST_MODULE = '''
+import pytest
+
+from suite_models import build
+
+NAMES = {names!r}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_model(fxprof, slowed, name):
+    model, args, kwargs = build(name)
+    fxprof(slowed(model, name), *args, **kwargs)
+'''
+
+
+def git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def leaves(name: str) -> tuple[str, list[tuple[str, float, float]]]:
+    """The capture method of a model and, for a symbolic capture, each leaf module the graph calls with its
+    median time in ms and its share of the nodes' time (one in-process profile)."""
+    from pytest_fxprof import profile
+
+    model, args, kwargs = suite_models.build(name)
+    p = profile(model, *args, **kwargs)
+    method = p.capture.method if p.capture is not None else "?"
+    total = sum(n.median_ns for n in p.nodes) or 1
+    out = [
+        (n.info.target, n.median_ns / 1e6, n.median_ns / total) for n in p.nodes if n.info.op == "call_module"
+    ]
+    return method, out
+
+
+def plan(names: tuple[str, ...], run: int, found: dict[str, tuple[str, list[tuple[str, float, float]]]]) -> dict:
+    """The slowdowns of run ``run`` (``--condition mixed``) per model, and each model's condition."""
+    slowed: dict[str, list[dict[str, Any]]] = {}
+    conditions: dict[str, dict[str, Any]] = {}
+    symbolic = [n for n in names if found[n][0] == "symbolic" and found[n][1]]
+    for i, name in enumerate(symbolic):
+        kind = ("node+10", "total+5", "none")[(run + i) % 3]
+        mods = found[name][1]
+        if kind == "node+10":
+            big = [m for m in mods if m[1] >= 1.0] or sorted(mods, key=lambda m: -m[1])[:1]
+            path, ms, share = min(big, key=lambda m: abs(m[2] - 0.05))
+            slowed[name] = [{"path": path, "fraction": 0.10}]
+            conditions[name] = {"condition": kind, "path": path, "ms": round(ms, 3), "share": round(share, 4)}
+        elif kind == "total+5":
+            slowed[name] = [{"path": m[0], "fraction": 0.05} for m in mods]
+            conditions[name] = {"condition": kind}
+    for name in names:
+        conditions.setdefault(name, {"condition": "none"})
+    return {"slowed": slowed, "conditions": conditions}
+
+
+def make_repo(work: Path, names: tuple[str, ...], slowed: dict[str, Any]) -> None:
+    work.mkdir(parents=True)
+    git(work, "init", "-q")
+    git(work, "config", "user.email", "bench@example.com")
+    git(work, "config", "user.name", "bench")
+    shutil.copy(BENCH / "suite_models.py", work / "suite_models.py")
+    shutil.copy(BENCH / "gpt_style.py", work / "gpt_style.py")
+    (work / "conftest.py").write_text(CONFTEST)
+    (work / "test_suite.py").write_text(TEST_MODULE.format(names=list(names)))
+    (work / "pytest.ini").write_text("[pytest]\n")
+    (work / "plan.json").write_text("{}\n")
+    git(work, "add", ".")
+    git(work, "commit", "-qm", "base")
+    (work / "plan.json").write_text(json.dumps(slowed, indent=1) + "\n")
+    with (work / "test_suite.py").open("a") as f:
+        f.write("# nothing that matters: a comment\n")
+    git(work, "commit", "-qam", "head")
+
+
+def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, int, str]:
+    began = time.monotonic()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    return time.monotonic() - began, proc.returncode, proc.stdout + proc.stderr
+
+
+def named(record: dict[str, Any], condition: dict[str, Any]) -> bool:
+    """Whether a failure flags the slowed thing: for ``node+10`` a node of the slowed module, a module that is or
+    holds it, or the op group of its type; for ``total+5`` anything."""
+    if condition["condition"] == "total+5":
+        return True
+    path = condition["path"]
+    for f in record.get("flagged", []):
+        where = f.get("module", "") or f.get("name", "")
+        if f.get("kind") == "op":
+            return True
+        if where and (path == where or path.startswith(where + ".")):
+            return True
+    return False
+
+
+def verdicts(report: Path) -> dict[str, dict[str, Any]]:
+    """Each test's verdict and what its failure flagged, from the JSON report."""
+    data = json.loads(report.read_text())
+    out = {}
+    for p in data.get("profiles", []):
+        name = p["test_id"].rsplit("[", 1)[-1].rstrip("]")
+        flagged = [
+            {"kind": f.get("kind", ""), "name": f.get("name", ""), "module": f.get("module", "")}
+            for f in p.get("flagged", [])
+        ]
+        flagged += [
+            {"kind": "node", "name": led.get("name", ""), "module": led.get("module", "")}
+            for f in p.get("flagged", [])
+            for led in f.get("led_by", [])
+        ]
+        out[name] = {"status": p.get("status"), "flagged": flagged}
+    return out
+
+
+def one_run(args: argparse.Namespace, names: tuple[str, ...], run: int, found: dict[str, Any]) -> dict[str, Any]:
+    planned = plan(names, run, found) if args.condition == "mixed" else {"slowed": {}, "conditions": {}}
+    conditions = planned["conditions"] or {n: {"condition": "none"} for n in names}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    if args.code is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(args.code.resolve()), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    with tempfile.TemporaryDirectory(prefix="fxprof-suite-") as tmp:
+        work = Path(tmp) / "repo"
+        make_repo(work, names, planned["slowed"])
+        base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_suite.py"]
+        plain = [*base, "--fxprof-update", "--fxprof-processes", "1", "--fxprof-baseline-dir", str(Path(tmp) / "plain")]
+        plain_s, plain_rc, plain_out = timed(plain, work, env)
+        report = Path(tmp) / "report.json"
+        check_cmd = [*base, "--fxprof-against", "HEAD~1", "--fxprof-report", str(report), *args.pytest_args]
+        check_s, check_rc, check_out = timed(check_cmd, work, env)
+        tests = verdicts(report) if report.is_file() else {}
+        time_split = json.loads(report.read_text()).get("time") if report.is_file() else None
+    rows = {}
+    for name in names:
+        got = tests.get(name, {"status": "missing", "flagged": []})
+        cond = conditions.get(name, {"condition": "none"})
+        failed = got["status"] == "regression"
+        rows[name] = {**cond, "status": got["status"], "failed": failed, "named": failed and named(got, cond)}
+    return {
+        "run": run,
+        "suite": args.models or args.suite,
+        "models": len(names),
+        "plain_s": round(plain_s, 1),
+        "check_s": round(check_s, 1),
+        "ratio": round(check_s / plain_s, 2),
+        "plain_rc": plain_rc,
+        "check_rc": check_rc,
+        "tests": rows,
+        "time": time_split,
+        "tail": "" if check_rc in (0, 1) else check_out[-2000:],
+        "plain_tail": "" if plain_rc == 0 else plain_out[-1000:],
+    }
+
+
+def summary(path: Path) -> None:
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    runs = [x for x in lines if "run" in x]
+    if not runs:
+        print("no runs")
+        return
+    ratios = [r["ratio"] for r in runs]
+    print(
+        f"{len(runs)} runs of {runs[0]['models']} models: check/plain median x{statistics.median(ratios):.2f} "
+        f"(min {min(ratios):.2f}, max {max(ratios):.2f}); check median {statistics.median(r['check_s'] for r in runs):.0f} s, "
+        f"plain median {statistics.median(r['plain_s'] for r in runs):.1f} s"
+    )
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in runs:
+        for row in r["tests"].values():
+            by.setdefault(row["condition"], []).append(row)
+    for cond, rows in sorted(by.items()):
+        failed = sum(r["failed"] for r in rows)
+        named_ = sum(r["named"] for r in rows)
+        print(f"  {cond:8} {len(rows):3} checks: failed {failed}, named {named_}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="JSON lines: the setup, then one line per run")
+    parser.add_argument("--suite", choices=sorted(suite_models.SUITES), default="5")
+    parser.add_argument("--models", help="these models (comma-separated) instead of --suite's")
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--condition", choices=("none", "mixed"), default="none")
+    parser.add_argument("--code", type=Path, help="a checkout whose package runs instead of the installed one")
+    parser.add_argument("--summary", action="store_true", help="print the table of what --out holds, run nothing")
+    parser.add_argument("pytest_args", nargs="*", help="after --: more arguments of the check")
+    args = parser.parse_args()
+    if args.summary:
+        summary(args.out)
+        return
+    names = suite_models.available(tuple(args.models.split(",")) if args.models else suite_models.SUITES[args.suite])
+    found = {n: leaves(n) for n in names} if args.condition == "mixed" else {}
+    with args.out.open("a") as f:
+        f.write(
+            json.dumps(
+                {
+                    "date": datetime.datetime.now().isoformat(timespec="seconds"),
+                    "machine": f"{platform.node()} {os.cpu_count()} cores",
+                    "command": " ".join(sys.argv),
+                    "models": names,
+                    "methods": {n: found[n][0] for n in found},
+                }
+            )
+            + "\n"
+        )
+    for run in range(args.runs):
+        row = one_run(args, names, run, found)
+        print(json.dumps({k: v for k, v in row.items() if k != "tests"}), flush=True)
+        with args.out.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+    summary(args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,265 @@
+"""The pairs of a check against a revision (``against.rounds``): which tests each pair serves and when a test
+leaves them (a fake pair and clock), and the processes of a pair serving many tests, one crashing, hanging or
+failing in a test (small Python scripts in place of pytest). No torch, no inner pytest runs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_fxprof.against import rounds
+from pytest_fxprof.measure.sampling import Child, Relaunch, Spent
+
+# The schedule: a fake pair ------------------------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fake_pairs(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeClock, *, seconds: float = 10.0, data: dict[str, Any] | None = None
+) -> list[list[str]]:
+    """Pairs that take ``seconds`` per test on ``clock`` and write ``data`` of a test (by its id; else no calls);
+    returns the tests each pair served."""
+    served: list[list[str]] = []
+
+    def run_pair(old: rounds.Side, new: rounds.Side, tests: list[rounds.PairedTest], **kw: Any) -> rounds.PairResult:
+        served.append([t.test_id for t in tests])
+        clock.now += seconds * len(tests)
+        result = rounds.PairResult()
+        for t in tests:
+            child = Child((), 0, (data or {}).get(t.test_id, {"calls": {}}), "")
+            result.measured[t.test_id] = (child, child)
+            result.seconds[t.test_id] = seconds
+        return result
+
+    monkeypatch.setattr(rounds, "run_pair", run_pair)
+    return served
+
+
+OLD = rounds.Side("old", "HEAD", Relaunch(Path(), Path(), None))
+NEW = rounds.Side("new", "the working tree", Relaunch(Path(), Path(), None))
+
+
+def asked(test_id: str, *, pairs: int = 4, max_pairs: int = 18, budget_s: float = 1000, open_until: int = 0) -> Any:
+    """A test that stays undecided until it has ``open_until`` pairs."""
+    return rounds.PairedTest(
+        test_id, {"settings": {}}, pairs, max_pairs, budget_s, undecided=lambda got: len(got.old) < open_until
+    )
+
+
+def test_every_test_takes_its_pairs_and_a_decided_one_leaves_the_later_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    served = fake_pairs(monkeypatch, clock)
+    got = rounds.measure_pairs(OLD, NEW, [asked("a"), asked("b", open_until=6), asked("c", pairs=5)], clock=clock)
+    assert served == [["a", "b", "c"]] * 4 + [["b", "c"], ["b"]]
+    assert [len(got[t].old) for t in "abc"] == [4, 6, 5]
+    assert all(got[t].stopped == "" for t in "abc")
+
+
+def test_an_undecided_test_stops_at_its_limit_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    fake_pairs(monkeypatch, clock)
+    got = rounds.measure_pairs(OLD, NEW, [asked("a", max_pairs=5, open_until=99)], clock=clock)
+    assert len(got["a"].old) == 5
+    assert got["a"].stopped == "the limit of 5 pairs"
+
+
+def test_the_tests_budget_bounds_its_added_pairs_never_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    fake_pairs(monkeypatch, clock)
+    got = rounds.measure_pairs(OLD, NEW, [asked("a", pairs=4, budget_s=30, open_until=99)], clock=clock)
+    assert len(got["a"].old) == 4  # 40 s: over the budget, but the test asked for 4
+    assert got["a"].stopped == "the time budget of 30 s per test"
+    got = rounds.measure_pairs(OLD, NEW, [asked("a", pairs=4, budget_s=55, open_until=99)], clock=clock)
+    assert len(got["a"].old) == 5  # 4 pairs took 40 s, a fifth ends at 50 s, a sixth would end at 60 s
+
+
+def test_the_run_budget_starts_no_pair_that_would_end_past_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    served = fake_pairs(monkeypatch, clock)
+    tests = [asked("a", open_until=99), asked("b", open_until=99)]
+    got = rounds.measure_pairs(OLD, NEW, tests, clock=clock, run_budget_s=130)
+    # a pair of both tests takes 20 s: the seventh would end at 140 s
+    assert len(served) == 6
+    assert clock.now == 120
+    assert got["a"].stopped == got["b"].stopped == "the run's time budget of 130 s"
+
+
+def test_the_first_pair_runs_whatever_the_run_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    served = fake_pairs(monkeypatch, clock)
+    got = rounds.measure_pairs(OLD, NEW, [asked("a")], clock=clock, run_budget_s=1)
+    assert len(served) == 1
+    assert got["a"].stopped == "the run's time budget of 1 s"
+
+
+ENDED = [({"absent": True}, True, ""), ({"skipped": "no GPU"}, False, "no GPU")]
+
+
+@pytest.mark.parametrize(("data", "absent", "skipped"), ENDED)
+def test_a_test_absent_or_skipped_on_a_side_leaves_the_pairs_alone(
+    monkeypatch: pytest.MonkeyPatch, data: dict[str, Any], absent: bool, skipped: str
+) -> None:
+    clock = FakeClock()
+    served = fake_pairs(monkeypatch, clock, data={"gone": data})
+    got = rounds.measure_pairs(OLD, NEW, [asked("gone"), asked("kept")], clock=clock)
+    assert served == [["gone", "kept"]] + [["kept"]] * 3
+    assert got["gone"].ended is not None
+    side, child = got["gone"].ended
+    assert side == "old"
+    assert (child.absent, child.skipped) == (absent, skipped)
+    assert got["gone"].old == []
+    assert len(got["kept"].old) == 4
+
+
+def test_a_moot_test_leaves_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    served = fake_pairs(monkeypatch, clock)
+    moot = rounds.PairedTest("a", {}, 4, 18, 1000, moot=lambda got: True)
+    rounds.measure_pairs(OLD, NEW, [moot, asked("b")], clock=clock)
+    assert served == [["a", "b"]] + [["b"]] * 3
+
+
+def test_the_new_sides_calls_are_learnt_from_the_first_pair(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lock-step of later pairs knows which calls the new side makes in each test."""
+    clock = FakeClock()
+    fake_pairs(monkeypatch, clock, data={"a": {"calls": {"second": {}, "first": {}}}})
+    test = asked("a")
+    rounds.measure_pairs(OLD, NEW, [test], clock=clock)
+    assert test.request["calls"] == ["first", "second"]
+
+
+# A pair's processes: scripts that serve the tests as pytest would ----------------------------------------
+
+SERVE = """
+import json, os, sys, time
+request = json.load(open(sys.argv[1]))
+side = os.path.basename(os.path.dirname(sys.argv[1]))
+seconds = {}
+for test in request["tests"]:
+    test_id = test["test_id"]
+    open(request["progress"], "w").write(test_id)
+    what = test_id.split("-")
+    if what[-1] == side or what[-1] == "both":
+        if what[0] == "crash":
+            sys.exit(3)
+        if what[0] == "hang":
+            time.sleep(60)
+        if what[0] == "fail":
+            json.dump({"failed": "assert 1 == 2"}, open(test["out"], "w"))
+            seconds[test_id] = 0.1
+            continue
+    json.dump({"calls": {"call0": {}}, "spent": {"capture_s": 0.25, "measuring_s": 0.5}}, open(test["out"], "w"))
+    seconds[test_id] = 1.0
+json.dump({"tests": seconds, "session_s": 2.0}, open(request["timing"], "w"))
+"""
+
+
+class ScriptRelaunch(Relaunch):
+    """Starts ``python -c SCRIPT REQUEST`` in place of pytest."""
+
+    def __init__(self, script: str, where: Path) -> None:
+        super().__init__(invocation_dir=where, rootdir=where, inifile=None)
+        object.__setattr__(self, "script", script)
+
+    def command(self, test_ids: Any, request: Path) -> list[str]:
+        return [sys.executable, "-c", self.script, str(request)]  # type: ignore[attr-defined]
+
+
+def sides(tmp_path: Path, script: str = SERVE) -> tuple[rounds.Side, rounds.Side]:
+    relaunch = ScriptRelaunch(script, tmp_path)
+    return rounds.Side("old", "HEAD", relaunch), rounds.Side("new", "the working tree", relaunch)
+
+
+def paired_tests(*ids: str) -> list[rounds.PairedTest]:
+    return [rounds.PairedTest(t, {"settings": {}}, 4, 18, 1000) for t in ids]
+
+
+@pytest.mark.parametrize("duet", [True, False])
+def test_one_pair_of_processes_serves_every_test(tmp_path: Path, duet: bool) -> None:
+    old, new = sides(tmp_path)
+    spent = Spent()
+    result = rounds.run_pair(old, new, paired_tests("a", "b", "c"), number=1, duet=duet, cores=[], spent=spent)
+    assert sorted(result.measured) == ["a", "b", "c"]
+    assert result.failed == {}
+    assert result.seconds == {"a": 1.0, "b": 1.0, "c": 1.0}
+    assert spent.processes == 2  # one per side, for the three tests
+    assert spent.capture_s == pytest.approx(6 * 0.25)
+    assert spent.measuring_s == pytest.approx(6 * 0.5)
+    assert spent.tests_s == pytest.approx(6 * 0.25)
+
+
+@pytest.mark.parametrize("duet", [True, False])
+def test_a_test_that_crashes_a_side_fails_alone_and_the_next_run_again(tmp_path: Path, duet: bool) -> None:
+    old, new = sides(tmp_path)
+    spent = Spent()
+    tests = paired_tests("a", "crash-old", "c")
+    result = rounds.run_pair(old, new, tests, number=1, duet=duet, cores=[], spent=spent)
+    assert sorted(result.measured) == ["a", "c"]
+    err = result.failed["crash-old"]
+    assert err.side.name == "old"
+    assert err.child.problem == "ended (exit status 3) while running the test"
+    assert spent.processes == 4  # the test after the crash was measured by a fresh pair
+
+
+def test_a_test_that_hangs_is_stopped_at_the_deadline_and_fails_alone(tmp_path: Path) -> None:
+    old, new = sides(tmp_path)
+    result = rounds.run_pair(old, new, paired_tests("hang-new", "b"), number=1, duet=True, cores=[], deadline_s=1.0)
+    assert sorted(result.measured) == ["b"]
+    err = result.failed["hang-new"]
+    assert err.side.name == "new"
+    assert "ran hang-new past 1 s, so it was stopped" in err.child.problem
+
+
+def test_a_test_that_fails_on_a_side_says_why_and_the_others_go_on(tmp_path: Path) -> None:
+    old, new = sides(tmp_path)
+    result = rounds.run_pair(old, new, paired_tests("fail-both", "b"), number=1, duet=True, cores=[])
+    assert sorted(result.measured) == ["b"]
+    err = result.failed["fail-both"]
+    assert err.child.problem == "the test failed there"
+    assert err.child.output == "assert 1 == 2"
+
+
+def test_a_side_that_cannot_start_fails_every_test_with_its_output(tmp_path: Path) -> None:
+    old, new = sides(tmp_path, "import sys; print('ERROR: no such conftest'); sys.exit(4)")
+    result = rounds.run_pair(old, new, paired_tests("a", "b"), number=1, duet=False)
+    assert result.measured == {}
+    assert sorted(result.failed) == ["a", "b"]
+    child = result.failed["a"].child
+    assert child.problem == "ended (exit status 4) before running any test"
+    assert "no such conftest" in child.output
+
+
+def test_the_pairs_of_a_suite_fail_only_the_test_that_crashed(tmp_path: Path) -> None:
+    old, new = sides(tmp_path)
+    tests = [rounds.PairedTest(t, {"settings": {}}, 2, 2, 1000) for t in ("a", "crash-new", "c")]
+    got = rounds.measure_pairs(old, new, tests, duet=True)
+    assert got["crash-new"].failed is not None
+    assert [len(got[t].old) for t in ("a", "c")] == [2, 2]
+
+
+def test_the_processes_learn_their_tests_in_order_with_the_calls_known(tmp_path: Path) -> None:
+    """What a side's process is asked: its tests in the pair's order, each with its settings and the new side's
+    calls, the first pair counting flops and the later not, and where to say which test runs and how long each
+    took."""
+    old, _ = sides(tmp_path)
+    tests = paired_tests("a", "b")
+    tests[0].request["calls"] = ["call0"]
+    served = rounds.Served(old, tests, tmp_path, {"dir": "x"}, flops=False)  # its request, without starting
+    request = served.request
+    assert [t["test_id"] for t in request["tests"]] == ["a", "b"]
+    assert request["tests"][0]["calls"] == ["call0"]
+    assert request["flops"] is False
+    assert request["lockstep"] == {"dir": "x"}
+    assert {"progress", "timing"} <= set(request)
+    assert json.loads(json.dumps(request)) == request  # plain JSON, as the file carries it
