@@ -16,11 +16,14 @@ closest to 5 %, 10 % slower), ``total+5`` (every leaf module 5 % slower) or noth
 nothing that matters changed: every failure is a false alarm.
 
 Each run times, one after the other in one loop, ``pytest --fxprof-update --fxprof-processes 1`` into a
-throw-away directory (one plain profiling run: each test measured once, in this one process) and ``pytest --fxprof-against HEAD~1 --fxprof-report R``
-(the check), each a fresh process as a user starts it, and writes one JSON line: both wall times and their
-ratio, the check's exit status, each test's verdict, what its failure named and whether that is the slowed
-thing, and where the check's time went (the report's ``time``). ``--code DIR`` runs the package of another
-checkout (its directory first on ``PYTHONPATH``), to compare with an earlier version side by side.
+throw-away directory (one plain profiling run: each test measured once, in this one process) and
+``pytest --fxprof-against HEAD~1 --fxprof-report R`` (the check), each a fresh process as a user starts it, and
+writes one JSON line: both wall times and their ratio, the check's exit status, each test's verdict, what its
+failure named and whether that is the slowed thing, and where the check's time went (the report's ``time``).
+``--record`` also times a recording of the suite at the defaults (``pytest --fxprof-update``, 5 processes);
+``--no-check`` then leaves the check out.
+``--code DIR`` runs the package of another checkout (its directory first on ``PYTHONPATH``), to compare with an
+earlier version side by side.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ sys.path.insert(0, str(BENCH))
 
 import suite_models  # noqa: E402 (this script's folder, put on sys.path above)
 
-CONFTEST = '''
+CONFTEST = """
 import json
 from pathlib import Path
 
@@ -63,9 +66,9 @@ def slowed():
         return model
 
     return apply
-'''
+"""
 
-TEST_MODULE = '''
+TEST_MODULE = """
 import pytest
 
 from suite_models import build
@@ -77,7 +80,7 @@ NAMES = {names!r}
 def test_model(fxprof, slowed, name):
     model, args, kwargs = build(name)
     fxprof(slowed(model, name), *args, **kwargs)
-'''
+"""
 
 
 def git(cwd: Path, *args: str) -> None:
@@ -93,17 +96,18 @@ def leaves(name: str) -> tuple[str, list[tuple[str, float, float]]]:
     p = profile(model, *args, **kwargs)
     method = p.capture.method if p.capture is not None else "?"
     total = sum(n.median_ns for n in p.nodes) or 1
-    out = [
-        (n.info.target, n.median_ns / 1e6, n.median_ns / total) for n in p.nodes if n.info.op == "call_module"
-    ]
-    return method, out
+    times: dict[str, int] = {}
+    for n in p.nodes:
+        if n.info.op == "call_module":  # a module called twice (ResNet's relu) is slowed once, its calls summed
+            times[n.info.module] = times.get(n.info.module, 0) + n.median_ns
+    return method, [(path, ns / 1e6, ns / total) for path, ns in times.items()]
 
 
 def plan(names: tuple[str, ...], run: int, found: dict[str, tuple[str, list[tuple[str, float, float]]]]) -> dict:
     """The slowdowns of run ``run`` (``--condition mixed``) per model, and each model's condition."""
     slowed: dict[str, list[dict[str, Any]]] = {}
     conditions: dict[str, dict[str, Any]] = {}
-    symbolic = [n for n in names if found[n][0] == "symbolic" and found[n][1]]
+    symbolic = [n for n in names if found[n][0].startswith("symbolic") and found[n][1]]
     for i, name in enumerate(symbolic):
         kind = ("node+10", "total+5", "none")[(run + i) % 3]
         mods = found[name][1]
@@ -193,7 +197,13 @@ def one_run(args: argparse.Namespace, names: tuple[str, ...], run: int, found: d
         plain_s, plain_rc, plain_out = timed(plain, work, env)
         report = Path(tmp) / "report.json"
         check_cmd = [*base, "--fxprof-against", "HEAD~1", "--fxprof-report", str(report), *args.pytest_args]
-        check_s, check_rc, check_out = timed(check_cmd, work, env)
+        check_s, check_rc, check_out = timed(check_cmd, work, env) if not args.no_check else (0.0, 0, "")
+        record_s = None
+        if args.record:  # a recording at the defaults (5 processes), timed
+            record = [*base, "--fxprof-update", "--fxprof-baseline-dir", str(Path(tmp) / "recorded")]
+            record_s, record_rc, record_out = timed(record, work, env)
+            if record_rc != 0:
+                raise SystemExit(f"the recording failed:\n{record_out[-3000:]}")
         tests = verdicts(report) if report.is_file() else {}
         time_split = json.loads(report.read_text()).get("time") if report.is_file() else None
     rows = {}
@@ -208,7 +218,8 @@ def one_run(args: argparse.Namespace, names: tuple[str, ...], run: int, found: d
         "models": len(names),
         "plain_s": round(plain_s, 1),
         "check_s": round(check_s, 1),
-        "ratio": round(check_s / plain_s, 2),
+        "ratio": round(check_s / plain_s, 2) if not args.no_check else None,
+        "record_s": None if record_s is None else round(record_s, 1),
         "plain_rc": plain_rc,
         "check_rc": check_rc,
         "tests": rows,
@@ -224,11 +235,16 @@ def summary(path: Path) -> None:
     if not runs:
         print("no runs")
         return
+    runs = [r for r in runs if r.get("ratio") is not None]
+    if not runs:
+        print("no checks")
+        return
     ratios = [r["ratio"] for r in runs]
+    check = statistics.median(r["check_s"] for r in runs)
+    plain = statistics.median(r["plain_s"] for r in runs)
     print(
         f"{len(runs)} runs of {runs[0]['models']} models: check/plain median x{statistics.median(ratios):.2f} "
-        f"(min {min(ratios):.2f}, max {max(ratios):.2f}); check median {statistics.median(r['check_s'] for r in runs):.0f} s, "
-        f"plain median {statistics.median(r['plain_s'] for r in runs):.1f} s"
+        f"(min {min(ratios):.2f}, max {max(ratios):.2f}); check median {check:.0f} s, plain median {plain:.1f} s"
     )
     by: dict[str, list[dict[str, Any]]] = {}
     for r in runs:
@@ -249,6 +265,8 @@ def main() -> None:
     parser.add_argument("--condition", choices=("none", "mixed"), default="none")
     parser.add_argument("--code", type=Path, help="a checkout whose package runs instead of the installed one")
     parser.add_argument("--summary", action="store_true", help="print the table of what --out holds, run nothing")
+    parser.add_argument("--record", action="store_true", help="also time one recording at the defaults")
+    parser.add_argument("--no-check", action="store_true", help="leave the check out (with --record)")
     parser.add_argument("pytest_args", nargs="*", help="after --: more arguments of the check")
     args = parser.parse_args()
     if args.summary:

@@ -607,6 +607,7 @@ def test_under_xdist_one_test_measures_at_a_time(
     assert result.ret == 0, result.stdout.str()
     assert "test_net.py::test_one [call0]: pass" in result.stdout.str()
     assert "test_net.py::test_two [call0]: pass" in result.stdout.str()
+    assert "under pytest-xdist each test was measured in pairs of processes of its own" in result.stdout.str()
     spans: dict[str, list[tuple[float, float]]] = {"one": [], "two": []}
     for f in stamps.iterdir():
         start, end = map(float, f.read_text().split())
@@ -626,3 +627,100 @@ def test_a_measuring_lock_that_cannot_be_taken_fails_the_test(pytester: pytest.P
     assert "cannot take the measuring lock" in out
     assert "--fxprof-lock=off" in out
     assert "INTERNALERROR" not in out + "\n".join(result.errlines)
+
+
+SERVED = """
+import os
+
+from model import profile
+
+
+def stamp(fxprof, name):
+    if fxprof.mode == "sample":
+        with open(os.path.join(os.environ["STAMP_DIR"], f"{name}-{os.getpid()}"), "w"):
+            pass
+    profile(fxprof)
+
+
+def test_one(fxprof):
+    stamp(fxprof, "one")
+
+
+def test_two(fxprof):
+    stamp(fxprof, "two")
+
+
+def test_three(fxprof):
+    stamp(fxprof, "three")
+"""
+
+
+def test_one_pair_of_processes_serves_every_test_and_the_run_says_where_the_time_went(
+    pytester: pytest.Pytester, base: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    head = commit(pytester, {"test_net.py": SERVED}, "three tests")
+    stamps = tmp_path_factory.mktemp("stamps")
+    report = pytester.path / "report.json"
+    result = against(pytester, "HEAD", f"--fxprof-report={report}", env={"STAMP_DIR": str(stamps)})
+    assert result.ret == 0, result.stdout.str()
+    out = result.stdout.str()
+    for name in ("one", "two", "three"):
+        assert f"test_net.py::test_{name} [call0]: pass" in out
+    assert f"fxprof: measuring 3 test(s) at HEAD ({head[:7]}) and in the working tree" in out
+    assert "fxprof: pair 1: 3 test(s)" in out
+    processes = {f.name.split("-")[1] for f in stamps.iterdir()}
+    assert len(processes) == 2 * MIN_DECIDING_PAIRS  # each pair's two processes served all three tests
+    assert sorted(f.name for f in stamps.iterdir()) == sorted(
+        f"{name}-{pid}" for name in ("one", "two", "three") for pid in processes
+    )
+    assert "where the time went: fresh processes starting" in out
+    spent = json.loads(report.read_text())["time"]
+    assert spent["processes"] == 2 * MIN_DECIDING_PAIRS
+    assert spent["processes_s"] > 0
+    assert spent["measuring_s"] > 0
+
+
+CRASHING = SERVED.replace(
+    'def test_two(fxprof):\n    stamp(fxprof, "two")',
+    'def test_two(fxprof):\n    if fxprof.mode == "sample":\n        os._exit(3)\n    stamp(fxprof, "two")',
+)
+
+
+def test_a_test_that_crashes_a_side_fails_alone_and_the_others_are_judged(pytester: pytest.Pytester, base: str) -> None:
+    commit(pytester, {"test_net.py": SERVED}, "three tests")
+    (pytester.path / "test_net.py").write_text(CRASHING)  # the working tree's test_two kills its process
+    stamps = pytester.mkdir("stamps")
+    result = against(pytester, "HEAD", env={"STAMP_DIR": str(stamps)})
+    assert result.ret == 1, result.stdout.str()
+    out = result.stdout.str()
+    assert "test_net.py::test_one [call0]: pass" in out
+    assert "test_net.py::test_three [call0]: pass" in out
+    assert "the new side (the working tree) could not measure test_net.py::test_two (process 1: ended (exit " in out
+    assert "status 3) while running the test)" in out
+    result_lines = [line for line in result.outlines if line.startswith("FAILED")]
+    assert result_lines == [line for line in result_lines if "test_two" in line]
+    assert len(result_lines) == 1
+
+
+def test_the_run_budget_is_a_limit_and_says_what_it_left_undecided(pytester: pytest.Pytester, base: str) -> None:
+    """The first pair always runs; no later one starts past the run's budget, and the tests still open then end
+    undecided, saying why, as the run lists them."""
+    commit(pytester, {"model.py": model("2_100_000")}, "a little slower")
+    result = against(pytester, "HEAD~1", "--fxprof-run-budget-s", "0.001")
+    assert result.ret == 1, result.stdout.str()
+    out = result.stdout.str()
+    assert "fxprof: pair 1: 1 test(s)" in out
+    assert "fxprof: pair 2" not in out
+    assert "1 test(s) still undecided when the run's time budget ended: test_net.py::test_net" in out
+    assert "test_net.py::test_net [call0]: undecided" in out
+    assert "1 pairs measured, when the run's time budget of 0.001 s ended them" in out
+    assert "raise --fxprof-run-budget-s or --fxprof-pairs" in out
+
+
+@pytest.mark.parametrize("budget", ["0", "-5", "soon", "inf"])
+def test_a_run_budget_that_is_not_a_positive_number_is_a_usage_error(
+    pytester: pytest.Pytester, base: str, budget: str
+) -> None:
+    result = against(pytester, "HEAD", f"--fxprof-run-budget-s={budget}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert f"--fxprof-run-budget-s {budget}: give a positive number of seconds (default 1800)" in result.stderr.str()

@@ -314,8 +314,6 @@ def test_twins_waiting_on_different_calls_the_right_one_gives_way(
             assert not barrier._give_way()
 
 
-
-
 @pytest.mark.parametrize(("theirs", "gives_way"), [(2, True), (0, False)])
 def test_a_twin_in_a_later_test_left_this_one_behind(tmp_path: Path, theirs: int, gives_way: bool) -> None:
     """Twins that serve several tests: one waiting in a later test than this side's has left this test behind

@@ -753,3 +753,47 @@ def test_torchvision_raft_falls_back_past_symbolic_tracing() -> None:
     flows = eager(model, first, second)
     assert len(flows) > 1
     assert output_difference(flows, run(captured, first, second)) is None
+
+
+class _Sourced(nn.Module):
+    """Nodes made in the module's own code, in a submodule's, and by torch's functional code."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.block(x)
+        y = nn.functional.gelu(y) * 2
+        return y.sum(-1)
+
+
+def test_symbolic_tracing_records_the_source_lines_torch_fx_would() -> None:
+    """The symbolic capture records each node's stack itself (torch.fx's own recording imports torch._inductor and
+    sympy, about 2 s in every process that traces); each node names the line torch.fx's recording names."""
+    from pytest_fxprof.capture.sources import source_line
+    from pytest_fxprof.capture.symbolic import trace_symbolic
+
+    for model in (_Sourced(), ParamMutator()):
+        ours, _ = trace_symbolic(model)
+        reference = torch.fx.Tracer()
+        reference.record_stack_traces = True
+        theirs = reference.trace(model)
+        got = [(n.name, source_line(n)) for n in ours.graph.nodes]
+        expected = [(n.name, source_line(n)) for n in theirs.nodes]
+        assert got == expected
+        assert any(line for _, line in got)
+
+
+def test_symbolic_tracing_leaves_torchs_compiler_stack_unimported() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from pytest_fxprof.capture.symbolic import trace_symbolic\n"
+        "gm, _ = trace_symbolic(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()))\n"
+        "print(sorted(m for m in ('torch._inductor', 'torch._dynamo', 'sympy') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -1464,6 +1464,50 @@ def test_update_with_two_processes_stores_two_runs(pytester: pytest.Pytester) ->
     assert any("test_perf.py::test_a [call0]: pass" in line for line in fxprof_section(result))
 
 
+def test_fresh_processes_serve_every_test_of_a_recording(
+    pytester: pytest.Pytester, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--fxprof-update`` starts its fresh processes once for the run, each measuring every test, before the
+    tests run; the summary and the report say where the time went."""
+    write_tests(
+        pytester,
+        """
+        import os
+
+        @pytest.mark.parametrize("n", [1, 2, 3])
+        def test_a(fxprof, n):
+            if fxprof.mode == "sample":
+                with open(os.path.join(os.environ["PIDS_DIR"], f"{n}-{os.getpid()}"), "w"):
+                    pass
+            profile(fxprof)
+        """,
+    )
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    report = tmp_path / "report.json"
+    monkeypatch.setenv("PIDS_DIR", str(pids))
+    result = runp(
+        pytester,
+        "--fxprof-update",
+        "--fxprof-processes=3",
+        "--fxprof-warmup=1",
+        "--fxprof-passes=3",
+        f"--fxprof-report={report}",
+    )
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.stdout.fnmatch_lines(["*fxprof: fresh process 1: 3 test(s)*", "*fxprof: fresh process 2: 3 test(s)*"])
+    stamps = [p.name for p in pids.iterdir()]
+    served = {name.split("-")[1] for name in stamps}
+    assert len(served) == 2  # two fresh processes, each serving the three tests
+    assert sorted(stamps) == sorted(f"{n}-{pid}" for n in (1, 2, 3) for pid in served)
+    for path in baseline_files(pytester.path / "baselines"):
+        assert len(load(path)["entries"]["call0"]["runs"]) == 3
+    time_spent = json.loads(report.read_text())["time"]
+    assert time_spent["processes"] == 2
+    assert time_spent["processes_s"] > 0
+    assert "where the time went: fresh processes starting" in result.stdout.str()
+
+
 def test_parametrized_ids_get_safe_file_names(pytester: pytest.Pytester) -> None:
     write_tests(
         pytester,
@@ -1575,26 +1619,33 @@ def test_profiles_under_no_grad(pytester: pytest.Pytester) -> None:
 
 
 def test_failure_in_a_fresh_process_records_nothing(pytester: pytest.Pytester) -> None:
-    """The test passes here but fails in the fresh process that records the second run."""
+    """The test passes here but fails in the fresh process that records the second run; the other test, served
+    by the same process, is recorded."""
     pytester.makepyfile(
         test_perf="""
-        import pathlib
         import torch
 
         def test_once(fxprof):
-            marker = pathlib.Path(__file__).with_name("ran-once")
-            assert not marker.exists(), "second run"
-            marker.touch()
+            assert fxprof.mode != "sample", "fails in a fresh process"
+            fxprof(torch.nn.Linear(4, 4), torch.ones(4))
+
+        def test_fine(fxprof):
             fxprof(torch.nn.Linear(4, 4), torch.ones(4))
         """
     )
     result = runp(pytester, "--fxprof-update", "--fxprof-processes=2", "--fxprof-warmup=0", "--fxprof-passes=1")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(
-        ["*fxprof: could not record the baseline: fresh process 1 of 1 for test_perf.py::test_once failed*"]
+        [
+            "*fxprof: could not record the baseline: fresh process 1 of 1 for test_perf.py::test_once failed "
+            "(the test failed there)*",
+            "*fails in a fresh process*",
+        ]
     )
+    ids = [load(p)["test_id"] for p in baseline_files(pytester.path / "baselines")]
+    assert ids == ["test_perf.py::test_fine"]
     assert "During handling of the above exception" not in result.stdout.str()
-    assert not (pytester.path / "baselines").exists()
 
 
 def test_a_test_that_fails_after_its_call_is_not_recorded(pytester: pytest.Pytester) -> None:

@@ -12,7 +12,10 @@ from typing import Any
 import pytest
 
 from pytest_fxprof.against import rounds
-from pytest_fxprof.measure.sampling import Child, Relaunch, Spent
+from pytest_fxprof.measure import serving
+from pytest_fxprof.measure.lockstep import call_tag
+from pytest_fxprof.measure.sampling import Child, Relaunch
+from pytest_fxprof.measure.serving import Spent
 
 # The schedule: a fake pair ------------------------------------------------------------------------------
 
@@ -155,6 +158,8 @@ for test in request["tests"]:
             sys.exit(3)
         if what[0] == "hang":
             time.sleep(60)
+        if what[0] == "slow":
+            time.sleep(1.5)
         if what[0] == "fail":
             json.dump({"failed": "assert 1 == 2"}, open(test["out"], "w"))
             seconds[test_id] = 0.1
@@ -212,6 +217,19 @@ def test_a_test_that_crashes_a_side_fails_alone_and_the_next_run_again(tmp_path:
     assert spent.processes == 4  # the test after the crash was measured by a fresh pair
 
 
+def test_the_test_a_twin_was_running_when_the_other_crashed_is_measured_again_not_failed(tmp_path: Path) -> None:
+    """The new side crashes in its second test while the old side still runs its first: the old side is stopped,
+    and its first test, which did nothing wrong, is measured again in a fresh pair."""
+    old, new = sides(tmp_path)
+    spent = Spent()
+    tests = paired_tests("slow-old", "crash-new")
+    result = rounds.run_pair(old, new, tests, number=1, duet=True, cores=[], spent=spent)
+    assert sorted(result.measured) == ["slow-old"]
+    assert sorted(result.failed) == ["crash-new"]
+    assert result.failed["crash-new"].side.name == "new"
+    assert spent.processes == 4
+
+
 def test_a_test_that_hangs_is_stopped_at_the_deadline_and_fails_alone(tmp_path: Path) -> None:
     old, new = sides(tmp_path)
     result = rounds.run_pair(old, new, paired_tests("hang-new", "b"), number=1, duet=True, cores=[], deadline_s=1.0)
@@ -248,18 +266,29 @@ def test_the_pairs_of_a_suite_fail_only_the_test_that_crashed(tmp_path: Path) ->
     assert [len(got[t].old) for t in ("a", "c")] == [2, 2]
 
 
-def test_the_processes_learn_their_tests_in_order_with_the_calls_known(tmp_path: Path) -> None:
+def test_each_process_is_asked_its_tests_in_order_with_the_new_sides_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """What a side's process is asked: its tests in the pair's order, each with its settings and the new side's
-    calls, the first pair counting flops and the later not, and where to say which test runs and how long each
-    took."""
-    old, _ = sides(tmp_path)
+    calls, the first pair counting flops and the later not, the duet's lock-step with those calls' tags, and where
+    to say which test runs and how long each took."""
+    asked: list[dict[str, Any]] = []
+
+    def launch(self: serving.Served) -> None:
+        asked.append(json.loads(json.dumps(self.request)))  # plain JSON, as the request file carries it
+        raise KeyboardInterrupt  # start nothing
+
+    monkeypatch.setattr(serving.Served, "launch", launch)
+    old, new = sides(tmp_path)
     tests = paired_tests("a", "b")
     tests[0].request["calls"] = ["call0"]
-    served = rounds.Served(old, tests, tmp_path, {"dir": "x"}, flops=False)  # its request, without starting
-    request = served.request
-    assert [t["test_id"] for t in request["tests"]] == ["a", "b"]
-    assert request["tests"][0]["calls"] == ["call0"]
-    assert request["flops"] is False
-    assert request["lockstep"] == {"dir": "x"}
-    assert {"progress", "timing"} <= set(request)
-    assert json.loads(json.dumps(request)) == request  # plain JSON, as the file carries it
+    for number in (1, 2):
+        with pytest.raises(KeyboardInterrupt):
+            rounds.run_pair(old, new, tests, number=number, duet=True, cores=[])
+    first, later = asked
+    assert [t["test_id"] for t in first["tests"]] == ["a", "b"]
+    assert first["tests"][0]["calls"] == ["call0"]
+    assert (first["flops"], later["flops"]) == (True, False)
+    assert first["lockstep"]["new_calls"] == [call_tag("call0", "a")]
+    assert first["entry"] is True
+    assert {"progress", "timing"} <= set(first)

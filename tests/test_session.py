@@ -41,7 +41,19 @@ def finished(test_id: str, *records: ProfileRecord) -> FinishedTest:
         "failed_calls": 0,
         "turns": 1,
         "waited_s": 0.5,
+        "spent": {"capture_s": 1.5, "measuring_s": 2.0},
+        "processes_spent": {"processes": 2, "processes_s": 6.0, "tests_s": 1.0},
     }
+
+
+def test_where_a_workers_tests_spent_their_time_adds_up_in_the_controller(tmp_path: Path) -> None:
+    controller = RunState(Mode.AGAINST, BaselineStore(tmp_path), Reactions())
+    controller.merge_test(finished("t.py::a"))
+    controller.merge_test(finished("t.py::b"))
+    spent = controller.spent.to_json()
+    assert (spent["capture_s"], spent["measuring_s"], spent["warmup_s"]) == (3.0, 4.0, 0.0)
+    assert (spent["processes"], spent["processes_s"], spent["tests_s"]) == (4, 12.0, 2.0)
+    assert spent["waiting_s"] == 1.0
 
 
 def test_records_from_workers_merge_the_same_way(tmp_path: Path) -> None:

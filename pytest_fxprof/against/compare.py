@@ -1,9 +1,10 @@
-"""One test against the base revision: its pairs of old and new processes, and the comparison of each call.
+"""Tests against the base revision: their pairs of old and new processes, and the comparison of each call.
 
 Owns ``Against`` (the run's two sides: the revision's tree and interpreter, the working tree's),
-``check_test``, which measures a test's pairs and judges each of its ``fxprof`` calls with the paired rule, and
-``SideWatch``, with which a side's process says what became of its test when no ``fxprof`` call wrote a profile
-(absent there, skipped, or run without a call).
+``measure_tests``, which measures the pairs of many tests at once (``against.rounds``), ``judge_test``, which
+judges each ``fxprof`` call of one test on its pairs with the paired rule, ``check_test`` (the two for one test
+alone), and ``SideWatch``, with which a fresh process says what became of each of its tests when no ``fxprof``
+call wrote a profile (absent there, skipped, failed, or run without a call).
 
 Must not import torch or pytest.
 """
@@ -21,7 +22,8 @@ from typing import Any
 from pytest_fxprof.against.revision import Revision
 from pytest_fxprof.against.rounds import PairedTest, Pairs, Side, SideFailedError, measure_pairs
 from pytest_fxprof.judge.paired import MIN_PAIRS, PairedPolicy, compare_pairs, needs_more, out_of_line
-from pytest_fxprof.measure.sampling import Child, Relaunch, Spent, tail
+from pytest_fxprof.measure.sampling import Child, Relaunch, tail
+from pytest_fxprof.measure.serving import Spent
 from pytest_fxprof.records.measurement import BaselineEntry, capture_difference, iqr_int, median_int
 from pytest_fxprof.records.profile import Profile
 from pytest_fxprof.records.verdicts import Comparison, Status
@@ -330,6 +332,7 @@ def measure_tests(
     *,
     duet: bool,
     run_budget_s: float | None = None,
+    already_s: float = 0.0,
     turn: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
     progress: Callable[[int, int, float], None] | None = None,
     spent: Spent | None = None,
@@ -372,6 +375,7 @@ def measure_tests(
             duet=duet,
             deadline_s=deadline,
             run_budget_s=run_budget_s,
+            already_s=already_s,
             progress=progress,
             spent=spent,
         )

@@ -11,6 +11,7 @@ Must not import torch or pytest.
 
 from __future__ import annotations
 
+import os
 import site
 import sys
 import sysconfig
@@ -19,6 +20,10 @@ from pathlib import Path
 from types import ModuleType
 
 SELF = "pytest_fxprof"
+
+_SEEN: dict[tuple[str, str, tuple[str, ...]], dict[str, Path | None]] = {}
+"""Per check (its roots), each module file already looked at: where it was loaded from when that lies in the
+working tree, else None. A process serving many tests checks its modules after each, most of them the same."""
 
 
 def _installed() -> list[Path]:
@@ -37,14 +42,20 @@ def _inside(path: Path, roots: Iterable[Path]) -> bool:
     return any(path == r or r in path.parents for r in roots)
 
 
+def _under(path: str, roots: Iterable[str]) -> bool:
+    """``_inside`` on resolved paths as text (thousands of modules are looked at: ``Path.parents`` is slow)."""
+    return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+
+
 def foreign_modules(
     new_root: Path, old_root: Path, modules: Mapping[str, ModuleType] | None = None, extra: Iterable[Path] = ()
 ) -> list[str]:
     """``name (file)`` of each loaded module the old side took from the working tree ``new_root`` (or from one
     of the ``extra`` import roots there) instead of the revision's tree ``old_root``."""
     new_root, old_root = new_root.resolve(), old_root.resolve()
-    watched = [new_root, *(p.resolve() for p in extra)]
-    installed = [p for p in _installed() if not _inside(old_root, [p])]
+    watched = [str(new_root), *(str(p.resolve()) for p in extra)]
+    installed = [str(p) for p in _installed() if not _inside(old_root, [p])]
+    seen = _SEEN.setdefault((str(new_root), str(old_root), tuple(watched)), {})
     out = []
     for name, module in sorted((modules if modules is not None else dict(sys.modules)).items()):
         if name == SELF or name.startswith(SELF + "."):
@@ -52,8 +63,12 @@ def foreign_modules(
         file = getattr(module, "__file__", None)
         if not file:
             continue
-        path = Path(file).resolve()
-        if _inside(path, [old_root]) or not _inside(path, watched) or _inside(path, installed):
-            continue
-        out.append(f"{name} ({path})")
+        if file not in seen:
+            path = Path(file).resolve()
+            text = str(path)
+            foreign = not _under(text, [str(old_root)]) and _under(text, watched) and not _under(text, installed)
+            seen[file] = path if foreign else None
+        found = seen[file]
+        if found is not None:
+            out.append(f"{name} ({found})")
     return out

@@ -11,6 +11,9 @@ Must not import pytest.
 from __future__ import annotations
 
 import inspect
+import sys
+import traceback
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -55,7 +58,25 @@ class _LeafTracer(torch.fx.Tracer):
         self.leaf_types = tuple(spec for spec in leaf_modules if isinstance(spec, type))
         self.leaf_paths = {spec for spec in leaf_modules if isinstance(spec, str)}
         self.failed_in: tuple[str, str] | None = None
-        self.record_stack_traces = True  # each node's source line, for reports
+        # each node's source line, for reports, recorded by create_node: torch.fx's own recording imports
+        # torch._inductor and sympy the first time (about 2 s in every process that traces)
+        self.record_stack_traces = False
+
+    def create_node(  # noqa: PLR0917 (torch.fx's signature)
+        self,
+        kind: str,
+        target: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        name: str | None = None,
+        type_expr: Any | None = None,
+    ) -> torch.fx.Node:
+        node = super().create_node(kind, target, args, kwargs, name, type_expr)
+        if not node.stack_trace:
+            trace = forward_stack()
+            if trace:
+                node.stack_trace = trace
+        return node
 
     def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
         if module_qualified_name in self.leaf_paths or isinstance(m, self.leaf_types):
@@ -71,6 +92,27 @@ class _LeafTracer(torch.fx.Tracer):
             if self.failed_in is None:  # the innermost module records itself first
                 self.failed_in = (self.path_of_module(m), type(m).__name__)
             raise
+
+
+_TRACE = torch.fx.Tracer.trace.__code__
+
+
+def forward_stack() -> str:
+    """The stack from the traced module's outermost ``forward`` in to the caller's caller, formatted as torch.fx
+    records a node's ``stack_trace`` (empty outside a trace, or where no ``forward`` is on it)."""
+    frames: list[types.FrameType] = []
+    frame: types.FrameType | None = sys._getframe(2)
+    while frame is not None and frame.f_code is not _TRACE:
+        frames.append(frame)
+        frame = frame.f_back
+    if frame is None:
+        return ""
+    frames.reverse()
+    first = next((i for i, f in enumerate(frames) if f.f_code.co_name == "forward"), None)
+    if first is None:
+        return ""
+    summary = traceback.StackSummary.extract((f, f.f_lineno) for f in frames[first:])
+    return "".join(summary.format()).strip()
 
 
 def trace_symbolic(

@@ -17,9 +17,9 @@ import sys
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar, NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from pytest_fxprof.records.disturbance import Disturbance, DisturbanceJSON, disturbance_from_json, least_disturbed
 from pytest_fxprof.records.measurement import Run, capture_difference
@@ -81,58 +81,6 @@ class ServedTiming(TypedDict):
 
     tests: dict[str, float]
     session_s: float
-
-
-@dataclass
-class Spent:
-    """Where a run's measuring time went, in seconds: fresh processes starting (interpreter, imports,
-    collection: process seconds, both sides of a duet counted), capturing (and the checks and the flop count
-    before the first pass), warm-up passes, measured passes, the tests' own code (building models and inputs),
-    and waiting for the machine's measuring turn."""
-
-    processes_s: float = 0.0
-    capture_s: float = 0.0
-    warmup_s: float = 0.0
-    measuring_s: float = 0.0
-    tests_s: float = 0.0
-    waiting_s: float = 0.0
-    processes: int = 0
-    """How many fresh processes were started."""
-
-    PHASES: ClassVar[tuple[str, ...]] = ("capture_s", "warmup_s", "measuring_s")
-    """What a profile's measuring reports of itself (``measure.profiler.profile_module``)."""
-
-    def add(self, other: Spent) -> None:
-        for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
-
-    def add_test(self, seconds: float, phases: Mapping[str, float]) -> None:
-        """One test's time in a fresh process: ``seconds`` in all, ``phases`` of it measuring."""
-        measured = 0.0
-        for name in self.PHASES:
-            value = float(phases.get(name, 0.0))
-            setattr(self, name, getattr(self, name) + value)
-            measured += value
-        self.tests_s += max(0.0, seconds - measured)
-
-    def to_json(self) -> dict[str, float | int]:
-        return {f.name: round(getattr(self, f.name), 3) for f in fields(self)}
-
-    def line(self) -> str:
-        """The summary's line: ``processes 40 s (12), capture 9 s, warm-up 5 s, measuring 20 s, ...``."""
-        parts = [
-            f"fresh processes starting {self.processes_s:.0f} s ({self.processes})" if self.processes else "",
-            f"capture {self.capture_s:.0f} s",
-            f"warm-up {self.warmup_s:.0f} s",
-            f"measuring {self.measuring_s:.0f} s",
-            f"the tests' own code {self.tests_s:.0f} s" if self.processes else "",
-            f"waiting for the measuring turn {self.waiting_s:.0f} s",
-        ]
-        return ", ".join(p for p in parts if p)
-
-
-def spent_from_json(raw: Mapping[str, Any]) -> Spent:
-    return Spent(**{f.name: raw[f.name] for f in fields(Spent) if isinstance(raw.get(f.name), int | float)})
 
 
 class SampleJSON(TypedDict):
@@ -330,6 +278,7 @@ def sample(
     *,
     retries: int = 0,
     disturbances: dict[str, list[Disturbance]] | None = None,
+    ahead: Sequence[Sequence[Child]] = (),
 ) -> dict[str, list[Run]]:
     """``count`` runs per ``fxprof`` call of ``test_id``, each from a fresh process.
 
@@ -337,14 +286,17 @@ def sample(
     (a capture that depends on the process cannot be baselined). A process whose profile of any call was
     measured on a busy machine is started again up to ``retries`` times, and the least disturbed of its tries
     kept; ``disturbances``, where given, receives each kept run's disturbance, per call, in the runs' order.
+    ``ahead``: per process, its tries that processes serving many tests measured before (``measure.serving``);
+    only the processes beyond them are started here.
     """
     if retries < 0:
         raise ValueError(f"retries must be 0 or more, not {retries}")
     runs: dict[str, list[Run]] = {key: [] for key in expected}
     for i in range(1, count + 1):
-        tries: list[tuple[dict[str, Run], dict[str, Disturbance]]] = []
+        which = f"fresh process {i} of {count} for {test_id}"
+        tries = [runs_of(child, expected, which) for child in (ahead[i - 1] if i <= len(ahead) else ())]
         while not tries or (len(tries) <= retries and any(d.busy for d in tries[-1][1].values())):
-            tries.append(_one_sample(relaunch, test_id, settings, expected, f"fresh process {i} of {count}"))
+            tries.append(_one_sample(relaunch, test_id, settings, expected, which))
         kept = [max(tries_d.values(), key=_busiest) if tries_d else Disturbance() for _, tries_d in tries]
         got, seen = tries[least_disturbed(kept)]
         for key in expected:
@@ -358,6 +310,15 @@ def _busiest(d: Disturbance) -> tuple[int, float]:
     return (int(d.busy), d.off_cpu_mean or 0.0)
 
 
+def busy(child: Child) -> bool:
+    """Whether a fresh process measured any call of its test on a busy machine (it is then tried again)."""
+    calls = (child.data or {}).get("calls") or {}
+    try:
+        return any(disturbance_from_json(c["disturbance"], k).busy for k, c in calls.items() if "disturbance" in c)
+    except (ValueError, TypeError, KeyError):
+        return False
+
+
 def _one_sample(
     relaunch: Relaunch,
     test_id: str,
@@ -365,26 +326,37 @@ def _one_sample(
     expected: Mapping[str, Sequence[str]],
     which: str,
 ) -> tuple[dict[str, Run], dict[str, Disturbance]]:
-    """One fresh process's run and disturbance per call (``sample``)."""
-    runs: dict[str, Run] = {}
-    seen: dict[str, Disturbance] = {}
+    """One fresh process's run and disturbance per call, the process started for this test alone."""
     with tempfile.TemporaryDirectory(prefix="fxprof-") as tmp:
         out = Path(tmp) / "out.json"
         proc = start(relaunch, {"tests": [{"test_id": test_id, "settings": settings, "out": str(out)}]}, Path(tmp))
         child = finish(proc, out)
-    where = f"{which} for {test_id}"
-    if child.returncode != 0 or child.data is None:
-        why = f"exit {child.returncode}" + (f", {child.problem}" if child.problem else "")
-        raise SamplingError(f"{where} failed ({why}); command: {' '.join(child.command)}\n{tail(child.output)}")
-    data = child.data
+    if child.returncode != 0:  # its teardown too must pass
+        child = replace(child, data=None)
+    return runs_of(child, expected, which)
+
+
+def runs_of(
+    child: Child, expected: Mapping[str, Sequence[str]], which: str
+) -> tuple[dict[str, Run], dict[str, Disturbance]]:
+    """A fresh process's run and disturbance per call of its test, as ``child`` wrote them (``SampleJSON`` per
+    call, under ``calls``)."""
+    runs: dict[str, Run] = {}
+    seen: dict[str, Disturbance] = {}
+    calls = (child.data or {}).get("calls")
+    if not isinstance(calls, dict):
+        why = child.problem or f"exit {child.returncode}"
+        if child.ended:
+            why = "it found no such test" if child.absent else f"the test skipped there: {child.skipped}"
+        raise SamplingError(f"{which} failed ({why}); command: {' '.join(child.command)}\n{tail(child.output)}")
     for key, node_keys in expected.items():
-        got = data.get(key)
+        got = calls.get(key)
         if got is None:
-            raise SamplingError(f"{where} made no fxprof call {key!r}; calls must not depend on the process")
+            raise SamplingError(f"{which} made no fxprof call {key!r}; calls must not depend on the process")
         if list(got["nodes"]) != list(node_keys):
             names = ("this process's capture", "the fresh process's")
             raise SamplingError(
-                f"{where} captured a different graph for {key!r} than this process did; the capture must be "
+                f"{which} captured a different graph for {key!r} than this process did; the capture must be "
                 f"deterministic: {capture_difference(list(node_keys), list(got['nodes']), names)}"
             )
         try:
@@ -392,7 +364,7 @@ def _one_sample(
             raw = got.get("disturbance")
             seen[key] = disturbance_from_json(raw, key) if raw is not None else Disturbance()
         except ValueError as exc:
-            raise SamplingError(f"{where} sent a malformed profile: {exc}") from None
+            raise SamplingError(f"{which} sent a malformed profile: {exc}") from None
     return runs, seen
 
 

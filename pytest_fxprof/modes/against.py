@@ -23,10 +23,10 @@ import pytest
 from pytest_fxprof.against.compare import Against, AskedTest, measure_tests
 from pytest_fxprof.measure.turns import TurnError
 from pytest_fxprof.modes.base import relaunch_of
-from pytest_fxprof.modes.gate import Gate
-from pytest_fxprof.options import against_options, marker_settings, run_budget, settings_of
+from pytest_fxprof.modes.gate import Gate, ahead_of_tests, fixture_tests, say
+from pytest_fxprof.options import against_options, run_budget
 from pytest_fxprof.session.against import AgainstCalls
-from pytest_fxprof.settings import Mode, SettingsError
+from pytest_fxprof.settings import Mode
 
 if TYPE_CHECKING:
     from pytest_fxprof.against.rounds import Pairs
@@ -50,12 +50,15 @@ class AgainstMode(Gate):
         self.ahead_error = ""
         """Why they could not (the machine's measuring lock): every test fails with it."""
         self.ahead_turns: list[Turn] = []
+        if not self.worker and config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None):
+            run.notes.append(
+                "under pytest-xdist each test was measured in pairs of processes of its own (a worker does not know "
+                "its tests ahead); without -n, one pair serves every test of the run, which costs far less"
+            )
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
-        config = session.config
-        collection_failed = session.testsfailed and not config.option.continue_on_collection_errors
-        if not self.worker and not config.option.collectonly and not collection_failed:
+        if ahead_of_tests(session, self.worker):
             self.measure_ahead(session.items)
         return (yield)
 
@@ -63,47 +66,37 @@ class AgainstMode(Gate):
         """Measure every test of ``items`` that uses the fixture in pairs of processes that serve them all: in
         duets where the test runs on the CPU (``auto``: where no accelerator is at hand), the others one process
         after the other."""
-        base = settings_of(self.config)
         groups: dict[bool, list[AskedTest]] = {True: [], False: []}
-        for item in items:
-            if "fxprof" not in getattr(item, "fixturenames", ()):
-                continue
-            try:
-                s = self.settings(item, marker_settings(item, base))
-            except SettingsError:  # the fixture fails the test with it
-                continue
+        for item, s in fixture_tests(self, items):
             asked = AskedTest(item.nodeid, s.to_json(), s.paired_policy(), s.pairs, s.max_pairs, s.budget_s)
             groups[s.schedule == "duet" or (s.schedule == "auto" and not _accelerator())].append(asked)
         tests = groups[True] + groups[False]
         if not tests:
             return
-        tr = self.config.pluginmanager.get_plugin("terminalreporter")
-
-        def say(text: str) -> None:
-            if tr is not None:
-                tr.write_line(f"fxprof: {text}")
+        config = self.config
 
         say(
+            config,
             f"measuring {len(tests)} test(s) at {self.against.label} and in the working tree, in pairs of fresh "
-            f"processes that serve them all (run budget {self.run_budget_s:g} s)"
+            f"processes that serve them all (run budget {self.run_budget_s:g} s)",
         )
         began = time.monotonic()
 
         def progress(number: int, count: int, seconds: float) -> None:
-            say(f"pair {number}: {count} test(s), {seconds:.0f} s")
+            say(config, f"pair {number}: {count} test(s), {seconds:.0f} s")
 
         turns = self.run.measuring_turns()
         try:
             for duet, group in groups.items():
                 if group:
-                    left = self.run_budget_s - (time.monotonic() - began)
                     self.ahead.update(
                         measure_tests(
                             self.against,
                             relaunch_of(self.config),
                             group,
                             duet=duet,
-                            run_budget_s=max(left, 0.0),
+                            run_budget_s=self.run_budget_s,
+                            already_s=time.monotonic() - began,
                             turn=lambda: turns.turn("pairs", self.ahead_turns),
                             progress=progress,
                             spent=self.run.spent,
@@ -114,7 +107,10 @@ class AgainstMode(Gate):
         self.run.spent.waiting_s += sum(t.waited_s for t in self.ahead_turns)
         undecided = [t for t, got in self.ahead.items() if got.stopped.startswith("the run's")]
         if undecided:
-            say(f"{len(undecided)} test(s) still undecided when the run's time budget ended: {', '.join(undecided)}")
+            say(
+                config,
+                f"{len(undecided)} test(s) still undecided when the run's time budget ended: {', '.join(undecided)}",
+            )
 
     def against_json(self) -> AgainstJSON | None:
         rev = self.against.revision

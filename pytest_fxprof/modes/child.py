@@ -40,8 +40,8 @@ class ChildMode(RunMode):
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise pytest.UsageError(f"--fxprof-sample {path}: cannot read the request ({exc})") from None
         die_with_parent(self.request.get("parent"))
-        self.watches = {t: SideWatch(t) for t in self.tests} if self.request.get("entry", False) else {}
-        """A side against a revision: what became of each of its tests."""
+        self.watches = {t: SideWatch(t) for t in self.tests}
+        """What became of each of its tests."""
         self.began = time.monotonic()
         import pytest_fxprof.measure.profiler  # noqa: F401 (its imports are the process's start, not its first test's)
 

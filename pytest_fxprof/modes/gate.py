@@ -7,22 +7,28 @@ what it could not do, and writes the terminal summary.
 
 from __future__ import annotations
 
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_fxprof.modes.base import RunMode
-from pytest_fxprof.options import path_setting
+from pytest_fxprof.measure.sampling import BUSY_RETRIES, busy
+from pytest_fxprof.measure.serving import serve
+from pytest_fxprof.measure.turns import TurnError
+from pytest_fxprof.modes.base import RunMode, relaunch_of
+from pytest_fxprof.options import marker_settings, path_setting, settings_of
 from pytest_fxprof.session.check import CheckCalls
 from pytest_fxprof.session.reactions import OnUnused
 from pytest_fxprof.session.update import UpdateCalls
-from pytest_fxprof.settings import Mode
+from pytest_fxprof.settings import Mode, Settings, SettingsError
 from pytest_fxprof.store.files import unwritable
 from pytest_fxprof.views.outputs import VIEWS, write_view
 
 if TYPE_CHECKING:
+    from pytest_fxprof.measure.sampling import Child, Relaunch
+    from pytest_fxprof.measure.turns import Turn
     from pytest_fxprof.session.run import RunState
     from pytest_fxprof.views.report import AgainstJSON
 
@@ -165,16 +171,94 @@ class CheckMode(Gate):
 
 class UpdateMode(Gate):
     """``--fxprof-update``: each test's calls recorded as its baseline. Refused before anything is measured
-    where the baselines' directory cannot be written."""
+    where the baselines' directory cannot be written. Before the tests run, fresh processes that serve every
+    selected test that uses the fixture measure them (each test's ``processes - 1``, the least disturbed of up to
+    ``BUSY_RETRIES`` more where one was busy); each test then runs here, is measured here too, and takes its
+    fresh processes' runs as it ends. An xdist worker, which does not know its tests ahead, starts each test's
+    fresh processes as the test ends."""
 
     mode = Mode.UPDATE
     calls_class = UpdateCalls
 
     def __init__(self, config: pytest.Config, run: RunState) -> None:
         super().__init__(config, run)
+        self.ahead: dict[str, list[list[Child]]] = {}
+        """Per test, per fresh process, its tries, measured before the tests ran."""
+        self.ahead_turns: list[Turn] = []
         problem = None if self.worker else unwritable(run.store.directory)
         if problem:
             raise pytest.UsageError(
                 f"--fxprof-update cannot write baselines to {run.store.directory}: {problem}. Make it writable, or "
                 "record them elsewhere with --fxprof-baseline-dir (or the fxprof_baseline_dir ini key)"
             )
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
+        if ahead_of_tests(session, self.worker):
+            try:
+                self.record_ahead(session.items)
+            except TurnError as exc:  # each test then starts its own processes, and fails on the lock with it
+                self.run.notes.append(f"fxprof: the fresh processes could not be started ahead of the tests: {exc}")
+        return (yield)
+
+    def record_ahead(self, items: Sequence[pytest.Item]) -> None:
+        """Measure every test of ``items`` that uses the fixture in fresh processes that serve them all, one after
+        the other: process ``i`` serves the tests that ask for more than ``i`` processes; a test measured on a
+        busy machine is measured again, up to ``BUSY_RETRIES`` times, in a process of its own round."""
+        counts = {item.nodeid: s.processes - 1 for item, s in fixture_tests(self, items) if s.processes > 1}
+        settings = {item.nodeid: s.to_json() for item, s in fixture_tests(self, items)}
+        if not counts:
+            return
+        relaunch = relaunch_of(self.config)
+        say(self.config, f"recording {len(counts)} test(s) in fresh processes that serve them all")
+        with self.run.measuring_turns().turn("fresh processes", self.ahead_turns):
+            for i in range(1, max(counts.values()) + 1):
+                pending = [t for t, n in counts.items() if n >= i]
+                for _ in range(BUSY_RETRIES + 1):
+                    if not pending:
+                        break
+                    got = serve(
+                        relaunch, [(t, {"settings": settings[t]}) for t in pending], extra={}, spent=self.run.spent
+                    )
+                    for t in pending:
+                        tries = self.ahead.setdefault(t, [])
+                        if len(tries) < i:
+                            tries.append([])
+                        failed = got.failed.get(t)
+                        tries[i - 1].append(failed[1] if failed is not None else got.measured[t]["fresh"])
+                    pending = [t for t in pending if t not in got.failed and busy(self.ahead[t][i - 1][-1])]
+                say(self.config, f"fresh process {i}: {len([t for t, n in counts.items() if n >= i])} test(s)")
+        self.run.spent.waiting_s += sum(t.waited_s for t in self.ahead_turns)
+
+    def call_options(self, item: pytest.Item, relaunch: Relaunch) -> dict[str, Any]:
+        return {**super().call_options(item, relaunch), "ahead": self.ahead.get(item.nodeid, [])}
+
+
+def ahead_of_tests(session: pytest.Session, worker: bool) -> bool:
+    """Whether the run measures its tests' fresh processes before the tests run: not in an xdist worker (which
+    does not know its tests ahead), not when it only collects or its collection failed."""
+    config = session.config
+    collection_failed = session.testsfailed and not config.option.continue_on_collection_errors
+    return not worker and not config.option.collectonly and not collection_failed and bool(session.items)
+
+
+def fixture_tests(mode: RunMode, items: Sequence[pytest.Item]) -> list[tuple[pytest.Item, Settings]]:
+    """The tests of ``items`` that use the fixture, with their settings (one whose markers cannot be applied is
+    left out: the fixture fails it, saying why)."""
+    base = settings_of(mode.config)
+    out = []
+    for item in items:
+        if "fxprof" not in getattr(item, "fixturenames", ()):
+            continue
+        try:
+            out.append((item, mode.settings(item, marker_settings(item, base))))
+        except SettingsError:
+            continue
+    return out
+
+
+def say(config: pytest.Config, text: str) -> None:
+    """A line on the terminal while the run measures ahead of its tests."""
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    if tr is not None:
+        tr.write_line(f"fxprof: {text}")

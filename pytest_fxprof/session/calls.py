@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pytest_fxprof.measure.sampling import BUSY_RETRIES, Relaunch, SamplingError, Spent
+from pytest_fxprof.measure.sampling import BUSY_RETRIES, Relaunch, SamplingError
+from pytest_fxprof.measure.serving import Spent
 from pytest_fxprof.measure.turns import Turn, Turns
 from pytest_fxprof.records.disturbance import least_disturbed
 from pytest_fxprof.records.measurement import capture_difference

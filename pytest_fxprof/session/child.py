@@ -84,5 +84,5 @@ class ChildCalls(Calls):
             }
             for key, r in self.results.items()
         }
-        write_samples(self.out, samples)
+        write_samples(self.out, {"calls": samples, "spent": dict(self.spent)})
         return Outcome()

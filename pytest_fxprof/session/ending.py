@@ -79,8 +79,9 @@ def ending(
         advice = "" if c.against else f"\n  {if_intended(test_id)}"
         outcome.failures.append(regression_message(label, c) + advice)
     if c.status is Status.UNDECIDED:
+        budget = "--fxprof-run-budget-s" if "the run's time budget" in stopped else "--fxprof-budget-s"
         fix = (
-            f"{stopped}; more pairs decide it (raise --fxprof-budget-s or --fxprof-pairs), or a quieter runner"
+            f"{stopped}; more pairs decide it (raise {budget} or --fxprof-pairs), or a quieter runner"
             if c.against
             else wide_bands(test_id, c)
         )

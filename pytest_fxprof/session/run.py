@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence, Set
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
-from pytest_fxprof.measure.sampling import Spent, spent_from_json
+from pytest_fxprof.measure.serving import Spent, spent_from_json
 from pytest_fxprof.measure.turns import Turns
 from pytest_fxprof.records.verdicts import Status
 from pytest_fxprof.session.reactions import Reactions

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from pytest_fxprof.judge.decision import weak_baseline
@@ -16,6 +18,7 @@ from pytest_fxprof.store import history
 from pytest_fxprof.store.baseline import BaselineError, BaselineFile, NewerSchemaError
 
 if TYPE_CHECKING:
+    from pytest_fxprof.measure.sampling import Child
     from pytest_fxprof.session.run import RunState
     from pytest_fxprof.views.report import ProfileReportJSON
 
@@ -27,8 +30,12 @@ class UpdateCalls(Calls):
     mode = Mode.UPDATE
     takes_turns = True
 
-    def __init__(self, test_id: str, settings: Settings, **kwargs: Any) -> None:
+    def __init__(
+        self, test_id: str, settings: Settings, *, ahead: Sequence[Sequence[Child]] = (), **kwargs: Any
+    ) -> None:
         super().__init__(test_id, settings, **kwargs)
+        self.ahead = ahead
+        """Per fresh process, its tries, measured before the tests ran by processes that served them all."""
         self.pending: dict[str, BaselineEntry] | None = None
         self.busy_recorded: dict[str, list[Disturbance]] = {}
         """Per call, the disturbance of each process that stayed busy (this one's first)."""
@@ -42,7 +49,9 @@ class UpdateCalls(Calls):
         count = self.settings.processes - 1
         if count > 0 and self.relaunch is not None:
             expected = {key: [n.info.key for n in r.nodes] for key, r in self.results.items()}
-            with self.turns.turn("fresh processes", self.taken.setdefault("", [])):
+            # measured ahead, they need no turn; what is left to measure takes one
+            needed = len(self.ahead) < count
+            with self.turns.turn("fresh processes", self.taken.setdefault("", [])) if needed else nullcontext():
                 extra = sample(
                     self.relaunch,
                     self.test_id,
@@ -51,6 +60,7 @@ class UpdateCalls(Calls):
                     expected,
                     retries=BUSY_RETRIES,
                     disturbances=seen,
+                    ahead=self.ahead,
                 )
         self.pending = {key: r.entry(self.settings.tolerances(), tuple(extra[key])) for key, r in self.results.items()}
         return Outcome(warnings=self._recording_notes(seen))
