@@ -179,7 +179,7 @@ def verdicts(report: Path) -> dict[str, dict[str, Any]]:
             for f in p.get("flagged", [])
             for led in f.get("led_by", [])
         ]
-        out[name] = {"status": p.get("status"), "flagged": flagged}
+        out[name] = {"status": p.get("status"), "flagged": flagged, "pairs": p.get("pairs")}
     return out
 
 
@@ -211,7 +211,13 @@ def one_run(args: argparse.Namespace, names: tuple[str, ...], run: int, found: d
         got = tests.get(name, {"status": "missing", "flagged": []})
         cond = conditions.get(name, {"condition": "none"})
         failed = got["status"] == "regression"
-        rows[name] = {**cond, "status": got["status"], "failed": failed, "named": failed and named(got, cond)}
+        rows[name] = {
+            **cond,
+            "status": got["status"],
+            "pairs": got.get("pairs"),
+            "failed": failed,
+            "named": failed and named(got, cond),
+        }
     return {
         "run": run,
         "suite": args.models or args.suite,

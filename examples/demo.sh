@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make demo: record baselines of three torchvision models and of ResNet18's training step, check them, catch an
-# injected slowdown, catch a slowdown committed on a branch by checking it against its base revision, catch a code
+# injected slowdown, catch a slowdown committed on a branch by checking it against its base revision (two tests, one
+# pair of fresh processes serving both), catch a code
 # change to the model's source (a convolution in float64) and blame the block whose code changed, then catch a
 # slower backward in the training step, then keep a baseline's history and check under pytest-xdist, one
 # measurement at a time.
@@ -80,7 +81,7 @@ PY
 printf '\n'
 "$BIN/fxprof" prune --baseline-dir "$DIR" -- examples || exit 1
 "$BIN/fxprof" prune --baseline-dir "$DIR" --yes -- examples || exit 1
-step "6/9 Against a revision: a branch commits a 25% slower layer3.0.conv2; check it against main (pytest --fxprof-against main): expect a failure naming it"
+step "6/9 Against a revision: a branch commits a 25% slower layer3.0.conv2; check both tests (ResNet18 and an unchanged MobileNetV3) against main (pytest --fxprof-against main), one pair of fresh processes serving both: expect a failure naming it, and MobileNet to pass"
 ABS_BIN=$(cd "$BIN" && pwd)
 REPO="$WORK/repo"
 mkdir -p "$REPO"
@@ -112,12 +113,20 @@ def build():
     return model, torch.randn(1, 3, 224, 224)
 PY
 cat > "$REPO/test_net.py" <<'PY'
+import torch
+from torchvision.models import mobilenet_v3_small
+
 from net import build
 
 
 def test_resnet18(fxprof):
     model, x = build()
     fxprof(model, x)
+
+
+def test_mobilenet(fxprof):
+    torch.manual_seed(0)
+    fxprof(mobilenet_v3_small().eval(), torch.randn(1, 3, 224, 224))
 PY
 git -C "$REPO" init -q -b main && git -C "$REPO" add . && git -C "$REPO" commit -qm "ResNet18 perf test" || exit 1
 git -C "$REPO" checkout -q -b slower && sed -i 's/^SLOWER = 0.0/SLOWER = 0.25/' "$REPO/net.py" &&
@@ -128,14 +137,24 @@ caught=$?
 python3 - "$WORK/against.json" "$caught" <<'PY' || exit 1
 import json, sys
 report, caught = json.load(open(sys.argv[1])), int(sys.argv[2])
-(profile,) = report["profiles"]
+profiles = {p["test_id"].rpartition("::")[2]: p for p in report["profiles"]}
+profile, other = profiles["test_resnet18"], profiles["test_mobilenet"]
 flagged = profile.get("flagged", [])
-print(f"{profile['test_id']}: {profile['status']} against {profile.get('against')}, {profile.get('pairs')} pairs")
+for p in (profile, other):
+    print(f"{p['test_id']}: {p['status']} against {p.get('against')}, {p.get('pairs')} pairs")
 for f in flagged:
     print(f"    {f['kind']} {f['name']}: x{f['ratio']:.2f}")
+spent = report.get("time", {})
+print(
+    f"{spent.get('processes')} fresh processes served both tests; where the time went (process seconds): starting "
+    f"{spent.get('processes_s', 0):.0f} s, capture {spent.get('capture_s', 0):.0f} s, warm-up "
+    f"{spent.get('warmup_s', 0):.0f} s, measuring {spent.get('measuring_s', 0):.0f} s"
+)
 modules = [f["module"] for f in flagged] + [n["module"] for f in flagged for n in f.get("led_by", [])]
 if caught != 1 or "layer3.0.conv2" not in modules:
     sys.exit(f"demo: the committed slowdown was not caught and named against main (pytest exit {caught})")
+if other["status"] == "regression":
+    sys.exit("demo: the unchanged MobileNet failed against main (a false alarm)")
 PY
 printf '\nThe check against main caught it.\n'
 
@@ -149,7 +168,10 @@ caught=$?
 python3 - "$WORK/change.json" "$caught" <<'PY' || exit 1
 import json, sys
 report, caught = json.load(open(sys.argv[1])), int(sys.argv[2])
-(profile,) = report["profiles"]
+profiles = {p["test_id"].rpartition("::")[2]: p for p in report["profiles"]}
+profile = profiles["test_resnet18"]
+if profiles["test_mobilenet"]["status"] == "regression":
+    sys.exit("demo: the unchanged MobileNet failed against main (a false alarm)")
 blame = profile.get("blame") or {}
 print(f"{profile['test_id']}: {profile['status']} against {profile.get('against')}, {profile.get('pairs')} pairs")
 print(f"    leads with: {blame.get('what', 'nothing')}")
