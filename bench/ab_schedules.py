@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_fxprof.against.compare import Against
-from pytest_fxprof.against.rounds import Side, run_duet, run_one
+from pytest_fxprof.against.rounds import PairedTest, Side, run_pair
 from pytest_fxprof.measure.sampling import Child, Relaunch
 from pytest_fxprof.settings import Settings
 
@@ -70,14 +70,16 @@ def run_of(child: Child) -> dict[str, Any]:
 
 
 def pair(schedule: str, old: Side, new: Side, test_id: str, request: dict[str, Any], *, k: int) -> dict[str, Any]:
+    """One pair of ``schedule`` for one test (the alternate schedule's order is the plugin's: old first in odd
+    pairs)."""
     began = time.perf_counter()
-    if schedule == "alternate":
-        first, second = (old, new) if k % 2 == 0 else (new, old)
-        a = run_one(first, test_id, request, number=k)
-        b = run_one(second, test_id, request, number=k)
-        o, n = (a, b) if first is old else (b, a)
-    else:
-        o, n = run_duet(old, new, test_id, request, number=k, cores=None if schedule == "duet" else [])
+    test = PairedTest(test_id, request, 1, 1, math.inf)
+    duet = schedule != "alternate"
+    got = run_pair(old, new, [test], number=k + 1, duet=duet, cores=None if schedule != "duet, cores kept" else [])
+    if test_id in got.failed:
+        err = got.failed[test_id]
+        raise SystemExit(f"the {err.side.name} side failed ({err.child.problem}):\n{err.child.output[-3000:]}")
+    o, n = got.measured[test_id]
     return {"seconds": time.perf_counter() - began, "old": run_of(o), "new": run_of(n)}
 
 
@@ -89,14 +91,13 @@ def measure(args: argparse.Namespace) -> None:
         (work / "test_schedules.py").write_text(TEST.format(bench=str(BENCH), models=models))
         relaunch = Relaunch(invocation_dir=work, rootdir=work, inifile=None)
         old, new = Against(None).sides(relaunch)
-        request = {"settings": Settings().to_json(), "entry": True}
+        request = {"settings": Settings().to_json()}
         rng = random.Random(args.seed)
         for r in range(args.rounds):
             for model in models:
                 test_id = f"test_schedules.py::test_model[{model}]"
-                req = {**request, "test_id": test_id}
                 for schedule in rng.sample(SCHEDULES, len(SCHEDULES)):
-                    got = pair(schedule, old, new, test_id, req, k=r)
+                    got = pair(schedule, old, new, test_id, dict(request), k=r)
                     data.setdefault(model, {}).setdefault(schedule, []).append(got)
                     ratio = got["new"]["instrumented_ns"] / got["old"]["instrumented_ns"]
                     print(

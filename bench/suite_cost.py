@@ -103,7 +103,9 @@ def leaves(name: str) -> tuple[str, list[tuple[str, float, float]]]:
     return method, [(path, ns / 1e6, ns / total) for path, ns in times.items()]
 
 
-def plan(names: tuple[str, ...], run: int, found: dict[str, tuple[str, list[tuple[str, float, float]]]]) -> dict:
+def plan(
+    names: tuple[str, ...], run: int, found: dict[str, tuple[str, list[tuple[str, float, float]]]]
+) -> dict[str, Any]:
     """The slowdowns of run ``run`` (``--condition mixed``) per model, and each model's condition."""
     slowed: dict[str, list[dict[str, Any]]] = {}
     conditions: dict[str, dict[str, Any]] = {}

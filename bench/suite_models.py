@@ -57,6 +57,10 @@ def available(names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(n for n in names if has(n))
 
 
+def _eval(model: torch.nn.Module) -> torch.nn.Module:
+    return model.eval()
+
+
 def build(name: str) -> tuple[torch.nn.Module, tuple[Any, ...], dict[str, Any]]:
     """The model in eval mode, its positional and its keyword inputs."""
     torch.manual_seed(0)
@@ -86,16 +90,16 @@ def build(name: str) -> tuple[torch.nn.Module, tuple[Any, ...], dict[str, Any]]:
     ids = torch.randint(0, 1000, (2, 64))
     if name == "hf_bert":
         bert = hf.BertConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512)
-        return hf.BertModel(bert).eval(), (), {"input_ids": ids}
+        return _eval(hf.BertModel(bert)), (), {"input_ids": ids}
     if name == "hf_distilbert":
         distil = hf.DistilBertConfig(dim=128, n_layers=2, n_heads=2, hidden_dim=512)
-        return hf.DistilBertModel(distil).eval(), (), {"input_ids": ids}
+        return _eval(hf.DistilBertModel(distil)), (), {"input_ids": ids}
     if name == "hf_vit":
         vit = hf.ViTConfig(
             hidden_size=128, num_hidden_layers=2, num_attention_heads=2, intermediate_size=512, image_size=160
         )
-        return hf.ViTModel(vit).eval(), (torch.randn(2, 3, 160, 160),), {}
+        return _eval(hf.ViTModel(vit)), (torch.randn(2, 3, 160, 160),), {}
     if name == "hf_gpt2":
         gpt = hf.GPT2Config(n_embd=128, n_layer=2, n_head=2, n_positions=128, use_cache=False)
-        return hf.GPT2Model(gpt).eval(), (), {"input_ids": ids}
+        return _eval(hf.GPT2Model(gpt)), (), {"input_ids": ids}
     raise ValueError(f"no model {name!r}")

@@ -23,8 +23,9 @@ if TYPE_CHECKING:
 
 
 class AgainstCalls(Calls):
-    """Each call captured here (and not timed); when the test passed, pairs of old and new processes measure it
-    and each call is judged by the paired rule."""
+    """Each call captured here (and not timed); when the test passed, each call is judged by the paired rule on
+    the test's pairs of old and new processes: those the run measured before the tests ran (``ahead``), else
+    pairs measured now for this test alone (an xdist worker's)."""
 
     mode = Mode.AGAINST
     measured = False
@@ -80,7 +81,7 @@ class AgainstCalls(Calls):
         )
 
     def finish(self, run: RunState, passed: bool) -> Outcome:
-        """Measure the test in pairs of old and new processes and judge each call against the old side."""
+        """Judge each call against the old side on the test's pairs."""
         outcome = Outcome(warnings=list(self.warnings))
         if not self.results:
             return outcome
