@@ -625,6 +625,22 @@ def test_merge_joins_the_shards_reports_and_writes_their_views(
     assert html.read_text().startswith("<!DOCTYPE html>")
 
 
+def test_merge_adds_up_where_the_shards_time_went(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a = write_profiles(tmp_path / "a.json", [("t.py::test_a", "call0", result())])
+    b = write_profiles(tmp_path / "b.json", [("t.py::test_b", "call0", result())])
+    c = write_profiles(tmp_path / "c.json", [("t.py::test_c", "call0", result())])
+    for path, seconds in ((a, 10.0), (b, 2.5)):
+        raw = json.loads(path.read_text())
+        raw["time"] = {"processes_s": seconds, "measuring_s": 1.0, "processes": 2}
+        path.write_text(json.dumps(raw))
+    out = tmp_path / "all.json"
+    code, _, _ = run(capsys, "merge", out, a, b, c)  # c records none
+    assert code == 0
+    assert json.loads(out.read_text())["time"] == {"processes_s": 12.5, "measuring_s": 2.0, "processes": 4}
+    code, _, _ = run(capsys, "merge", tmp_path / "none.json", c)
+    assert "time" not in json.loads((tmp_path / "none.json").read_text())
+
+
 def test_merge_refuses_overlapping_shards_and_mixed_modes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a = write_profiles(tmp_path / "a.json", [("t.py::test_a", "call0", result())])
     again = write_profiles(tmp_path / "again.json", [("t.py::test_a", "call0", result())])

@@ -37,7 +37,8 @@ def add_parser(sub: Any) -> None:
         description="Merge JSON reports of --fxprof-report (one per shard of a run split over several machines) "
         "into OUT (a new path, not one of the reports), and optionally write the Markdown summary and the HTML "
         "report of the whole. The shards must be of one mode, checked against one commit where they were checked "
-        "against a revision, and must not hold the same test and key twice.",
+        "against a revision, and must not hold the same test and key twice. Where the shards' time went is added "
+        "up.",
     )
     p.add_argument("out", metavar="OUT", help="The merged report to write")
     p.add_argument("reports", metavar="REPORT", nargs="+", help="The shards' reports")
@@ -56,8 +57,12 @@ def run(args: argparse.Namespace) -> int:
     owner: dict[tuple[str, str], Path] = {}
     modes: dict[str, Path] = {}
     sides: list[_Side] = []
+    spent: dict[str, float] = {}
     for path in reports:
         _, raw = read_report(path)
+        for name, seconds in (raw.get("time") or {}).items():  # the shards' measuring time, added up
+            if isinstance(seconds, int | float) and not isinstance(seconds, bool):
+                spent[name] = spent.get(name, 0) + seconds
         modes.setdefault(str(raw.get("mode", "")), path)
         for profile in raw["profiles"]:
             ident = (str(profile["test_id"]), str(profile["key"]))
@@ -94,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
     }
     if against is not None:
         merged["against"] = against.copy()
+    if spent:
+        merged["time"] = {name: round(seconds, 3) for name, seconds in spent.items()}
     write_atomic(Path(args.out), dumps(merged))
     written = [Path(args.out)]
     if args.markdown:
