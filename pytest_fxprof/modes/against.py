@@ -67,9 +67,10 @@ class AgainstMode(Gate):
         duets where the test runs on the CPU (``auto``: where no accelerator is at hand), the others one process
         after the other."""
         groups: dict[bool, list[AskedTest]] = {True: [], False: []}
+        accelerator = _accelerator()
         for item, s in fixture_tests(self, items):
             asked = AskedTest(item.nodeid, s.to_json(), s.paired_policy(), s.pairs, s.max_pairs, s.budget_s)
-            groups[s.schedule == "duet" or (s.schedule == "auto" and not _accelerator())].append(asked)
+            groups[s.schedule == "duet" or (s.schedule == "auto" and not accelerator)].append(asked)
         tests = groups[True] + groups[False]
         if not tests:
             return

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_fxprof.against.compare import NOT_FOUND, SideWatch
-from pytest_fxprof.measure.sampling import SampleRequest, ServedTiming, die_with_parent, write_samples
+from pytest_fxprof.measure.sampling import SampleRequest, ServedTiming, die_with_parent, tail, write_samples
 from pytest_fxprof.modes.base import RunMode
 from pytest_fxprof.session.child import ChildCalls
 from pytest_fxprof.settings import Mode, Settings, from_json
@@ -112,7 +112,7 @@ class ChildMode(RunMode):
             reason = report.longrepr[2] if report.skipped and isinstance(report.longrepr, tuple) else ""
             for watch in self.watches.values():
                 if watch.test_id.startswith((report.nodeid + "::", report.nodeid + "/")):
-                    watch.note("collect", report.outcome, str(reason) or _tail(report.longreprtext))
+                    watch.note("collect", report.outcome, str(reason) or tail(report.longreprtext))
         return report
 
     @pytest.hookimpl(wrapper=True)
@@ -123,7 +123,7 @@ class ChildMode(RunMode):
             if report.skipped and isinstance(report.longrepr, tuple):
                 reason = str(report.longrepr[2])
             else:
-                reason = _tail(report.longreprtext) if report.failed else ""
+                reason = tail(report.longreprtext) if report.failed else ""
             watch.note(report.when, report.outcome, reason)
         return report
 
@@ -141,8 +141,3 @@ class ChildMode(RunMode):
         if timing:
             served: ServedTiming = {"tests": self.seconds, "session_s": time.monotonic() - self.began}
             write_samples(Path(timing), served)
-
-
-def _tail(text: str, lines: int = 40) -> str:
-    """The end of a failure's text, as much as its parent shows."""
-    return "\n".join(text.splitlines()[-lines:])

@@ -205,8 +205,9 @@ class UpdateMode(Gate):
         """Measure every test of ``items`` that uses the fixture in fresh processes that serve them all, one after
         the other: process ``i`` serves the tests that ask for more than ``i`` processes; a test measured on a
         busy machine is measured again, up to ``BUSY_RETRIES`` times, in a process of its own round."""
-        counts = {item.nodeid: s.processes - 1 for item, s in fixture_tests(self, items) if s.processes > 1}
-        settings = {item.nodeid: s.to_json() for item, s in fixture_tests(self, items)}
+        tests = fixture_tests(self, items)
+        counts = {item.nodeid: s.processes - 1 for item, s in tests if s.processes > 1}
+        settings = {item.nodeid: s.to_json() for item, s in tests}
         if not counts:
             return
         relaunch = relaunch_of(self.config)
