@@ -329,6 +329,23 @@ class CompiledEngine(Engine):
         return list(itertools.pairwise(stamps))
 
 
+class KernelEngine(Engine):
+    """The kernels of a module compiled by Inductor (``capture.inductor``): its rewritten wrappers stamp ``timer``
+    after every kernel and hand each call's stamps to ``calls``; a kernel's time runs from the stamp before it to
+    its own."""
+
+    def __init__(self, count: int, timer: Timer, calls: list[tuple[list[int], Sequence[Any]]]) -> None:
+        super().__init__((), (), timer)
+        self.count = count
+        self.calls = calls
+
+    def runners(self) -> list[Runner]:
+        return []
+
+    def pairs(self, stamps: Sequence[Any]) -> Sequence[tuple[Any, Any]]:
+        return list(itertools.pairwise(stamps))
+
+
 class _StampingInterpreter(torch.fx.Interpreter):
     def __init__(self, gm: torch.fx.GraphModule, engine: InterpreterEngine) -> None:
         super().__init__(gm)

@@ -24,7 +24,9 @@ from typing import Any, ParamSpec, TypeVar
 import torch
 import torch.fx
 
+from pytest_fxprof.capture import inductor
 from pytest_fxprof.capture.choose import capture_module, check_leaf_modules, check_module
+from pytest_fxprof.capture.errors import ProfileError
 from pytest_fxprof.capture.graphs import Captured, LeafSpec, Runner, plain_runners, prepared_inputs, run_pass
 from pytest_fxprof.capture.nodes import describe_nodes, module_classes
 from pytest_fxprof.capture.state import StepKept, fresh_copy, kept_as_is
@@ -35,6 +37,7 @@ from pytest_fxprof.measure.engine import (
     DeviceSide,
     Engine,
     EventTimer,
+    KernelEngine,
     PassTimes,
     Timer,
     make_engine,
@@ -171,34 +174,54 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     workload = ReferenceWorkload() if measured and reference else None
     warmup, passes = (protocol.warmup, protocol.passes) if measured else (0, 1)
     with contextlib.ExitStack() as stack:
-        if step is None:
-            stack.enter_context(preserved(module, protocol.threads))
-            captured = capture_module(module, args, kwargs, mode=capture, leaf_modules=leaf_modules, tracer=tracer)
-            after: Callable[[], None] = _nothing
-            plain = _plain_forward(module, args, kwargs)
-        else:
+        kernels = None
+        if step is not None:
+            if inductor.wanted(module, capture):
+                raise ProfileError(
+                    f"fxprof times the kernels of a compiled module in its forward only; a training step "
+                    f"(fxprof.step) of {type(inductor.eager_module(module)).__name__} would time its eager graphs "
+                    "instead, and say nothing of what torch.compile generates.\n"
+                    "  Fix: profile the compiled module's forward with fxprof(model, ...), and the step of the eager "
+                    "module (model._orig_mod) with fxprof.step(...)"
+                )
             check_leaf_modules(module, leaf_modules)
             check_step(module, args, kwargs, step)
             kept = stack.enter_context(preserved_step(module, protocol.threads, step))
             captured = capture_step(module, args, kwargs, step, kept)
-            after = kept.reset
+            after: Callable[[], None] = kept.reset
             plain = _plain_step(captured, args, kwargs)
-        described = describe_nodes(captured.graphs)
-        nodes = [node for node, _ in described]
-        infos = [info for _, info in described]
+        elif inductor.wanted(module, capture):
+            stack.enter_context(preserved(module, protocol.threads))
+            kernels = inductor.capture(module, args, kwargs, timer.stamp)
+            captured = _kernel_capture(kernels)
+            after = _nothing
+            plain = _plain_kernels(kernels, args, kwargs)
+        else:
+            stack.enter_context(preserved(module, protocol.threads))
+            captured = capture_module(module, args, kwargs, mode=capture, leaf_modules=leaf_modules, tracer=tracer)
+            after = _nothing
+            plain = _plain_forward(module, args, kwargs)
+        if kernels is None:
+            described = describe_nodes(captured.graphs)
+            nodes = [node for node, _ in described]
+            infos = [info for _, info in described]
+            timing: Engine = make_engine(engine, captured.graphs, nodes, timer)
+        else:
+            infos = kernels.infos
+            nodes = []
+            timing = KernelEngine(len(infos), timer, kernels.calls)
         checked = step is not None or capture != "symbolic"  # every other capture ran its graphs once, checked
-        timing = make_engine(engine, captured.graphs, nodes, timer)
         runners = timing.runners()
-        samples = _Samples(len(nodes))
+        samples = _Samples(len(infos))
         # one untimed pass under torch's flop counter, before the warm-up passes that the engine runs
         seen = (
             count_flops(module, captured, nodes, args, kwargs, infos=infos, ran_before=checked)
-            if flops and measured
+            if flops and measured and kernels is None
             else None
         )
         after()
         counted = seen.flops if seen is not None else None
-        facts = graph_facts(captured.graphs, nodes)
+        facts = graph_facts(captured.graphs, nodes) if kernels is None else [((), None, False)] * len(infos)
         watch = measured and node_clock_name == "wall" and clock_name == "thread-cpu"
         budget = warmup + passes * (2 if watch else 1)  # a preempted pass is measured again, up to passes more
         one_pass = functools.partial(
@@ -271,10 +294,11 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
             training=facts[k][1],
             returned=facts[k][2],
         )
-        for k, ((_, info), m, s, h) in enumerate(zip(described, medians, samples.nodes, samples.host, strict=True))
+        for k, (info, m, s, h) in enumerate(zip(infos, medians, samples.nodes, samples.host, strict=True))
     )
     if step is not None and leaf_modules:
         stats = tuple(merge_leaves(stats, module, leaf_modules))
+    eager = inductor.eager_module(module)  # a compiled module's paths are its eager module's
     used_clock = clock_name if node_clock_name == clock_name else f"{node_clock_name} nodes, {clock_name} passes"
     return Profile(
         name=name,
@@ -286,7 +310,7 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
             protocol.threads, device, allocator, used_clock if measured else "not measured", engine=engine
         ),
         protocol=protocol,
-        capture=replace(captured.capture, classes=module_classes(module, [s.info for s in stats])),
+        capture=replace(captured.capture, classes=module_classes(eager, [s.info for s in stats])),
         measured=measured,
         setup=setup,
         disturbance=disturbance_of(
@@ -325,6 +349,39 @@ def _plain_forward(
     def make() -> Callable[[], Any]:
         call_args, call_kwargs = fresh_copy((list(args), kwargs))
         return lambda: module(*call_args, **call_kwargs)
+
+    return make
+
+
+def _kernel_capture(kernels: inductor.Kernels) -> Captured:
+    """The compiled module as a capture: a pass runs it with its kernels stamped."""
+
+    def prepare(a: Sequence[Any], k: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        return list(a), dict(k)
+
+    def forward(runners: Sequence[Runner], prepared: tuple[list[Any], dict[str, Any]]) -> Any:
+        with inductor.passes(kernels, timed=True):
+            kernels.begin()
+            out = kernels(*prepared[0], **prepared[1])
+            kernels.end()
+            return out
+
+    return Captured(graphs=(), capture=inductor.described(kernels), prepare=prepare, forward=forward)
+
+
+def _plain_kernels(
+    kernels: inductor.Kernels, args: Sequence[Any], kwargs: dict[str, Any]
+) -> Callable[[], Callable[[], Any]]:
+    """Each call makes fresh inputs and returns the compiled module's plain forward (no stamps) to time on them."""
+
+    def make() -> Callable[[], Any]:
+        call_args, call_kwargs = fresh_copy((list(args), kwargs))
+
+        def go() -> Any:
+            with inductor.passes(kernels, timed=False):
+                return kernels(*call_args, **call_kwargs)
+
+        return go
 
     return make
 

@@ -1,0 +1,546 @@
+"""Capture by Inductor: a ``torch.compile``'d module (or one the plugin compiles) timed kernel by kernel.
+
+The unit is what the compiled code runs: each generated kernel (a C++ or Triton kernel, often several fused
+operations) and each extern call (a library matmul or convolution, an aten fallback). Owns ``wanted`` (whether a
+module is profiled this way), ``capture`` (the compile and the kernels as nodes), ``instrumented_source`` (the
+rewrite of Inductor's Python wrapper that stamps the clock after every kernel) and ``kernel_module`` (which module
+a kernel belongs to).
+
+How it works. The module is compiled again, with the user's backend and options (``mode``, ``options``,
+``dynamic``, ``fullgraph``) wrapped by a backend that keeps each graph dynamo hands it, under three settings of
+Inductor's: no cache (a cache hit skips code generation, and with it the mapping below), provenance tracking
+(``trace.provenance_tracking_level``: which post-grad FX nodes each kernel computes, and which of dynamo's
+nodes those came from) and a raised recompilation limit. Each compiled graph's wrapper function (``call``) is
+rewritten from its source with a stamp before the first kernel and after every kernel, so a kernel's time is the
+gap between two stamps: the buffers it allocates count with it. A kernel's module path, class and source line
+come from dynamo's nodes that its operations came from; its stable key from its kind (the kernel's name without
+its number, or the extern call), its module and its occurrence, so that a kernel added elsewhere renames none.
+
+Dynamo compiles the module's code again for this backend (the user's compiled module is never called, and its
+cache entries stay); a recompilation while the passes run is an error, never uninstrumented code timed.
+
+Must not import pytest.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import json
+import re
+import time
+import types
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx
+
+from pytest_fxprof.capture import dynamo
+from pytest_fxprof.capture.errors import CaptureError, ProfileError, one_line, quiet
+from pytest_fxprof.capture.nodes import MODULE_PATH_META
+from pytest_fxprof.capture.sources import source_line
+from pytest_fxprof.capture.state import fresh_inputs
+from pytest_fxprof.records.measurement import Capture, NodeInfo, node_key
+
+KERNEL_OP = "call_kernel"
+"""The ``op`` of a kernel node (an FX node's is ``call_function``, ``call_module``...)."""
+
+Stamp = Callable[[], Any]
+Sink = Callable[[list[int], list[Any]], None]
+
+BOOKKEEPING = frozenset(
+    {
+        "empty_strided_cpu",
+        "empty_strided_cuda",
+        "empty_strided",
+        "empty_strided_xpu",
+        "empty_strided_mps",
+        "reinterpret_tensor",
+        "alloc_from_pool",
+        "run_intermediate_hooks",
+        "get_raw_stream",
+        "assert_size_stride",
+        "assert_size_stride_grouped",
+        "assert_alignment",
+        "assert_alignment_grouped",
+        "check_memory_format",
+        "clear",
+        "as_strided",
+    }
+)
+"""Calls in Inductor's wrapper that allocate, view, check or bookkeep: not kernels. Their time counts with the
+kernel after them."""
+
+_HANDLE = re.compile(r"\[Provenance debug handles\]\s+(\S+:\d+)")
+_NUMBERED = re.compile(r"_\d+$")
+
+
+def is_compiled(module: object) -> bool:
+    """Whether ``module`` is what ``torch.compile(model)`` returns (dynamo's ``OptimizedModule``)."""
+    optimized = getattr(getattr(torch, "_dynamo", None), "eval_frame", None)
+    kind = getattr(optimized, "OptimizedModule", None)
+    return kind is not None and isinstance(module, kind)
+
+
+def wanted(module: object, mode: str) -> bool:
+    """Whether a forward of ``module`` is profiled kernel by kernel: ``capture="inductor"``, or ``auto`` handed a
+    compiled module."""
+    return mode == "inductor" or (mode == "auto" and is_compiled(module))
+
+
+def eager_module(module: torch.nn.Module) -> torch.nn.Module:
+    """The module a compiled module wraps (itself when it is not compiled)."""
+    return module._orig_mod if is_compiled(module) else module  # type: ignore[return-value]
+
+
+@dataclass
+class KernelSite:
+    """One kernel call of a compiled graph's wrapper: where it stands and what it runs."""
+
+    line: int
+    """Line of the call in the wrapper's source (1-based)."""
+    callee: str
+    """The kernel's name (``cpp_fused_gelu_0``) or extern call (``extern_kernels.addmm``)."""
+    handle: str = ""
+    """Inductor's provenance handle for it (``cpp_fused_gelu_0:2``), where the wrapper names one."""
+
+
+def kernel_sites(source: str) -> list[KernelSite]:
+    """The kernel calls of ``source``'s ``call`` function, in order (its bookkeeping calls left out)."""
+    fn = _call_function(ast.parse(source))
+    lines = source.splitlines()
+    return [site for stmt in _statements(fn.body) if (site := _site(stmt, lines)) is not None]
+
+
+def instrumented_source(source: str) -> tuple[str, int]:
+    """``source``'s ``call`` function alone, rewritten to stamp the clock at its start and after every kernel,
+    appending each stamp to ``_fxprof_s``; and the number of kernels it stamps.
+
+    The names it adds (``_fxprof_s``, ``_fxprof_stamp``) are looked up in the globals it runs with."""
+    tree = ast.parse(source)
+    fn = _call_function(tree)
+    lines = source.splitlines()
+    count = 0
+
+    def stamp() -> ast.stmt:
+        return ast.parse("_fxprof_s.append(_fxprof_stamp())").body[0]
+
+    def rewrite(body: list[ast.stmt]) -> list[ast.stmt]:
+        nonlocal count
+        out: list[ast.stmt] = []
+        for stmt in body:
+            if isinstance(stmt, ast.With | ast.AsyncWith):
+                stmt.body = rewrite(stmt.body)
+            out.append(stmt)
+            if _site(stmt, lines) is not None:
+                out.append(stamp())
+                count += 1
+        return out
+
+    fn.body = [stamp(), *rewrite(fn.body)]
+    fn.decorator_list = []
+    module = ast.Module(body=[fn], type_ignores=[])
+    return ast.unparse(ast.fix_missing_locations(module)), count
+
+
+def _call_function(tree: ast.Module) -> ast.FunctionDef:
+    """The wrapper's ``call``: a method of its ``Runner`` class, or (older torch) a function of the module."""
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "call":
+            return node
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "call":
+                    return item
+    raise CaptureError("Inductor's wrapper code has no call function: this torch's wrapper is not one fxprof reads")
+
+
+def _statements(body: Sequence[ast.stmt]) -> Iterator[ast.stmt]:
+    for stmt in body:
+        if isinstance(stmt, ast.With | ast.AsyncWith):
+            yield from _statements(stmt.body)
+        else:
+            yield stmt
+
+
+def _site(stmt: ast.stmt, lines: Sequence[str]) -> KernelSite | None:
+    """The kernel ``stmt`` calls, or None where it calls none (an allocation, a view, a check, ``del``)."""
+    value: ast.expr | None = None
+    if isinstance(stmt, ast.Expr) or (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
+        value = stmt.value
+    if not isinstance(value, ast.Call):
+        return None
+    callee = _callee(value.func)
+    if not callee or callee.rpartition(".")[2] in BOOKKEEPING or callee.startswith("args."):
+        return None
+    handle = ""
+    k = stmt.lineno - 2  # the comment lines just above the call
+    while k >= 0 and lines[k].lstrip().startswith("#"):
+        found = _HANDLE.search(lines[k])
+        if found:
+            handle = found[1]
+            break
+        k -= 1
+    return KernelSite(stmt.lineno, callee, handle)
+
+
+def _callee(func: ast.expr) -> str:
+    """``cpp_fused_gelu_0`` for ``cpp_fused_gelu_0(...)`` and ``triton_poi_fused_0.run(...)``;
+    ``extern_kernels.addmm`` and ``torch.ops.mkldnn._linear_pointwise.default`` as written."""
+    parts: list[str] = []
+    while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+    if not isinstance(func, ast.Name):
+        return ""
+    parts.append(func.id)
+    name = ".".join(reversed(parts))
+    if len(parts) == 2 and parts[0] == "run":  # a Triton kernel's launch
+        return func.id
+    return name
+
+
+def kernel_kind(callee: str) -> str:
+    """What a kernel computes, without the number Inductor gives it: ``cpp_fused_gelu`` for ``cpp_fused_gelu_0``;
+    ``mkldnn._linear_pointwise.default`` for ``torch.ops.mkldnn._linear_pointwise.default``."""
+    if "." in callee:
+        return callee.removeprefix("torch.ops.")
+    return _NUMBERED.sub("", callee)
+
+
+def kernel_module(modules: Sequence[str]) -> str:
+    """The module a kernel belongs to, from the module path of each operation it fuses: the deepest module that
+    holds more than half of them (the root, ``""``, where none does)."""
+    if not modules:
+        return ""
+    held: Counter[str] = Counter()
+    for path in modules:
+        parts = path.split(".") if path else []
+        for depth in range(1, len(parts) + 1):
+            held[".".join(parts[:depth])] += 1
+    majority = [path for path, n in held.items() if 2 * n > len(modules)]
+    return max(majority, key=lambda p: p.count(".") + 1, default="")
+
+
+ENTRY = "graph entry"
+"""The target of the node that times the way into a compiled graph: dynamo's guards and wrappers, and, before a
+graph after the first, the eager code of its graph break. A graph break adds one, in the module it resumes in."""
+
+
+@dataclass
+class _Graph:
+    """One graph Inductor compiled: dynamo's graph, its wrapper and its kernels."""
+
+    gm: torch.fx.GraphModule
+    compiled: Any = None
+    sites: list[KernelSite] = field(default_factory=list)
+    post_to_pre: dict[str, list[str]] = field(default_factory=dict)
+    kernel_to_post: dict[str, list[str]] = field(default_factory=dict)
+
+
+@dataclass
+class _Instance:
+    """A compiled graph as called from one place of the model (one block of several that share its code)."""
+
+    graph: _Graph
+    gm: torch.fx.GraphModule
+    """Dynamo's graph with each node's module path as seen from this caller."""
+    owner: str
+    """The module whose code calls it (dynamo's frame), where its entry node sits."""
+    first: int = 0
+    """Position of its entry node among the profile's nodes; its kernels follow."""
+
+
+class _Slot:
+    """What the backend returns for one graph. At capture each call notes the place it is called from (a graph
+    that several blocks share runs once per block); in a timed pass the ``k``-th call must be the graph the
+    capture saw ``k``-th, and its stamps go to that place's nodes."""
+
+    def __init__(self, owner: Kernels, graph: _Graph, compiled_fn: Callable[..., Any]) -> None:
+        self.owner, self.graph, self.compiled_fn = owner, graph, compiled_fn
+
+    def __call__(self, *args: Any) -> Any:
+        kernels = self.owner
+        if kernels.recording:
+            kernels.note(self.graph)
+        elif kernels.timed:
+            kernels.enter(self.graph)
+        return self.compiled_fn(*args)
+
+
+class Kernels:
+    """A module compiled by Inductor with a stamp after every kernel: ``begin`` a pass, run it (``timed`` or
+    plain), ``end`` it; the nodes (``infos``: each graph call's entry, then its kernels) in stamp order."""
+
+    def __init__(self, module: torch.nn.Module, stamp: Stamp) -> None:
+        self.module = eager_module(module)
+        self.name = type(self.module).__name__
+        self.stamp = stamp
+        self.recording = True
+        self.timed = False
+        self.stamps: list[Any] = []
+        self.sequence: list[int] = []
+        self.position = 0
+        self.calls: list[tuple[list[int], Sequence[Any]]] = []
+        self.graphs: list[_Graph] = []
+        self.instances: list[_Instance] = []
+        self.order: list[int] = []
+        """The instance of each graph call of a pass, in order, as the capture run made them."""
+        self.keys: dict[tuple[Any, ...], int] = {}
+        self.compile_s = 0.0
+        self.infos: list[NodeInfo] = []
+        self.run = dynamo._DynamoRun(self.module)
+        self.backend, self.options = _user_backend(module)
+        self.compiled: Callable[..., Any] | None = None
+
+    @property
+    def breaks(self) -> int:
+        """Graph breaks a pass goes through: its graph calls less one."""
+        return max(len(self.order) - 1, 0)
+
+    def note(self, graph: _Graph) -> None:
+        """At capture: the call of ``graph`` from here, a new instance the first time it comes from this place."""
+        frame_locals, owner = self.run._caller()
+        key = (id(graph), owner, tuple(sorted(frame_locals.items())))
+        index = self.keys.get(key)
+        if index is None:
+            index = self.keys[key] = len(self.instances)
+            self.instances.append(_Instance(graph, self.run._copy(graph.gm, frame_locals, owner), owner))
+        self.order.append(index)
+
+    def enter(self, graph: _Graph) -> None:
+        """In a timed pass: the next graph call, which must be the one the capture saw at this position."""
+        k = self.position
+        self.position += 1
+        if k >= len(self.order) or self.instances[self.order[k]].graph is not graph:
+            raise ProfileError(
+                f"the compiled code of {self.name} called another graph than at capture (call {k + 1} of the pass; "
+                f"{len(self.order)} graph calls were captured): the model took another path, so this pass cannot "
+                "be timed kernel by kernel.\n"
+                "  Fix: make the forward take the same path on every call with these inputs."
+            )
+        self.sequence.append(self.order[k])
+
+    def backend_fn(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
+        graph = _Graph(gm=gm)
+        self.graphs.append(graph)
+        return _Slot(self, graph, self.backend(gm, example_inputs))
+
+    def adopt(self, compiled: Any) -> None:
+        """Called as Inductor finishes a graph (its ``CompiledFxGraph``): rewrite its wrapper to stamp kernels."""
+        if not self.graphs or self.graphs[-1].compiled is not None:
+            return  # a graph of Inductor's own (a backward, a subgraph) or one not compiled by our backend
+        graph = self.graphs[-1]
+        graph.compiled = compiled
+        raw = compiled.current_callable
+        source = compiled.source_code
+        graph.sites = kernel_sites(source)
+        mapping = json.loads(compiled.inductor_provenance_mapping_str or "{}")
+        graph.post_to_pre = mapping.get("postToPre", {}) or {}
+        graph.kernel_to_post = {
+            k: v for key, table in mapping.items() if key.endswith("CodeToPost") for k, v in (table or {}).items()
+        }
+        text, count = instrumented_source(source)
+        if count != len(graph.sites):  # pragma: no cover - both read the same statements
+            raise CaptureError("fxprof read Inductor's wrapper inconsistently")
+        fn = getattr(raw, "__func__", raw)
+        space = dict(fn.__globals__)
+        space["_fxprof_s"] = self.stamps
+        space["_fxprof_stamp"] = self.stamp
+        exec(compile(text, fn.__code__.co_filename, "exec"), space)  # noqa: S102 - Inductor's own code, rewritten
+        timed = space["call"]
+        if hasattr(raw, "__self__"):
+            timed = types.MethodType(timed, raw.__self__)
+
+        def call(inputs: Any) -> Any:
+            return timed(inputs) if self.timed else raw(inputs)
+
+        compiled.current_callable = call
+
+    def begin(self) -> None:
+        """Start a timed pass: its first stamp."""
+        self.stamps.clear()
+        self.sequence.clear()
+        self.position = 0
+        self.stamps.append(self.stamp())
+
+    def end(self) -> None:
+        """End a timed pass: its stamps and the node each gap between two of them times, for the engine."""
+        if self.position != len(self.order):
+            raise ProfileError(
+                f"the compiled code of {self.name} made {self.position} of the {len(self.order)} graph calls seen at "
+                "capture: part of it ran eagerly or took another path, so it cannot be timed kernel by kernel.\n"
+                "  Fix: make the forward take the same path on every call with these inputs."
+            )
+        slots = [
+            k
+            for i in self.sequence
+            for k in range(self.instances[i].first, self.instances[i].first + 1 + len(self.instances[i].graph.sites))
+        ]
+        if len(slots) + 1 != len(self.stamps):  # pragma: no cover - a graph that raised midway raised here too
+            raise ProfileError(f"a pass of {self.name}'s compiled code ended before its last kernel")
+        self.calls.append((slots, list(self.stamps)))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        assert self.compiled is not None
+        return self.compiled(*args, **kwargs)
+
+
+def _user_backend(module: torch.nn.Module) -> tuple[Callable[..., Any], dict[str, Any]]:
+    """The backend ``module`` was compiled with (Inductor's, with the user's mode and options) and dynamo's own
+    settings (``fullgraph``, ``dynamic``); Inductor with its defaults for an eager module. Another backend is
+    refused with the fix."""
+    if not is_compiled(module):
+        from torch._inductor.compile_fx import compile_fx
+
+        return compile_fx, {"fullgraph": False, "dynamic": False}
+    ctx: Any = module.dynamo_ctx
+    backend: Any = getattr(ctx, "callback", None)
+    while hasattr(backend, "_torchdynamo_orig_backend"):
+        backend = backend._torchdynamo_orig_backend
+    name = getattr(backend, "compiler_name", None) or getattr(backend, "__name__", None) or repr(backend)
+    if name != "inductor" and getattr(backend, "__name__", "") not in ("compile_fx", "inductor"):
+        raise ProfileError(
+            f"{type(eager_module(module)).__name__} was compiled with backend {name!r}; fxprof times the kernels "
+            "Inductor generates, so it profiles torch.compile's default backend only.\n"
+            "  Fix: compile with backend='inductor' (the default), or hand the fixture the eager module "
+            "(model._orig_mod) to time its operations one by one."
+        )
+    return backend, {"fullgraph": bool(getattr(ctx, "fullgraph", False)), "dynamic": getattr(ctx, "_dynamic", None)}
+
+
+@contextlib.contextmanager
+def _adopting(kernels: Kernels) -> Iterator[None]:
+    """While the body runs, every graph Inductor finishes is handed to ``kernels`` before torch wraps it."""
+    from torch._inductor.output_code import CompiledFxGraph
+
+    original = CompiledFxGraph.post_compile
+
+    def post_compile(self: Any, *args: Any, **kwargs: Any) -> Any:
+        kernels.adopt(self)
+        return original(self, *args, **kwargs)
+
+    CompiledFxGraph.post_compile = post_compile  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        CompiledFxGraph.post_compile = original  # type: ignore[method-assign]
+
+
+def _inductor_settings() -> contextlib.AbstractContextManager[Any]:
+    """Inductor's settings for a capture: a fresh compile (no cache hit, which would skip code generation and
+    the kernels' mapping) with provenance tracking."""
+    import torch._functorch.config
+    import torch._inductor.config
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch._inductor.config.patch({"fx_graph_cache": False, "trace.provenance_tracking_level": 1}))
+    stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
+    return stack
+
+
+def capture(module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any], stamp: Stamp) -> Kernels:
+    """Compile ``module`` with Inductor (its own backend and options where it is compiled already), run it once,
+    and name every kernel of the compiled code as a node."""
+    kernels = Kernels(module, stamp)
+    target = kernels.module
+    kernels.compiled = torch.compile(target, backend=kernels.backend_fn, **kernels.options)
+    a, k = fresh_inputs(args, kwargs)
+    began = time.perf_counter()
+    try:
+        with quiet() as recorder, dynamo._dynamo_limits(), _inductor_settings(), _adopting(kernels):
+            kernels.compiled(*a, **k)
+    except torch._dynamo.exc.FailOnRecompileLimitHit as exc:
+        raise CaptureError(dynamo._limit_advice(kernels.name, exc, recorder)) from exc
+    except (CaptureError, ProfileError):
+        raise
+    except Exception as exc:
+        raise CaptureError(
+            f"torch.compile (Inductor) could not compile {kernels.name}: {one_line(exc)}\n"
+            "  Fix: make the forward compile with torch.compile, or hand the fixture the eager module "
+            '(capture="auto") to time its operations one by one.'
+        ) from exc
+    kernels.compile_s = time.perf_counter() - began
+    compiled = [g for g in kernels.graphs if g.compiled is not None]
+    if not compiled:
+        raise CaptureError(
+            f"torch.compile (Inductor) compiled no graph of {kernels.name}: the whole forward ran eagerly (dynamo "
+            "skipped it, or its recompilation limit was reached).\n"
+            '  Fix: torch._dynamo.reset() before profiling, or capture="auto" with the eager module.'
+        )
+    kernels.graphs = compiled
+    kernels.recording = False
+    kernels.infos = _describe(kernels)
+    return kernels
+
+
+def _describe(kernels: Kernels) -> list[NodeInfo]:
+    """Every graph's entry and kernels as nodes, in stamp order, with stable keys, module paths and source lines."""
+    seen: Counter[tuple[str, str]] = Counter()
+    out: list[NodeInfo] = []
+
+    def add(module: str, target: str, name: str, source: str) -> None:
+        occurrence = seen[(module, target)]
+        seen[(module, target)] += 1
+        out.append(NodeInfo(node_key(KERNEL_OP, module, target, occurrence), name, KERNEL_OP, target, module, source))
+
+    for number, instance in enumerate(kernels.instances, start=1):
+        instance.first = len(out)
+        graph = instance.graph
+        pre = {node.name: node for node in instance.gm.graph.nodes}
+        first_line = next((line for node in pre.values() if (line := source_line(node))), "")
+        add(instance.owner, ENTRY, f"graph call {number} entry", first_line)
+        for site in graph.sites:
+            origins = [
+                pre[name]
+                for post in graph.kernel_to_post.get(site.handle, [])
+                for name in graph.post_to_pre.get(post, [])
+                if name in pre
+            ]
+            modules = [str(node.meta.get(MODULE_PATH_META, "")) for node in origins]
+            module = kernel_module(modules)
+            inside = [node for node, path in zip(origins, modules, strict=True) if _within(path, module)]
+            fused = list(dict.fromkeys(node.name for node in origins))
+            short = site.callee.removeprefix("torch.ops.")
+            name = f"{short} ({', '.join(fused)})" if fused else short
+            add(module, kernel_kind(site.callee), name, next((line for n in inside if (line := source_line(n))), ""))
+    return out
+
+
+def _within(path: str, module: str) -> bool:
+    return not module or path == module or path.startswith(module + ".")
+
+
+def described(kernels: Kernels) -> Capture:
+    """The capture record: Inductor, how many graphs (and so graph breaks), the compile's time."""
+    calls = len(kernels.order)
+    breaks = f" ({kernels.breaks} graph break{'s' if kernels.breaks != 1 else ''})" if kernels.breaks else ""
+    return Capture(
+        method="inductor",
+        graphs=calls,
+        detail=(
+            f"torch.compile (Inductor): {len(kernels.infos) - len(kernels.instances)} kernel calls in {calls} graph "
+            f"call{'s' if calls != 1 else ''}{breaks} of {len(kernels.graphs)} compiled graph"
+            f"{'s' if len(kernels.graphs) != 1 else ''}, compiled in {kernels.compile_s:.1f} s"
+        ),
+    )
+
+
+@contextlib.contextmanager
+def passes(kernels: Kernels, *, timed: bool) -> Iterator[None]:
+    """Run passes of the compiled module: stamped (``timed``) or plain; a recompilation is an error."""
+    kernels.timed = timed
+    try:
+        with dynamo._dynamo_limits(error_on_recompile=True):
+            yield
+    except torch._dynamo.exc.RecompileError as exc:
+        raise ProfileError(
+            f"torch.compile would recompile {kernels.name} for this pass: {' '.join(str(exc).split())}\n"
+            "  Fix: profile with inputs like those of the first call (shapes, dtypes, Python values) under the "
+            "same grad mode and module mode."
+        ) from exc
+    finally:
+        kernels.timed = False
