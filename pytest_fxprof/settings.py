@@ -46,7 +46,8 @@ ENGINES = ("compiled", "interpreter")
 """How nodes are timed: timestamps compiled into the graph's code, or torch.fx's Interpreter (the reference)."""
 CAPTURES = MODES
 """How a module becomes graphs (``capture.methods``): ``auto`` tries symbolic tracing (then with the submodule
-that broke it kept whole), then each graph method in turn."""
+that broke it kept whole), then each graph method in turn; a compiled module, or ``inductor``, is timed by its
+kernels (``capture.inductor``)."""
 SCHEDULES = ("auto", "duet", "alternate")
 """How a test's pairs run against a revision: ``duet``, the old and new process of a pair at the same time, pass
 for pass in lock-step and trading their cores, so that both meet the same neighbours; ``alternate``, one after
@@ -121,8 +122,9 @@ class Settings:
         CAPTURES[0],
         "How the model becomes graphs: auto (symbolic tracing, then with the submodule that broke it kept whole, "
         "then torch.export, then a torch.compile backend; with tracer= or leaf_modules= given to the fixture, "
-        "symbolic tracing with them or a failure), symbolic, export or dynamo (default auto); a training step "
-        "(fxprof.train_step) is always captured by AOTAutograd",
+        "symbolic tracing with them or a failure; a torch.compile'd module: its Inductor kernels), symbolic, "
+        "export, dynamo, or inductor (compile with torch.compile and time each kernel) (default auto); a training "
+        "step (fxprof.train_step) is always captured by AOTAutograd",
         choices=CAPTURES,
     )
     pairs: int = _setting(

@@ -42,6 +42,7 @@ WRAPPER = textwrap.dedent(
             with torch.cuda._DeviceGuard(0):
                 # [Provenance debug handles] triton_poi_fused_add_1:3
                 triton_poi_fused_add_1.run(buf1, 8, stream=0)
+            torch.ops.aten._assert_tensor_metadata.default(buf1, dtype=torch.float32)
             buf2 = torch.ops.mkldnn._linear_pointwise.default(buf1, arg2_1, None, "none", [], "")
             return (buf2, )
 
@@ -80,6 +81,10 @@ def test_the_rewritten_wrapper_stamps_before_the_first_kernel_and_after_each_and
         run = staticmethod(kernel("triton"))
 
     class Ops:
+        class aten:  # noqa: N801
+            class _assert_tensor_metadata:  # noqa: N801
+                default = staticmethod(lambda *a, **k: ran.append("check"))
+
         class mkldnn:  # noqa: N801 - torch.ops.mkldnn
             class _linear_pointwise:  # noqa: N801
                 default = staticmethod(kernel("mkldnn"))
@@ -113,7 +118,7 @@ def test_the_rewritten_wrapper_stamps_before_the_first_kernel_and_after_each_and
     exec(compile(text, "wrapper", "exec"), space)
     out = space["call"](None, [1, 2, 3])
     assert out == ("out",)
-    assert ran == ["check", "addmm", "gelu", "triton", "mkldnn"]
+    assert ran == ["check", "addmm", "gelu", "triton", "check", "mkldnn"]
     # a stamp at the start, then one right after each kernel
     assert stamps == [100, -1, 110, -1, 120, -1, 130, -1, 140]
 
@@ -307,3 +312,41 @@ def test_a_compiled_model_is_recorded_and_checked_and_a_graph_break_is_named_as_
     added = [node for node in profile["added"] if node["target"] == inductor.ENTRY]
     assert {node["module"] for node in added} >= {"0", "1"}
     check.stdout.fnmatch_lines(["*graph changed (+*, graphs 1 -> *)*"])
+
+
+class TickingEvent:
+    """A device event whose clock moves 1 us at every record: each gap between two stamps is 1000 ns."""
+
+    now = 0
+
+    def __init__(self) -> None:
+        self.at = 0
+
+    def record(self) -> None:
+        TickingEvent.now += 1000
+        self.at = TickingEvent.now
+
+    def elapsed_time(self, end: TickingEvent) -> float:
+        return (end.at - self.at) / 1e6  # milliseconds, as torch.cuda.Event says
+
+
+def test_on_a_device_each_kernel_is_timed_by_the_events_around_it_with_one_sync_per_pass() -> None:
+    from pytest_fxprof.measure.engine import DeviceSide, EventTimer, KernelEngine
+
+    syncs: list[int] = []
+    side = DeviceSide(TickingEvent, lambda: syncs.append(1), lambda: 0, lambda: 0, lambda: None)
+    timer = EventTimer(side, memory=False)
+    with torch.no_grad():
+        kernels = inductor.capture(compiled(Net(blocks=1).eval()), (torch.randn(4, 32),), {}, timer.stamp)
+        engine = KernelEngine(len(kernels.infos), timer, kernels.calls)
+        for _ in range(2):
+            engine.begin_pass()
+            with inductor.passes(kernels, timed=True):
+                kernels.begin()
+                kernels(torch.randn(4, 32))
+                kernels.end()
+            times = engine.end_pass()
+            assert times.node_ns == [1000] * len(kernels.infos)
+            assert times.host_ns is not None
+            assert len(times.host_ns) == len(kernels.infos)
+    assert len(syncs) == 2

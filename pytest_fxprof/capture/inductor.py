@@ -71,8 +71,12 @@ BOOKKEEPING = frozenset(
         "as_strided",
     }
 )
-"""Calls in Inductor's wrapper that allocate, view, check or bookkeep: not kernels. Their time counts with the
-kernel after them."""
+"""Calls in Inductor's wrapper that allocate, view, check or bookkeep: not kernels (nor is any call whose name, or
+a part of it, starts with ``assert``). Their time counts with the kernel after them."""
+
+def _bookkeeping(part: str) -> bool:
+    return part in BOOKKEEPING or part.lstrip("_").startswith("assert")
+
 
 _HANDLE = re.compile(r"\[Provenance debug handles\]\s+(\S+:\d+)")
 _NUMBERED = re.compile(r"_\d+$")
@@ -174,7 +178,7 @@ def _site(stmt: ast.stmt, lines: Sequence[str]) -> KernelSite | None:
     if not isinstance(value, ast.Call):
         return None
     callee = _callee(value.func)
-    if not callee or callee.rpartition(".")[2] in BOOKKEEPING or callee.startswith("args."):
+    if not callee or callee.startswith("args.") or any(_bookkeeping(part) for part in callee.split(".")):
         return None
     handle = ""
     k = stmt.lineno - 2  # the comment lines just above the call
