@@ -8,7 +8,7 @@ a kernel belongs to).
 
 How it works. The module is compiled again, with the user's backend and options (``mode``, ``options``,
 ``dynamic``, ``fullgraph``) wrapped by a backend that keeps each graph dynamo hands it, under three settings of
-Inductor's: no cache (a cache hit skips code generation, and with it the mapping below), provenance tracking
+Inductor's: no cache (``_inductor_settings`` says why), provenance tracking
 (``trace.provenance_tracking_level``: which post-grad FX nodes each kernel computes, and which of dynamo's
 nodes those came from) and a raised recompilation limit. Each compiled graph's wrapper function (``call``) is
 rewritten from its source with a stamp before the first kernel and after every kernel, so a kernel's time is the
@@ -73,6 +73,7 @@ BOOKKEEPING = frozenset(
 )
 """Calls in Inductor's wrapper that allocate, view, check or bookkeep: not kernels (nor is any call whose name, or
 a part of it, starts with ``assert``). Their time counts with the kernel after them."""
+
 
 def _bookkeeping(part: str) -> bool:
     return part in BOOKKEEPING or part.lstrip("_").startswith("assert")
@@ -342,7 +343,8 @@ class Kernels:
         raw = compiled.current_callable
         source = compiled.source_code
         graph.sites = kernel_sites(source)
-        mapping = json.loads(compiled.inductor_provenance_mapping_str or "{}")
+        # torch before 2.8 keeps no mapping: its kernels are timed, each in the root module, with no source line
+        mapping = json.loads(getattr(compiled, "inductor_provenance_mapping_str", None) or "{}")
         graph.post_to_pre = mapping.get("postToPre", {}) or {}
         graph.kernel_to_post = {
             k: v for key, table in mapping.items() if key.endswith("CodeToPost") for k, v in (table or {}).items()
@@ -419,9 +421,15 @@ def _user_backend(module: torch.nn.Module) -> tuple[Callable[..., Any], dict[str
 @contextlib.contextmanager
 def _adopting(kernels: Kernels) -> Iterator[None]:
     """While the body runs, every graph Inductor finishes is handed to ``kernels`` before torch wraps it."""
-    from torch._inductor.output_code import CompiledFxGraph
+    try:
+        from torch._inductor.output_code import CompiledFxGraph
 
-    original = CompiledFxGraph.post_compile
+        original = CompiledFxGraph.post_compile
+    except (ImportError, AttributeError) as exc:
+        raise CaptureError(
+            f"this torch ({torch.__version__}) compiles in a way fxprof cannot time kernel by kernel: {one_line(exc)}\n"
+            "  Fix: torch 2.8 or newer, or hand the fixture the eager module (model._orig_mod)."
+        ) from exc
 
     def post_compile(self: Any, *args: Any, **kwargs: Any) -> Any:
         kernels.adopt(self)
@@ -435,13 +443,17 @@ def _adopting(kernels: Kernels) -> Iterator[None]:
 
 
 def _inductor_settings() -> contextlib.AbstractContextManager[Any]:
-    """Inductor's settings for a capture: a fresh compile (no cache hit, which would skip code generation and
-    the kernels' mapping) with provenance tracking."""
+    """Inductor's settings for a capture: provenance tracking, and a fresh compile. A cache hit keeps the mapping
+    of the compile that filled the cache, whose dynamo nodes may have had other names (a local variable renamed
+    changes them, not the compiled graph), so it would map kernels to nodes this graph does not have."""
     import torch._functorch.config
     import torch._inductor.config
 
     stack = contextlib.ExitStack()
-    stack.enter_context(torch._inductor.config.patch({"fx_graph_cache": False, "trace.provenance_tracking_level": 1}))
+    settings: dict[str, Any] = {"fx_graph_cache": False}
+    if hasattr(torch._inductor.config.trace, "provenance_tracking_level"):
+        settings["trace.provenance_tracking_level"] = 1
+    stack.enter_context(torch._inductor.config.patch(settings))
     stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
     return stack
 
