@@ -17,7 +17,7 @@ import torch
 from pytest_fxprof.capture import inductor
 from pytest_fxprof.capture.errors import ProfileError
 from pytest_fxprof.measure.profiler import profile_module
-from pytest_fxprof.records.measurement import Protocol
+from pytest_fxprof.records.measurement import KERNEL_OP, Protocol
 
 WRAPPER = textwrap.dedent(
     """
@@ -207,7 +207,7 @@ def test_a_compiled_module_is_timed_kernel_by_kernel_each_named_by_its_module_an
     assert profile.capture.graphs == 1
     infos = [n.info for n in profile.nodes]
     assert infos[0].target == inductor.ENTRY
-    assert all(i.op == inductor.KERNEL_OP for i in infos)
+    assert all(i.op == KERNEL_OP for i in infos)
     modules = {i.module for i in infos}
     # the matmuls are their Linear's; the GELU kernel its block's (functional); the fused add + norm the norm's
     assert {"blocks.0.fc1", "blocks.0.fc2", "blocks.1.fc1", "blocks.1.norm"} <= modules
@@ -350,3 +350,40 @@ def test_on_a_device_each_kernel_is_timed_by_the_events_around_it_with_one_sync_
             assert times.host_ns is not None
             assert len(times.host_ns) == len(kernels.infos)
     assert len(syncs) == 2
+
+
+def test_a_graph_inductor_left_uncompiled_has_no_nodes_and_its_time_goes_to_the_next_entry() -> None:
+    clock = iter(range(0, 10_000, 100))
+    kernels = inductor.Kernels(Net(blocks=1), stamp=lambda: next(clock))
+    gm = torch.fx.symbolic_trace(Mlp())
+    plain = inductor._Graph(gm=gm)  # no CompiledFxGraph: no wrapper, no stamps
+    timed = inductor._Graph(gm=gm, compiled=object(), sites=[inductor.KernelSite(1, "cpp_fused_relu_0")])
+    kernels.instances = [inductor._Instance(plain, gm, ""), inductor._Instance(timed, gm, "fc1")]
+    kernels.order = [0, 1]
+    kernels.infos = inductor._describe(kernels)
+    assert [i.target for i in kernels.infos] == [inductor.ENTRY, "cpp_fused_relu"]
+    kernels.timed = True
+    kernels.begin()
+    kernels.enter(plain)
+    kernels.enter(timed)
+    kernels.stamps += [next(clock), next(clock)]  # the timed graph's wrapper: its start, its kernel
+    kernels.end()
+    assert kernels.calls == [([0, 1], [0, 100, 200])]
+
+
+def test_kernels_make_module_pattern_and_kind_aggregates_as_graph_nodes_do() -> None:
+    from pytest_fxprof.judge.aggregates import plan
+    from pytest_fxprof.records.measurement import NodeInfo, node_key
+    from pytest_fxprof.records.verdicts import Kind
+
+    def kernel(module: str, kind: str) -> NodeInfo:
+        return NodeInfo(node_key(KERNEL_OP, module, kind, 0), kind, KERNEL_OP, kind, module)
+
+    nodes = [
+        kernel(f"h.{i}.mlp{part}", kind)
+        for i in (0, 1)
+        for part, kind in ((".fc", "extern_kernels.addmm"), ("", "cpp_fused_gelu"), (".proj", "extern_kernels.addmm"))
+    ]
+    nodes += [kernel(f"h.{i}.attn", "cpp_fused__softmax") for i in (0, 1)]
+    groups = {(g.kind, g.path) for g in plan(nodes, nodes, [(i, i) for i in range(len(nodes))])}
+    assert {(Kind.MODULE, "h.0.mlp"), (Kind.PATTERN, "h.*.mlp"), (Kind.OP, "extern_kernels.addmm")} <= groups

@@ -43,10 +43,7 @@ from pytest_fxprof.capture.errors import CaptureError, ProfileError, one_line, q
 from pytest_fxprof.capture.nodes import MODULE_PATH_META
 from pytest_fxprof.capture.sources import source_line
 from pytest_fxprof.capture.state import fresh_inputs
-from pytest_fxprof.records.measurement import Capture, NodeInfo, node_key
-
-KERNEL_OP = "call_kernel"
-"""The ``op`` of a kernel node (an FX node's is ``call_function``, ``call_module``...)."""
+from pytest_fxprof.records.measurement import KERNEL_OP, Capture, NodeInfo, node_key
 
 Stamp = Callable[[], Any]
 Sink = Callable[[list[int], list[Any]], None]
@@ -384,7 +381,8 @@ class Kernels:
         slots = [
             k
             for i in self.sequence
-            for k in range(self.instances[i].first, self.instances[i].first + 1 + len(self.instances[i].graph.sites))
+            if (instance := self.instances[i]).graph.compiled is not None  # one Inductor left as it was: no stamps
+            for k in range(instance.first, instance.first + 1 + len(instance.graph.sites))
         ]
         if len(slots) + 1 != len(self.stamps):  # pragma: no cover - a graph that raised midway raised here too
             raise ProfileError(f"a pass of {self.name}'s compiled code ended before its last kernel")
@@ -503,9 +501,13 @@ def _describe(kernels: Kernels) -> list[NodeInfo]:
         seen[(module, target)] += 1
         out.append(NodeInfo(node_key(KERNEL_OP, module, target, occurrence), name, KERNEL_OP, target, module, source))
 
-    for number, instance in enumerate(kernels.instances, start=1):
+    number = 0
+    for instance in kernels.instances:
         instance.first = len(out)
         graph = instance.graph
+        if graph.compiled is None:
+            continue  # a graph Inductor handed back as it was, with no wrapper to stamp: its time is the next entry's
+        number += 1
         pre = {node.name: node for node in instance.gm.graph.nodes}
         first_line = next((line for node in pre.values() if (line := source_line(node))), "")
         add(instance.owner, ENTRY, f"graph call {number} entry", first_line)
@@ -538,7 +540,7 @@ def described(kernels: Kernels) -> Capture:
         method="inductor",
         graphs=calls,
         detail=(
-            f"torch.compile (Inductor): {len(kernels.infos) - len(kernels.instances)} kernel calls in {calls} graph "
+            f"torch.compile (Inductor): {sum(i.target != ENTRY for i in kernels.infos)} kernel calls in {calls} graph "
             f"call{'s' if calls != 1 else ''}{breaks} of {len(kernels.graphs)} compiled graph"
             f"{'s' if len(kernels.graphs) != 1 else ''}, compiled in {kernels.compile_s:.1f} s"
         ),

@@ -41,7 +41,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from pytest_fxprof.records.measurement import NodeInfo, is_step
+from pytest_fxprof.records.measurement import KERNEL_OP, NodeInfo, is_step
 from pytest_fxprof.records.profile import ROOT
 from pytest_fxprof.records.verdicts import AggregateVerdict, Judgement, Kind, operations_changed
 
@@ -52,10 +52,10 @@ of it each, so that the level as a whole never gets more likely to cry wolf than
 
 _INDEX = re.compile(r"^\d+$")
 
-CALLS = ("call_module", "call_function", "call_method")
-"""The nodes that compute. An aggregate needs two of them on a side: a module of one computing node and its weights
-(``get_attr``, a few hundred nanoseconds) is that node, which fails a test alone only if it is large enough, and
-would otherwise fail it as a module however small."""
+CALLS = ("call_module", "call_function", "call_method", KERNEL_OP)
+"""The nodes that compute, a compiled model's kernels among them. An aggregate needs two of them on a side: a module
+of one computing node and its weights (``get_attr``, a few hundred nanoseconds) is that node, which fails a test
+alone only if it is large enough, and would otherwise fail it as a module however small."""
 
 _KIND_ORDER = {Kind.OP: 0, Kind.MODULE: 1, Kind.PATTERN: 2, Kind.CLASS: 3}
 _PRIORITY = (Kind.MODULE, Kind.PATTERN, Kind.CLASS)

@@ -51,6 +51,11 @@ class NodeInfo:
         return self.module or "<root>"
 
 
+KERNEL_OP = "call_kernel"
+"""The ``op`` of a compiled model's node (``capture.inductor``): a kernel, a library call, or a graph's entry. An FX
+node's is ``call_function``, ``call_module``..."""
+
+
 def node_key(op: str, module: str, target: str, occurrence: int, direction: str = "forward") -> str:
     """The stable key of the ``occurrence``-th node with this op, module path and target (in ``direction``,
     which prefixes the key outside the forward, so that a forward node's key reads as it always has)."""
