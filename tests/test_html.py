@@ -225,6 +225,15 @@ def test_a_changed_number_of_graphs_is_shown() -> None:
     )
 
 
+DETAIL = "torch.compile (Inductor): 12 kernel calls in 6 graph calls (5 graph breaks), compiled in 1.8 s"
+
+
+def test_a_compiled_models_kernels_graph_breaks_and_compile_time_are_shown() -> None:
+    regression, *_ = profiles()
+    regression["capture"] = {**regression["capture"], "method": "inductor", "graphs": 6, "detail": DETAIL}
+    assert DETAIL in text_of(render_html("check", [regression], []))
+
+
 def test_the_page_loads_nothing_from_the_network() -> None:
     regression, *_ = profiles()
     # a URL in a node nobody flags: it may be in the data, and nowhere else

@@ -387,3 +387,9 @@ def test_kernels_make_module_pattern_and_kind_aggregates_as_graph_nodes_do() -> 
     nodes += [kernel(f"h.{i}.attn", "cpp_fused__softmax") for i in (0, 1)]
     groups = {(g.kind, g.path) for g in plan(nodes, nodes, [(i, i) for i in range(len(nodes))])}
     assert {(Kind.MODULE, "h.0.mlp"), (Kind.PATTERN, "h.*.mlp"), (Kind.OP, "extern_kernels.addmm")} <= groups
+
+
+def test_leaf_modules_with_a_compiled_module_are_refused_naming_the_fix() -> None:
+    model = compiled(Net().eval())
+    with pytest.raises(ProfileError, match=r"leaf_modules= and tracer=.*\n.*Fix: leave them out"):
+        profile_module(model, (torch.randn(4, 32),), {}, name="t", protocol=PROTOCOL, leaf_modules=["blocks.0"])

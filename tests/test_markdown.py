@@ -282,3 +282,12 @@ def test_an_undecided_profile_is_counted_in_the_heading_and_says_what_it_could_n
     assert text.startswith("## pytest-fxprof: 1 undecided, 1 passed\n")
     assert "| **undecided (no verdict)** |" in text
     assert "- `t.py::test_fine [call0]`: undecided, too noisy to decide: node conv: x1.22 beyond band +5%" in text
+
+
+def test_a_compiled_models_kernels_graph_breaks_and_compile_time_are_listed() -> None:
+    detail = "torch.compile (Inductor): 12 kernel calls in 6 graph calls (5 graph breaks), compiled in 1.8 s"
+    report = checked({})
+    report["capture"] = {**report["capture"], "method": "inductor", "graphs": 6, "detail": detail}
+    text = markdown_summary("check", [report, checked({})], [])
+    assert "<summary>Compiled models (1)</summary>" in text
+    assert f"- `t.py::test_net [call0]`: {detail}" in text

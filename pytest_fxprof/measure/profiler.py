@@ -191,6 +191,12 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
             after: Callable[[], None] = kept.reset
             plain = _plain_step(captured, args, kwargs)
         elif inductor.wanted(module, capture):
+            if leaf_modules or tracer is not None:
+                raise ProfileError(
+                    f"leaf_modules= and tracer= shape a graph capture; {type(inductor.eager_module(module)).__name__} "
+                    "is timed by the kernels torch.compile generates, which they cannot shape.\n"
+                    '  Fix: leave them out, or capture the eager module (model._orig_mod, capture="auto") with them.'
+                )
             stack.enter_context(preserved(module, protocol.threads))
             kernels = inductor.capture(module, args, kwargs, timer.stamp)
             captured = _kernel_capture(kernels)

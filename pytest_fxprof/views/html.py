@@ -219,11 +219,20 @@ SHARE_BAR_EM = 4.0
 """The width of a module's share bar at 100 % (the whole model), in em."""
 
 
+def _capture_text(capture: Mapping[str, Any]) -> str:
+    """The capture method and its graphs; a compiled model's kernels, graph breaks and compile time."""
+    if not capture:
+        return ""
+    if capture.get("method") == "inductor" and capture.get("detail"):
+        return str(capture["detail"])
+    return f"{capture.get('method', '')} ({_count(capture.get('graphs', 1), 'graph')})"
+
+
 def _meta(p: ProfileReportJSON, first_env: Mapping[str, Any]) -> str:
     capture, protocol = p.get("capture") or {}, p.get("protocol") or {}
     pairs = [
         ("nodes", str(len(p["nodes"]))),
-        ("capture", f"{capture.get('method', '')} ({_count(capture.get('graphs', 1), 'graph')})" if capture else ""),
+        ("capture", _capture_text(capture)),
         (
             "protocol",
             f"{protocol.get('passes')} passes after {protocol.get('warmup')} warm-up, "

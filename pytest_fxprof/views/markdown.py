@@ -295,6 +295,15 @@ def _warnings(profiles: Sequence[ProfileReportJSON]) -> list[str]:
     return out
 
 
+def _compiled(profiles: Sequence[ProfileReportJSON]) -> list[str]:
+    """Each compiled model's kernels, graph calls, graph breaks and compile time (``capture.inductor``)."""
+    return [
+        f"{_code(_label(p))}: {_text(capture.get('detail', ''))}"
+        for p in profiles
+        if (capture := p.get("capture") or {}).get("method") == "inductor"
+    ]
+
+
 def _hints(profiles: Sequence[ProfileReportJSON]) -> list[str]:
     """Every profile's hints, the most time at stake first (each message names its nodes and their time)."""
     hints = [(h, p) for p in profiles for h in p.get("hints", [])]
@@ -320,6 +329,7 @@ def markdown_summary(mode: str, profiles: Sequence[ProfileReportJSON], unused: S
     lines += _busy(profiles)
     lines += _blocks(profiles)
     lines += _details("Warnings", _warnings(profiles))
+    lines += _details("Compiled models", _compiled(profiles))
     lines += _details("Hints", _hints(profiles))
     lines += _unused(sorted(unused))
     return "\n".join(lines) + "\n"
