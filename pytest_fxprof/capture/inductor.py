@@ -501,8 +501,9 @@ def _describe(kernels: Kernels) -> list[NodeInfo]:
         seen[(module, target)] += 1
         out.append(NodeInfo(node_key(KERNEL_OP, module, target, occurrence), name, KERNEL_OP, target, module, source))
 
+    entries = entry_modules(kernels.order, [i.owner for i in kernels.instances])
     number = 0
-    for instance in kernels.instances:
+    for index, instance in enumerate(kernels.instances):
         instance.first = len(out)
         graph = instance.graph
         if graph.compiled is None:
@@ -510,7 +511,7 @@ def _describe(kernels: Kernels) -> list[NodeInfo]:
         number += 1
         pre = {node.name: node for node in instance.gm.graph.nodes}
         first_line = next((line for node in pre.values() if (line := source_line(node))), "")
-        add(instance.owner, ENTRY, f"graph call {number} entry", first_line)
+        add(entries[index], ENTRY, f"graph call {number} entry", first_line)
         for site in graph.sites:
             origins = [
                 pre[name]
@@ -525,6 +526,23 @@ def _describe(kernels: Kernels) -> list[NodeInfo]:
             short = site.callee.removeprefix("torch.ops.")
             name = f"{short} ({', '.join(fused)})" if fused else short
             add(module, kernel_kind(site.callee), name, next((line for n in inside if (line := source_line(n))), ""))
+    return out
+
+
+def entry_modules(order: Sequence[int], owners: Sequence[str]) -> list[str]:
+    """The module of each graph call's entry (``order``: the instance of each call of a pass, ``owners``: each
+    instance's module). The time between two graphs runs in the frames that left the first and entered the
+    second, and a graph break lies in the inner one: an entry belongs to the deeper of the two modules where one
+    holds the other (a break inside ``mlp`` makes its block's code resume after it: that time is ``mlp``'s), and
+    to its own graph's module otherwise (the first call, or two siblings)."""
+    out = list(owners)
+    seen: set[int] = set()
+    for k, index in enumerate(order):
+        if index in seen:
+            continue
+        seen.add(index)
+        if k > 0 and _within(before := owners[order[k - 1]], owners[index]):
+            out[index] = before
     return out
 
 
