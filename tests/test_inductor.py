@@ -397,10 +397,11 @@ def test_leaf_modules_with_a_compiled_module_are_refused_naming_the_fix() -> Non
 
 def test_a_graph_entry_belongs_to_the_deeper_of_the_modules_it_leaves_and_enters() -> None:
     # block 0: its graph, the MLP's two graphs around a graph break, the block resuming; then block 1
+    # (the first call's entry is the way into the model: the root's, whichever frame makes it)
     owners = ["h.0", "h.0.mlp", "h.0.mlp", "h.0", "h.1"]
     order = [0, 1, 2, 3, 4]
-    assert inductor.entry_modules(order, owners) == ["h.0", "h.0.mlp", "h.0.mlp", "h.0.mlp", "h.1"]
+    assert inductor.entry_modules(order, owners) == ["", "h.0.mlp", "h.0.mlp", "h.0.mlp", "h.1"]
     # a graph called again from the same place keeps the module of its first call
     assert inductor.entry_modules([0, 1, 0], ["", "a"]) == ["", "a"]
     # the model's own frame resuming after a block's graph: the block's
-    assert inductor.entry_modules([0, 1], ["h.3", ""]) == ["h.3", "h.3"]
+    assert inductor.entry_modules([0, 1, 2], ["", "h.3", ""]) == ["", "h.3", "h.3"]

@@ -534,14 +534,17 @@ def entry_modules(order: Sequence[int], owners: Sequence[str]) -> list[str]:
     instance's module). The time between two graphs runs in the frames that left the first and entered the
     second, and a graph break lies in the inner one: an entry belongs to the deeper of the two modules where one
     holds the other (a break inside ``mlp`` makes its block's code resume after it: that time is ``mlp``'s), and
-    to its own graph's module otherwise (the first call, or two siblings)."""
+    to its own graph's module otherwise (two siblings). The first call's entry is the root's: it times the way into
+    the compiled model from the start of the forward, whichever frame makes that call."""
     out = list(owners)
     seen: set[int] = set()
     for k, index in enumerate(order):
         if index in seen:
             continue
         seen.add(index)
-        if k > 0 and _within(before := owners[order[k - 1]], owners[index]):
+        if k == 0:
+            out[index] = ""
+        elif _within(before := owners[order[k - 1]], owners[index]):
             out[index] = before
     return out
 
