@@ -400,7 +400,10 @@ def test_a_graph_entry_belongs_to_the_deeper_of_the_modules_it_leaves_and_enters
     # (the first call's entry is the way into the model: the root's, whichever frame makes it)
     owners = ["h.0", "h.0.mlp", "h.0.mlp", "h.0", "h.1"]
     order = [0, 1, 2, 3, 4]
-    assert inductor.entry_modules(order, owners) == ["", "h.0.mlp", "h.0.mlp", "h.0.mlp", "h.1"]
+    assert inductor.entry_modules(order, owners) == ["", "h.0.mlp", "h.0.mlp", "h.0.mlp", "h"]
+    # from one block to the next: the code of the module that holds both
+    assert inductor.entry_modules([0, 1], ["blocks.0", "blocks.1"]) == ["", "blocks"]
+    assert inductor.entry_modules([0, 1], ["a.x", "b"]) == ["", ""]
     # a graph called again from the same place keeps the module of its first call
     assert inductor.entry_modules([0, 1, 0], ["", "a"]) == ["", "a"]
     # the model's own frame resuming after a block's graph: the block's

@@ -532,21 +532,30 @@ def _describe(kernels: Kernels) -> list[NodeInfo]:
 def entry_modules(order: Sequence[int], owners: Sequence[str]) -> list[str]:
     """The module of each graph call's entry (``order``: the instance of each call of a pass, ``owners``: each
     instance's module). The time between two graphs runs in the frames that left the first and entered the
-    second, and a graph break lies in the inner one: an entry belongs to the deeper of the two modules where one
-    holds the other (a break inside ``mlp`` makes its block's code resume after it: that time is ``mlp``'s), and
-    to its own graph's module otherwise (two siblings). The first call's entry is the root's: it times the way into
-    the compiled model from the start of the forward, whichever frame makes that call."""
+    second: where one module holds the other, a graph break lies in the inner one, whose code runs on after it (a
+    break inside ``mlp`` makes its block's code resume after it: that time is ``mlp``'s); two modules side by side
+    (one block, then the next) are left and entered by the code of the module that holds both, whose it is. The
+    first call's entry is the root's: it times the way into the compiled model from the start of the forward,
+    whichever frame makes that call. A graph called again from the same place keeps its first call's."""
     out = list(owners)
     seen: set[int] = set()
     for k, index in enumerate(order):
         if index in seen:
             continue
         seen.add(index)
-        if k == 0:
-            out[index] = ""
-        elif _within(before := owners[order[k - 1]], owners[index]):
-            out[index] = before
+        before, now = (owners[order[k - 1]], owners[index]) if k else ("", "")
+        out[index] = before if _within(before, now) else now if _within(now, before) else _common(before, now)
     return out
+
+
+def _common(a: str, b: str) -> str:
+    """The deepest module that holds both ``a`` and ``b``."""
+    shared: list[str] = []
+    for x, y in zip(a.split("."), b.split("."), strict=False):
+        if x != y:
+            break
+        shared.append(x)
+    return ".".join(shared)
 
 
 def _within(path: str, module: str) -> bool:
