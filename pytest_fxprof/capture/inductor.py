@@ -229,7 +229,7 @@ def kernel_module(modules: Sequence[str]) -> str:
 
 ENTRY = "graph entry"
 """The target of the node that times the way into a compiled graph: dynamo's guards and wrappers, and, before a
-graph after the first, the eager code of its graph break. A graph break adds one, in the module it resumes in."""
+graph after the first, the eager code of its graph break. Its module: ``entry_modules``."""
 
 
 @dataclass
