@@ -154,6 +154,10 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     the reference workload out of a measured profile (its total is then not divided by it). ``barrier(i)`` is called
     before pass ``i`` and ``barrier(-1)`` after the last (a twin process in lock-step, ``measure.lockstep``).
 
+    A module compiled with ``torch.compile`` (or any module with ``capture="inductor"``) is compiled by Inductor and
+    timed kernel by kernel (``capture.inductor``): its nodes are the kernels and library calls of the compiled code
+    and each graph call's entry; no flop count.
+
     With ``step``, a pass is a training step (``capture.step``): the forward and the loss, the backward and the
     optimizer step, timed node by node, and the plain step is the same graphs without stamps. Parameters, grads,
     the optimizer's state, buffers and the random state are put back after every step.
@@ -179,10 +183,10 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
             if inductor.wanted(module, capture):
                 raise ProfileError(
                     f"fxprof times the kernels of a compiled module in its forward only; a training step "
-                    f"(fxprof.step) of {type(inductor.eager_module(module)).__name__} would time its eager graphs "
+                    f"(fxprof.train_step) of {type(inductor.eager_module(module)).__name__} would time its eager graphs "
                     "instead, and say nothing of what torch.compile generates.\n"
                     "  Fix: profile the compiled module's forward with fxprof(model, ...), and the step of the eager "
-                    "module (model._orig_mod) with fxprof.step(...)"
+                    "module (model._orig_mod) with fxprof.train_step(...)"
                 )
             check_leaf_modules(module, leaf_modules)
             check_step(module, args, kwargs, step)
