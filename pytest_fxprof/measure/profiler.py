@@ -182,9 +182,9 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
         if step is not None:
             if inductor.wanted(module, capture):
                 raise ProfileError(
-                    f"fxprof times the kernels of a compiled module in its forward only; a training step "
-                    f"(fxprof.train_step) of {type(inductor.eager_module(module)).__name__} would time its eager graphs "
-                    "instead, and say nothing of what torch.compile generates.\n"
+                    "fxprof times the kernels of a compiled module in its forward only; a training step "
+                    f"(fxprof.train_step) of {type(inductor.eager_module(module)).__name__} would time its eager "
+                    "graphs instead, and say nothing of what torch.compile generates.\n"
                     "  Fix: profile the compiled module's forward with fxprof(model, ...), and the step of the eager "
                     "module (model._orig_mod) with fxprof.train_step(...)"
                 )
