@@ -7,6 +7,8 @@
     .venv/bin/python bench/code_changes.py --out bench/code_changes.jsonl --summary \\
         --summary-json bench/code_changes_summary.json                 # the tables of what the file holds
     .venv/bin/python bench/code_changes.py --out q.jsonl --verify      # every edit applied, built, timed: no pytest
+    .venv/bin/python bench/code_changes.py --out bench/code_changes_compiled.jsonl --compiled --modes against \\
+        --families gpt-style   # the same edits to torch.compile'd models
 
 Through the real command line, on a temporary git repository (a ``tempfile`` directory, removed at the end
 whatever ends the run). Its base commit holds the source of four model families under ``zoo/``, a
@@ -46,6 +48,11 @@ block indices as ``*``, and the class):
 * ``gpt-mlp-einsum``: ``c_fc(x)`` as ``einsum("btc,hc->bth", x, w) + b``: ``transformer.h.*.mlp``, ``MLP``.
 * ``gpt-layernorm-by-hand``: our ``LayerNorm`` as mean, variance and ``rsqrt`` instead of ``F.layer_norm`` (every
   norm of the model): ``transformer.h.*.ln_?``, ``LayerNorm``.
+* ``gpt-mlp-nan-check``: the MLP raises on a non-finite activation (``if not torch.isfinite(x).all()``), a
+  data-dependent branch: under ``torch.compile`` a graph break in every block: ``transformer.h.*.mlp``, ``MLP``.
+* ``gpt-norm-custom-op``: our ``LayerNorm`` through an opaque custom op (``torch.library.custom_op``), as a team's own
+  kernel would be: under ``torch.compile`` nothing fuses into it: ``transformer.h.*.ln_?``, ``LayerNorm``.
+* ``gpt-mlp-wider``: the MLP 5 times the width instead of 4: ``transformer.h.*.mlp``, ``MLP``.
 * ``bert-eager-attention``: ``BertSelfAttention`` calls ``eager_attention_forward`` (matmul, softmax, matmul)
   instead of the configured SDPA: ``encoder.layer.*.attention.self``, ``BertSelfAttention``.
 * ``bert-gelu-tanh``: ``BertIntermediate``'s activation by the tanh formula: ``encoder.layer.*.intermediate``,
@@ -68,6 +75,9 @@ Neutral edits, which should never fail (their failures are the false alarms): pe
 ``k`` reshapes swapped, BERT's ``query_layer`` and ``key_layer`` lines swapped, ConvNeXt's residual sum with its
 operands swapped, ResNet's ``downsample`` of the identity moved before ``conv1``. Each runs ``--neutral-repeats``
 times per mode (3: 36 neutral checks per mode).
+
+``--compiled``: each test hands the fixture ``torch.compile(model)``, so the checks time Inductor's kernels (each
+line says ``compiled``; keep such runs in a file of their own).
 
 Modes (``--modes``), through the real command line, one ``pytest`` process per check, its wall time measured:
 

@@ -30,6 +30,7 @@ from pytest_fxprof.views.render import (
     improvement_lines,
     node_line,
     notice_lines,
+    op_name,
     profile_table,
     regression_message,
     structural_lines,
@@ -900,3 +901,20 @@ def test_the_stake_table_ranks_what_failed_then_time_lost_and_folds_small_nodes_
     assert result.table(sort="stake", limit=2).splitlines()[-1] == "... 22 more rows"
     with pytest.raises(ValueError, match="this profile was not compared"):
         make_result().table(sort="stake")
+
+
+@pytest.mark.parametrize(
+    ("target", "short"),
+    [
+        ("aten.tanh.default", "tanh"),
+        ("operator.add", "add"),
+        ("Linear", "Linear"),
+        ("torch.nn.functional.relu", "relu"),
+        ("mylib.layer_norm.default", "layer_norm"),
+        ("mkldnn._linear_pointwise.default", "_linear_pointwise"),
+        ("extern_kernels.addmm", "addmm"),
+        ("cpp_fused_gelu", "cpp_fused_gelu"),
+    ],
+)
+def test_a_targets_short_name_drops_namespace_and_overload(target: str, short: str) -> None:
+    assert op_name(target) == short

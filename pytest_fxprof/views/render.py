@@ -262,10 +262,13 @@ def aggregate_line(a: AggregateVerdict) -> str:
 
 def op_name(target: str) -> str:
     """A node's target as short as people read it in a list: ``tanh`` of ``aten.tanh.default``, ``add`` of
-    ``operator.add``, ``Linear`` of a module's class."""
+    ``operator.add``, ``Linear`` of a module's class, ``layer_norm`` of a custom op's ``mylib.layer_norm.default``
+    (a compiled model's library call)."""
     parts = target.split(".")
     if parts[0] in ("aten", "prims", "quantized") and len(parts) >= 2:
         return parts[1]
+    if len(parts) >= 3 and (parts[-1] == "default" or parts[-1][:1].isupper()):  # an overload: the op is before it
+        return parts[-2]
     return parts[-1]
 
 
