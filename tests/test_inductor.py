@@ -408,3 +408,20 @@ def test_a_graph_entry_belongs_to_the_deeper_of_the_modules_it_leaves_and_enters
     assert inductor.entry_modules([0, 1, 0], ["", "a"]) == ["", "a"]
     # the model's own frame resuming after a block's graph: the block's
     assert inductor.entry_modules([0, 1, 2], ["", "h.3", ""]) == ["", "h.3", "h.3"]
+
+
+def test_profiling_an_eager_module_leaves_torchs_compiler_stack_unimported() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from pytest_fxprof.measure.profiler import profile_module\n"
+        "from pytest_fxprof.records.measurement import Protocol\n"
+        "model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())\n"
+        "profile_module(model, (torch.randn(2, 4),), {}, name='t', protocol=Protocol(1, 1, 1, 1), measured=False,\n"
+        "               capture='symbolic')\n"
+        "print(sorted(m for m in ('torch._inductor', 'torch._dynamo', 'sympy') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -28,6 +28,7 @@ import ast
 import contextlib
 import json
 import re
+import sys
 import time
 import types
 from collections import Counter
@@ -46,7 +47,6 @@ from pytest_fxprof.capture.state import fresh_inputs
 from pytest_fxprof.records.measurement import KERNEL_OP, Capture, NodeInfo, node_key
 
 Stamp = Callable[[], Any]
-Sink = Callable[[list[int], list[Any]], None]
 
 BOOKKEEPING = frozenset(
     {
@@ -81,9 +81,9 @@ _NUMBERED = re.compile(r"_\d+$")
 
 
 def is_compiled(module: object) -> bool:
-    """Whether ``module`` is what ``torch.compile(model)`` returns (dynamo's ``OptimizedModule``)."""
-    optimized = getattr(getattr(torch, "_dynamo", None), "eval_frame", None)
-    kind = getattr(optimized, "OptimizedModule", None)
+    """Whether ``module`` is what ``torch.compile(model)`` returns (dynamo's ``OptimizedModule``). Imports nothing:
+    where dynamo was never imported, nothing was compiled."""
+    kind = getattr(sys.modules.get("torch._dynamo.eval_frame"), "OptimizedModule", None)
     return kind is not None and isinstance(module, kind)
 
 
