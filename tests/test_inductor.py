@@ -425,3 +425,15 @@ def test_profiling_an_eager_module_leaves_torchs_compiler_stack_unimported() -> 
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_the_users_mode_options_and_fullgraph_are_the_ones_compiled_with() -> None:
+    model = compiled(Net().eval(), mode="max-autotune-no-cudagraphs", fullgraph=True, dynamic=False)
+    kernels = inductor.Kernels(model, stamp=lambda: 0)
+    assert getattr(kernels.backend, "compiler_name", None) == "inductor"
+    assert getattr(kernels.backend, "config", {}).get("max_autotune") is True
+    assert kernels.options == {"fullgraph": True, "dynamic": False}
+    assert kernels.module is model._orig_mod
+    # an eager module asked for with capture="inductor": Inductor with its defaults
+    eager = inductor.Kernels(Net().eval(), stamp=lambda: 0)
+    assert eager.options == {"fullgraph": False, "dynamic": False}
