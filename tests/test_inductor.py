@@ -437,3 +437,22 @@ def test_the_users_mode_options_and_fullgraph_are_the_ones_compiled_with() -> No
     # an eager module asked for with capture="inductor": Inductor with its defaults
     eager = inductor.Kernels(Net().eval(), stamp=lambda: 0)
     assert eager.options == {"fullgraph": False, "dynamic": False}
+
+
+class Counting(torch.nn.Module):
+    """A forward that reads a Python counter it bumps: dynamo guards on the value, so every call recompiles."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        out: torch.Tensor = self.fc(x) * self.calls
+        return out
+
+
+def test_a_model_that_recompiles_on_every_call_is_an_error_naming_dynamos_reason() -> None:
+    with pytest.raises(ProfileError, match=r"would recompile Counting for this pass: .*calls.*\n.*Fix: "):
+        profile_module(compiled(Counting()), (torch.randn(2, 8),), {}, name="t", protocol=PROTOCOL)
