@@ -456,3 +456,27 @@ class Counting(torch.nn.Module):
 def test_a_model_that_recompiles_on_every_call_is_an_error_naming_dynamos_reason() -> None:
     with pytest.raises(ProfileError, match=r"would recompile Counting for this pass: .*calls.*\n.*Fix: "):
         profile_module(compiled(Counting()), (torch.randn(2, 8),), {}, name="t", protocol=PROTOCOL)
+
+
+class Caching(torch.nn.Module):
+    """A forward that fills a cache on its first call (as timm's EfficientViT caches its attention biases): the
+    second call takes the other path and compiles again, then every call is the same."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 8)
+        self.cache: dict[str, torch.Tensor] = {}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if "bias" not in self.cache:
+            self.cache["bias"] = torch.ones(8)
+        out: torch.Tensor = self.fc(x) + self.cache["bias"]
+        return out
+
+
+def test_a_model_that_compiles_again_on_its_second_call_is_timed_as_it_settles() -> None:
+    profile = profile_module(compiled(Caching()), (torch.randn(2, 8),), {}, name="t", protocol=PROTOCOL)
+    assert profile.capture.graphs == 1
+    assert "1 compiled graph," in profile.capture.detail  # the settled call's graph only
+    assert [n.info.module for n in profile.nodes if n.info.target != inductor.ENTRY] == ["fc", ""]
+    assert all(n.median_ns > 0 for n in profile.nodes)

@@ -456,17 +456,29 @@ def _inductor_settings() -> contextlib.AbstractContextManager[Any]:
     return stack
 
 
+SETTLE_CALLS = 3
+"""Calls of the compiled module at capture, at most, until one compiles nothing new: a model that fills a cache or
+sets state on its first call (timm's EfficientViT caches its attention biases) compiles again on its second, then
+settles. Its graphs are those of the last call; one that still compiles on its third call would compile on every
+pass, which the passes refuse."""
+
+
 def capture(module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any], stamp: Stamp) -> Kernels:
-    """Compile ``module`` with Inductor (its own backend and options where it is compiled already), run it once,
-    and name every kernel of the compiled code as a node."""
+    """Compile ``module`` with Inductor (its own backend and options where it is compiled already), call it until a
+    call compiles nothing new (``SETTLE_CALLS``), and name every kernel of that call's compiled code as a node."""
     kernels = Kernels(module, stamp)
     target = kernels.module
     kernels.compiled = torch.compile(target, backend=kernels.backend_fn, **kernels.options)
-    a, k = fresh_inputs(args, kwargs)
     began = time.perf_counter()
     try:
         with quiet() as recorder, dynamo._dynamo_limits(), _inductor_settings(), _adopting(kernels):
-            kernels.compiled(*a, **k)
+            for _ in range(SETTLE_CALLS):
+                compiled_before = len(kernels.graphs)
+                kernels.order.clear()
+                a, k = fresh_inputs(args, kwargs)
+                kernels.compiled(*a, **k)
+                if compiled_before and len(kernels.graphs) == compiled_before:
+                    break
     except torch._dynamo.exc.FailOnRecompileLimitHit as exc:
         raise CaptureError(dynamo._limit_advice(kernels.name, exc, recorder)) from exc
     except (CaptureError, ProfileError):
@@ -478,7 +490,8 @@ def capture(module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any]
             '(capture="auto") to time its operations one by one.'
         ) from exc
     kernels.compile_s = time.perf_counter() - began
-    compiled = [g for g in kernels.graphs if g.compiled is not None]
+    used = {id(kernels.instances[i].graph) for i in kernels.order}
+    compiled = [g for g in kernels.graphs if g.compiled is not None and id(g) in used]
     if not compiled:
         raise CaptureError(
             f"torch.compile (Inductor) compiled no graph of {kernels.name}: the whole forward ran eagerly (dynamo "
@@ -502,12 +515,15 @@ def _describe(kernels: Kernels) -> list[NodeInfo]:
         out.append(NodeInfo(node_key(KERNEL_OP, module, target, occurrence), name, KERNEL_OP, target, module, source))
 
     entries = entry_modules(kernels.order, [i.owner for i in kernels.instances])
+    used = set(kernels.order)
     number = 0
     for index, instance in enumerate(kernels.instances):
         instance.first = len(out)
         graph = instance.graph
-        if graph.compiled is None:
-            continue  # a graph Inductor handed back as it was, with no wrapper to stamp: its time is the next entry's
+        if index not in used or graph.compiled is None:
+            # a call of the capture's earlier calls, before the model settled; or a graph Inductor handed back as it
+            # was, with no wrapper to stamp, whose time is the next entry's
+            continue
         number += 1
         pre = {node.name: node for node in instance.gm.graph.nodes}
         first_line = next((line for node in pre.values() if (line := source_line(node))), "")
