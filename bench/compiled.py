@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 HERE = Path(__file__).parent
 
@@ -73,7 +73,7 @@ def one(name: str, rounds: int) -> dict[str, Any]:
     model, args, kwargs = build(name)
     timer = ClockTimer(time.perf_counter_ns)
     with torch.no_grad():
-        kernels = inductor.capture(torch.compile(model), args, kwargs, timer.stamp)
+        kernels = inductor.capture(cast("torch.nn.Module", torch.compile(model)), args, kwargs, timer.stamp)
         engine = KernelEngine(len(kernels.infos), timer, kernels.calls)
         plain: list[int] = []
         stamped: list[int] = []
@@ -147,7 +147,8 @@ def main() -> None:
         try:
             run = subprocess.run(command, capture_output=True, text=True, timeout=options.timeout, check=False)
             lines = [line for line in run.stdout.splitlines() if line.startswith("{")]
-            row = json.loads(lines[-1]) if run.returncode == 0 and lines else {"model": name, "error": run.stderr[-600:]}
+            failed: dict[str, Any] = {"model": name, "error": run.stderr[-600:]}
+            row = json.loads(lines[-1]) if run.returncode == 0 and lines else failed
         except subprocess.TimeoutExpired:
             row = {"model": name, "error": f"over {options.timeout} s"}
         row["wall_s"] = round(time.perf_counter() - began, 1)
