@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from pytest_fxprof.capture import inductor
-from pytest_fxprof.capture.errors import ProfileError
+from pytest_fxprof.capture.errors import CaptureError, ProfileError
 from pytest_fxprof.measure.profiler import profile_module
 from pytest_fxprof.records.measurement import KERNEL_OP, Protocol
 
@@ -40,8 +40,10 @@ WRAPPER = textwrap.dedent(
             # [Provenance debug handles] cpp_fused_gelu_0:2
             cpp_fused_gelu_0(buf1)
             with torch.cuda._DeviceGuard(0):
+                torch.cuda.set_device(0)
+                stream0 = get_raw_stream(0)
                 # [Provenance debug handles] triton_poi_fused_add_1:3
-                triton_poi_fused_add_1.run(buf1, 8, stream=0)
+                triton_poi_fused_add_1.run(buf1, 8, stream=stream0)
             torch.ops.aten._assert_tensor_metadata.default(buf1, dtype=torch.float32)
             buf2 = torch.ops.mkldnn._linear_pointwise.default(buf1, arg2_1, None, "none", [], "")
             return (buf2, )
@@ -104,10 +106,15 @@ def test_the_rewritten_wrapper_stamps_before_the_first_kernel_and_after_each_and
                 def __exit__(self, *exc: object) -> None:
                     pass
 
+            @staticmethod
+            def set_device(index: int) -> None:
+                ran.append("set_device")
+
     space: dict[str, Any] = {
         "assert_size_stride": lambda *a: ran.append("check"),
         "empty_strided_cpu": lambda *a: "buf",
         "reinterpret_tensor": lambda *a: "view",
+        "get_raw_stream": lambda index: 0,
         "extern_kernels": type("E", (), {"addmm": staticmethod(kernel("addmm"))}),
         "cpp_fused_gelu_0": kernel("gelu"),
         "triton_poi_fused_add_1": Triton,
@@ -118,7 +125,7 @@ def test_the_rewritten_wrapper_stamps_before_the_first_kernel_and_after_each_and
     exec(compile(text, "wrapper", "exec"), space)
     out = space["call"](None, [1, 2, 3])
     assert out == ("out",)
-    assert ran == ["check", "addmm", "gelu", "triton", "check", "mkldnn"]
+    assert ran == ["check", "addmm", "gelu", "set_device", "triton", "check", "mkldnn"]
     # a stamp at the start, then one right after each kernel
     assert stamps == [100, -1, 110, -1, 120, -1, 130, -1, 140]
 
@@ -430,8 +437,8 @@ def test_profiling_an_eager_module_leaves_torchs_compiler_stack_unimported() -> 
 def test_the_users_mode_options_and_fullgraph_are_the_ones_compiled_with() -> None:
     model = compiled(Net().eval(), mode="max-autotune-no-cudagraphs", fullgraph=True, dynamic=False)
     kernels = inductor.Kernels(model, stamp=lambda: 0)
-    assert getattr(kernels.backend, "compiler_name", None) == "inductor"
-    assert getattr(kernels.backend, "config", {}).get("max_autotune") is True
+    assert getattr(kernels.backend.user, "compiler_name", None) == "inductor"
+    assert getattr(kernels.backend.user, "config", {}).get("max_autotune") is True
     assert kernels.options == {"fullgraph": True, "dynamic": False}
     assert kernels.module is model._orig_mod
     # an eager module asked for with capture="inductor": Inductor with its defaults
@@ -480,3 +487,80 @@ def test_a_model_that_compiles_again_on_its_second_call_is_timed_as_it_settles()
     assert "1 compiled graph," in profile.capture.detail  # the settled call's graph only
     assert [n.info.module for n in profile.nodes if n.info.target != inductor.ENTRY] == ["fc", ""]
     assert all(n.median_ns > 0 for n in profile.nodes)
+
+
+def test_a_wrapper_that_runs_kernels_in_a_branch_is_refused_naming_the_fix() -> None:
+    branching = WRAPPER.replace(
+        "        cpp_fused_gelu_0(buf1)\n",
+        "        if arg0_1:\n            cpp_fused_gelu_0(buf1)\n",
+    )
+    assert branching != WRAPPER
+    with pytest.raises(CaptureError, match=r"kernels in a if statement.*\n.*Fix: .*capture='auto'"):
+        inductor.kernel_sites(branching)
+
+
+def test_an_error_of_fxprofs_own_raised_inside_the_compile_is_the_one_shown() -> None:
+    ours = CaptureError("what went wrong\n  Fix: what to do")
+    wrapped = RuntimeError("backend='backend' raised: ...")
+    wrapped.__cause__ = ValueError("in between")
+    wrapped.__cause__.__context__ = ours
+    assert inductor._ours(wrapped) is ours
+    assert inductor._ours(RuntimeError("torch's own")) is None
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = torch.relu(self.fc(x))
+        return out
+
+
+def test_profiling_a_class_again_reuses_its_compile_keeps_no_model_alive_and_leaves_the_users_compiles_alone() -> None:
+    import gc
+    import weakref
+
+    from torch._dynamo.utils import counters
+
+    models = [Tiny().eval() for _ in range(10)]
+    alive = [weakref.ref(m) for m in models]
+    details = []
+    for _ in range(len(models)):
+        profile = profile_module(compiled(models.pop()), (torch.randn(4, 16),), {}, name="t", protocol=PROTOCOL)
+        details.append(profile.capture.detail)
+        del profile
+    gc.collect()
+    assert not [ref for ref in alive if ref() is not None]  # dynamo's cache holds none of the profiled models
+    # the later profiles reuse the compile of the first (more than dynamo's default limit of 8 would allow otherwise)
+    assert all(d.endswith("compiled by an earlier profile of this model in this process") for d in details[1:])
+    # and the user's own compile of the class afterwards is compiled, not run eagerly for a limit that was hit
+    before = counters["stats"]["unique_graphs"]
+    mine = compiled(Tiny().eval())
+    mine(torch.randn(4, 16))
+    assert counters["stats"]["unique_graphs"] == before + 1
+
+
+def test_a_module_compiled_in_place_is_timed_as_compiled_code_and_keeps_its_compiled_call() -> None:
+    model = Tiny().eval()
+    model.compile()
+    impl = model._compiled_call_impl
+    profile = profile_module(model, (torch.randn(4, 16),), {}, name="t", protocol=PROTOCOL)
+    assert profile.capture.method == "inductor"
+    assert [n.info.module for n in profile.nodes if n.info.target != inductor.ENTRY] == ["fc", ""]
+    assert model._compiled_call_impl is impl
+
+
+def test_options_that_leave_the_python_wrapper_out_are_turned_off_while_profiling_and_said_so() -> None:
+    model = compiled(Tiny().eval(), options={"cpp_wrapper": True})
+    profile = profile_module(model, (torch.randn(4, 16),), {}, name="t", protocol=PROTOCOL)
+    assert profile.capture.detail.endswith("the C++ wrapper off while profiling")
+    assert any(n.info.module == "fc" for n in profile.nodes)
+    user: Any = getattr(model, "dynamo_ctx").callback  # noqa: B009 - typed as a module, it is dynamo's wrapper
+    while hasattr(user, "_torchdynamo_orig_backend"):
+        user = user._torchdynamo_orig_backend
+    assert user.config["cpp_wrapper"] is True  # the user's compile is left as they set it
+    reduce = inductor.Kernels(compiled(Tiny().eval(), mode="reduce-overhead"), stamp=lambda: 0)
+    assert reduce.off == ("CUDA graphs",)
+    assert getattr(reduce.backend.user, "config", {})["triton.cudagraphs"] is False

@@ -58,7 +58,7 @@ def test_pairs_and_their_budget() -> None:
         apply(Settings(), {"pairs": 3}, "marker")
 
 
-@pytest.mark.parametrize(("name", "good"), [("engine", "interpreter"), ("capture", "dynamo")])
+@pytest.mark.parametrize(("name", "good"), [("engine", "interpreter"), ("capture", "dynamo"), ("capture", "inductor")])
 def test_text_settings_take_only_their_choices(name: str, good: str) -> None:
     assert getattr(apply(Settings(), {name: good}, "command line"), name) == good
     with pytest.raises(SettingsError, match=rf"^ini file: {name} must be one of .*{good}.*, not 'fast'$"):

@@ -17,7 +17,12 @@ come from dynamo's nodes that its operations came from; its stable key from its 
 its number, or the extern call), its module and its occurrence, so that a kernel added elsewhere renames none.
 
 Dynamo compiles the module's code again for this backend (the user's compiled module is never called, and its
-cache entries stay); a recompilation while the passes run is an error, never uninstrumented code timed.
+cache entries stay); a recompilation while the passes run is an error, never uninstrumented code timed. Dynamo
+caches compiled code per code object, for the process's life, and checks the backend it was compiled by: so the
+backend is one object per configuration of the user's (``_Backend``), and each graph it compiles is a ``_Slot``
+that hands its calls to whichever capture or pass runs (``_ACTIVE``). A second profile of the same class reuses
+the graphs, kernels and rewritten wrappers the first compiled, and adds no cache entry, which would count against
+the recompilation limit of the user's own compiles of that class and keep each profiled model alive.
 
 Must not import pytest.
 """
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import copy
 import json
 import re
 import sys
@@ -66,14 +72,26 @@ BOOKKEEPING = frozenset(
         "check_memory_format",
         "clear",
         "as_strided",
+        "set_device",
+        "_get_stream_by_index",
     }
 )
 """Calls in Inductor's wrapper that allocate, view, check or bookkeep: not kernels (nor is any call whose name, or
 a part of it, starts with ``assert``). Their time counts with the kernel after them."""
 
 
+DEVICE_MODULES = frozenset({"cuda", "xpu", "mps", "mtia"})
+"""A call ``torch.cuda.set_device(...)`` and its kin in the wrapper manage the device (Inductor writes one inside
+every device guard): bookkeeping, like the names above."""
+
+
 def _bookkeeping(part: str) -> bool:
     return part in BOOKKEEPING or part.lstrip("_").startswith("assert")
+
+
+def _device_call(callee: str) -> bool:
+    parts = callee.split(".")
+    return len(parts) > 2 and parts[0] == "torch" and parts[1] in DEVICE_MODULES
 
 
 _HANDLE = re.compile(r"\[Provenance debug handles\]\s+(\S+:\d+)")
@@ -81,10 +99,35 @@ _NUMBERED = re.compile(r"_\d+$")
 
 
 def is_compiled(module: object) -> bool:
-    """Whether ``module`` is what ``torch.compile(model)`` returns (dynamo's ``OptimizedModule``). Imports nothing:
-    where dynamo was never imported, nothing was compiled."""
+    """Whether ``module`` is what ``torch.compile(model)`` returns (dynamo's ``OptimizedModule``), or a module
+    compiled in place (``model.compile()``). Imports nothing: where dynamo was never imported, nothing was
+    compiled."""
     kind = getattr(sys.modules.get("torch._dynamo.eval_frame"), "OptimizedModule", None)
-    return kind is not None and isinstance(module, kind)
+    if kind is None:
+        return False
+    return isinstance(module, kind) or (
+        isinstance(module, torch.nn.Module) and getattr(module, "_compiled_call_impl", None) is not None
+    )
+
+
+def _in_place(module: object) -> bool:
+    """Whether ``module`` was compiled in place (``model.compile()``): its calls go to its ``_compiled_call_impl``."""
+    return isinstance(module, torch.nn.Module) and getattr(module, "_compiled_call_impl", None) is not None
+
+
+def _context(module: torch.nn.Module) -> Any:
+    """The dynamo context a compiled ``module`` was compiled with (its backend, ``fullgraph``, ``dynamic``): an
+    ``OptimizedModule``'s own, or the one the compiled call of a module compiled in place closes over."""
+    if not _in_place(module):
+        return module.dynamo_ctx
+    impl: Any = module._compiled_call_impl
+    for name, cell in zip(impl.__code__.co_freevars, impl.__closure__ or (), strict=False):
+        if name == "self" and hasattr(cell.cell_contents, "callback"):
+            return cell.cell_contents
+    raise ProfileError(  # pragma: no cover - torch's own compiled call keeps its context
+        f"{type(module).__name__} was compiled in place (model.compile()) in a way fxprof cannot read.\n"
+        "  Fix: hand the fixture torch.compile(model) instead."
+    )
 
 
 def wanted(module: object, mode: str) -> bool:
@@ -94,8 +137,23 @@ def wanted(module: object, mode: str) -> bool:
 
 
 def eager_module(module: torch.nn.Module) -> torch.nn.Module:
-    """The module a compiled module wraps (itself when it is not compiled)."""
-    return module._orig_mod if is_compiled(module) else module  # type: ignore[return-value]
+    """The module a compiled module wraps (itself when it is not compiled, or compiled in place)."""
+    return module._orig_mod if is_compiled(module) and not _in_place(module) else module  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def _eager_calls(module: torch.nn.Module) -> Iterator[None]:
+    """While the body runs, a module compiled in place calls its own forward, which fxprof compiles, not the
+    compiled call ``model.compile()`` gave it (put back after)."""
+    impl = getattr(module, "_compiled_call_impl", None)
+    if impl is None:
+        yield
+        return
+    module._compiled_call_impl = None
+    try:
+        yield
+    finally:
+        module._compiled_call_impl = impl
 
 
 @dataclass
@@ -114,7 +172,23 @@ def kernel_sites(source: str) -> list[KernelSite]:
     """The kernel calls of ``source``'s ``call`` function, in order (its bookkeeping calls left out)."""
     fn = _call_function(ast.parse(source))
     lines = source.splitlines()
+    _straight(fn, lines)
     return [site for stmt in _statements(fn.body) if (site := _site(stmt, lines)) is not None]
+
+
+def _straight(fn: ast.FunctionDef, lines: Sequence[str]) -> None:
+    """Refuse a wrapper that runs kernels inside a branch, a loop or a ``try`` (``torch.cond``, a while loop
+    compiled whole): a pass would stamp another number of kernels than the capture saw."""
+    for stmt in _statements(fn.body):
+        if isinstance(stmt, ast.If | ast.For | ast.While | ast.Try | ast.Match):
+            inner = [s for s in ast.walk(stmt) if isinstance(s, ast.stmt) and s is not stmt and _site(s, lines)]
+            if inner:
+                raise CaptureError(
+                    f"Inductor's code for this model runs kernels in a {type(stmt).__name__.lower()} statement "
+                    f"(line {stmt.lineno} of its wrapper: a torch.cond or a loop compiled whole), which fxprof cannot "
+                    "time kernel by kernel: a pass would run another set of kernels than the capture saw.\n"
+                    "  Fix: hand the fixture the eager module (capture='auto') to time its operations one by one."
+                )
 
 
 def instrumented_source(source: str) -> tuple[str, int]:
@@ -176,7 +250,7 @@ def _site(stmt: ast.stmt, lines: Sequence[str]) -> KernelSite | None:
     if not isinstance(value, ast.Call):
         return None
     callee = _callee(value.func)
-    if not callee or callee.startswith("args.") or any(_bookkeeping(part) for part in callee.split(".")):
+    if not callee or callee.startswith("args.") or _device_call(callee) or any(map(_bookkeeping, callee.split("."))):
         return None
     handle = ""
     k = stmt.lineno - 2  # the comment lines just above the call
@@ -232,15 +306,17 @@ ENTRY = "graph entry"
 graph after the first, the eager code of its graph break. Its module: ``entry_modules``."""
 
 
-@dataclass
+@dataclass(eq=False)
 class _Graph:
-    """One graph Inductor compiled: dynamo's graph, its wrapper and its kernels."""
+    """One graph Inductor compiled: dynamo's graph, its wrapper and its kernels. ``space`` is the namespace its
+    rewritten wrapper runs in: the capture that times it puts its own stamps list and clock there."""
 
     gm: torch.fx.GraphModule
     compiled: Any = None
     sites: list[KernelSite] = field(default_factory=list)
     post_to_pre: dict[str, list[str]] = field(default_factory=dict)
     kernel_to_post: dict[str, list[str]] = field(default_factory=dict)
+    space: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -256,21 +332,105 @@ class _Instance:
     """Position of its entry node among the profile's nodes; its kernels follow."""
 
 
-class _Slot:
-    """What the backend returns for one graph. At capture each call notes the place it is called from (a graph
-    that several blocks share runs once per block); in a timed pass the ``k``-th call must be the graph the
-    capture saw ``k``-th, and its stamps go to that place's nodes."""
+_ACTIVE: list[Kernels] = []
+"""The captures and passes running now, innermost last: the compiled graphs hand their calls to the last."""
 
-    def __init__(self, owner: Kernels, graph: _Graph, compiled_fn: Callable[..., Any]) -> None:
-        self.owner, self.graph, self.compiled_fn = owner, graph, compiled_fn
+_COMPILING: list[_Graph] = []
+"""The graph ``_Backend`` is compiling now: the one whose wrapper Inductor finishes next (``_adopt``)."""
+
+
+def _active() -> Kernels | None:
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
+class _Slot:
+    """What the backend returns for one graph, cached by dynamo with it. At capture each call notes the place it is
+    called from (a graph that several blocks share runs once per block); in a timed pass the ``k``-th call must be
+    the graph the capture saw ``k``-th, and its stamps go to that place's nodes. Outside a capture or pass it runs
+    the graph as compiled."""
+
+    def __init__(self, graph: _Graph, compiled_fn: Callable[..., Any]) -> None:
+        self.graph, self.compiled_fn = graph, compiled_fn
 
     def __call__(self, *args: Any) -> Any:
-        kernels = self.owner
-        if kernels.recording:
-            kernels.note(self.graph)
-        elif kernels.timed:
-            kernels.enter(self.graph)
+        kernels = _active()
+        if kernels is not None:
+            if kernels.recording:
+                kernels.note(self.graph)
+            elif kernels.timed:
+                kernels.enter(self.graph)
         return self.compiled_fn(*args)
+
+
+class _Backend:
+    """fxprof's backend around one configuration of the user's (Inductor, with their mode and options): one object
+    per configuration for the process's life (``_backend_for``), so that dynamo reuses what an earlier profile of
+    the same class compiled. Each graph it compiles counts, with its compile time, for the capture running."""
+
+    def __init__(self, user: Callable[..., Any]) -> None:
+        self.user = user
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> _Slot:
+        graph = _Graph(gm=gm)
+        kernels = _active()
+        began = time.perf_counter()
+        _COMPILING.append(graph)
+        try:
+            compiled_fn = self.user(gm, example_inputs)
+        finally:
+            _COMPILING.pop()
+            if kernels is not None:
+                kernels.compiles += 1
+                kernels.compile_s += time.perf_counter() - began
+        return _Slot(graph, compiled_fn)
+
+
+_BACKENDS: list[_Backend] = []
+
+
+def _backend_for(user: Callable[..., Any]) -> _Backend:
+    """The one ``_Backend`` of ``user``'s configuration (Inductor's own wrappers compare by mode and options)."""
+    for backend in _BACKENDS:
+        if backend.user is user or backend.user == user:
+            return backend
+    backend = _Backend(user)
+    _BACKENDS.append(backend)
+    return backend
+
+
+def _adopt(compiled: Any) -> None:
+    """Called as Inductor finishes a graph (its ``CompiledFxGraph``): the graph ``_Backend`` is compiling takes it,
+    its kernels read and its wrapper rewritten to stamp them in a timed pass."""
+    graph = _COMPILING[-1] if _COMPILING else None
+    if graph is None or graph.compiled is not None:
+        return  # a graph of Inductor's own (a backward, a subgraph) or one not compiled by our backend
+    graph.compiled = compiled
+    raw = compiled.current_callable
+    source = compiled.source_code
+    graph.sites = kernel_sites(source)
+    # torch before 2.8 keeps no mapping: its kernels are timed, each in the root module, with no source line
+    mapping = json.loads(getattr(compiled, "inductor_provenance_mapping_str", None) or "{}")
+    graph.post_to_pre = mapping.get("postToPre", {}) or {}
+    graph.kernel_to_post = {
+        k: v for key, table in mapping.items() if key.endswith("CodeToPost") for k, v in (table or {}).items()
+    }
+    text, count = instrumented_source(source)
+    if count != len(graph.sites):  # pragma: no cover - both read the same statements
+        raise CaptureError("fxprof read Inductor's wrapper inconsistently")
+    fn = getattr(raw, "__func__", raw)
+    space = graph.space
+    space.update(fn.__globals__)
+    space["_fxprof_s"], space["_fxprof_stamp"] = [], time.perf_counter_ns  # each capture binds its own
+    exec(compile(text, fn.__code__.co_filename, "exec"), space)  # noqa: S102 - Inductor's own code, rewritten
+    timed = space["call"]
+    if hasattr(raw, "__self__"):
+        timed = types.MethodType(timed, raw.__self__)
+
+    def call(inputs: Any) -> Any:
+        kernels = _active()
+        return timed(inputs) if kernels is not None and kernels.timed else raw(inputs)
+
+    compiled.current_callable = call
 
 
 class Kernels:
@@ -288,14 +448,19 @@ class Kernels:
         self.position = 0
         self.calls: list[tuple[list[int], Sequence[Any]]] = []
         self.graphs: list[_Graph] = []
+        """The graphs a pass calls, in the order of their first call, each once."""
         self.instances: list[_Instance] = []
         self.order: list[int] = []
         """The instance of each graph call of a pass, in order, as the capture run made them."""
         self.keys: dict[tuple[Any, ...], int] = {}
+        self.compiles = 0
+        """Graphs Inductor compiled for this capture (none where an earlier profile's were reused) ..."""
         self.compile_s = 0.0
+        """... and the seconds it took to compile them."""
         self.infos: list[NodeInfo] = []
         self.run = dynamo._DynamoRun(self.module)
-        self.backend, self.options = _user_backend(module)
+        user, self.options, self.off = _user_backend(module)
+        self.backend = _backend_for(user)
         self.compiled: Callable[..., Any] | None = None
 
     @property
@@ -326,45 +491,10 @@ class Kernels:
             )
         self.sequence.append(self.order[k])
 
-    def backend_fn(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
-        graph = _Graph(gm=gm)
-        self.graphs.append(graph)
-        return _Slot(self, graph, self.backend(gm, example_inputs))
-
-    def adopt(self, compiled: Any) -> None:
-        """Called as Inductor finishes a graph (its ``CompiledFxGraph``): rewrite its wrapper to stamp kernels."""
-        if not self.graphs or self.graphs[-1].compiled is not None:
-            return  # a graph of Inductor's own (a backward, a subgraph) or one not compiled by our backend
-        graph = self.graphs[-1]
-        graph.compiled = compiled
-        raw = compiled.current_callable
-        source = compiled.source_code
-        graph.sites = kernel_sites(source)
-        # torch before 2.8 keeps no mapping: its kernels are timed, each in the root module, with no source line
-        mapping = json.loads(getattr(compiled, "inductor_provenance_mapping_str", None) or "{}")
-        graph.post_to_pre = mapping.get("postToPre", {}) or {}
-        graph.kernel_to_post = {
-            k: v for key, table in mapping.items() if key.endswith("CodeToPost") for k, v in (table or {}).items()
-        }
-        text, count = instrumented_source(source)
-        if count != len(graph.sites):  # pragma: no cover - both read the same statements
-            raise CaptureError("fxprof read Inductor's wrapper inconsistently")
-        fn = getattr(raw, "__func__", raw)
-        space = dict(fn.__globals__)
-        space["_fxprof_s"] = self.stamps
-        space["_fxprof_stamp"] = self.stamp
-        exec(compile(text, fn.__code__.co_filename, "exec"), space)  # noqa: S102 - Inductor's own code, rewritten
-        timed = space["call"]
-        if hasattr(raw, "__self__"):
-            timed = types.MethodType(timed, raw.__self__)
-
-        def call(inputs: Any) -> Any:
-            return timed(inputs) if self.timed else raw(inputs)
-
-        compiled.current_callable = call
-
     def begin(self) -> None:
-        """Start a timed pass: its first stamp."""
+        """Start a timed pass: its graphs' wrappers stamp into this capture's list, and its first stamp."""
+        for graph in self.graphs:
+            graph.space["_fxprof_s"], graph.space["_fxprof_stamp"] = self.stamps, self.stamp
         self.stamps.clear()
         self.sequence.clear()
         self.position = 0
@@ -385,7 +515,12 @@ class Kernels:
             for k in range(instance.first, instance.first + 1 + len(instance.graph.sites))
         ]
         if len(slots) + 1 != len(self.stamps):  # pragma: no cover - a graph that raised midway raised here too
-            raise ProfileError(f"a pass of {self.name}'s compiled code ended before its last kernel")
+            raise ProfileError(
+                f"a pass of {self.name}'s compiled code stamped {len(self.stamps) - 1} kernels where its capture saw "
+                f"{len(slots)}: part of it ran without fxprof's stamps.\n"
+                "  Fix: hand the fixture the eager module (capture='auto') to time its operations one by one, and "
+                "report this model to pytest-fxprof."
+            )
         self.calls.append((slots, list(self.stamps)))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -393,15 +528,24 @@ class Kernels:
         return self.compiled(*args, **kwargs)
 
 
-def _user_backend(module: torch.nn.Module) -> tuple[Callable[..., Any], dict[str, Any]]:
-    """The backend ``module`` was compiled with (Inductor's, with the user's mode and options) and dynamo's own
-    settings (``fullgraph``, ``dynamic``); Inductor with its defaults for an eager module. Another backend is
-    refused with the fix."""
+OFF_WHILE_PROFILING = {"triton.cudagraphs": "CUDA graphs", "cpp_wrapper": "the C++ wrapper"}
+"""Inductor options a profile turns off, with what the capture's detail calls them: each kernel is stamped from
+Inductor's Python wrapper, which a CUDA graph's replay and the C++ wrapper leave out. The kernels are the same."""
+
+
+def _user_backend(module: torch.nn.Module) -> tuple[Callable[..., Any], dict[str, Any], tuple[str, ...]]:
+    """The backend ``module`` was compiled with (Inductor's, with the user's mode and options, less those of
+    ``OFF_WHILE_PROFILING``), dynamo's own settings (``fullgraph``, ``dynamic``) and what was turned off; Inductor
+    with its defaults for an eager module. Another backend is refused with the fix."""
+    import torch._inductor.config
+
+    defaults = torch._inductor.config
     if not is_compiled(module):
         from torch._inductor.compile_fx import compile_fx
 
-        return compile_fx, {"fullgraph": False, "dynamic": False}
-    ctx: Any = module.dynamo_ctx
+        off = tuple(name for key, name in OFF_WHILE_PROFILING.items() if defaults.get_config_copy().get(key))
+        return compile_fx, {"fullgraph": False, "dynamic": False}, off
+    ctx: Any = _context(module)
     backend: Any = getattr(ctx, "callback", None)
     while hasattr(backend, "_torchdynamo_orig_backend"):
         backend = backend._torchdynamo_orig_backend
@@ -411,14 +555,21 @@ def _user_backend(module: torch.nn.Module) -> tuple[Callable[..., Any], dict[str
             f"{type(eager_module(module)).__name__} was compiled with backend {name!r}; fxprof times the kernels "
             "Inductor generates, so it profiles torch.compile's default backend only.\n"
             "  Fix: compile with backend='inductor' (the default), or hand the fixture the eager module "
-            "(model._orig_mod) to time its operations one by one."
+            "(model._orig_mod, or the model without model.compile()) to time its operations one by one."
         )
-    return backend, {"fullgraph": bool(getattr(ctx, "fullgraph", False)), "dynamic": getattr(ctx, "_dynamic", None)}
+    config = getattr(backend, "config", None)
+    settings = {**defaults.get_config_copy(), **(config if isinstance(config, dict) else {})}
+    off = tuple(name for key, name in OFF_WHILE_PROFILING.items() if settings.get(key))
+    if isinstance(config, dict) and any(key in config for key in OFF_WHILE_PROFILING):
+        backend = copy.copy(backend)  # the user's stays as it is
+        backend.config = {**config, **{key: False for key in OFF_WHILE_PROFILING if key in config}}
+    dynamo_settings = {"fullgraph": bool(getattr(ctx, "fullgraph", False)), "dynamic": getattr(ctx, "_dynamic", None)}
+    return backend, dynamo_settings, off
 
 
 @contextlib.contextmanager
-def _adopting(kernels: Kernels) -> Iterator[None]:
-    """While the body runs, every graph Inductor finishes is handed to ``kernels`` before torch wraps it."""
+def _adopting() -> Iterator[None]:
+    """While the body runs, every graph Inductor finishes is handed to ``_adopt`` before torch wraps it."""
     try:
         from torch._inductor.output_code import CompiledFxGraph
 
@@ -430,7 +581,7 @@ def _adopting(kernels: Kernels) -> Iterator[None]:
         ) from exc
 
     def post_compile(self: Any, *args: Any, **kwargs: Any) -> Any:
-        kernels.adopt(self)
+        _adopt(self)
         return original(self, *args, **kwargs)
 
     CompiledFxGraph.post_compile = post_compile  # type: ignore[method-assign]
@@ -441,19 +592,47 @@ def _adopting(kernels: Kernels) -> Iterator[None]:
 
 
 def _inductor_settings() -> contextlib.AbstractContextManager[Any]:
-    """Inductor's settings for a capture: provenance tracking, and a fresh compile. A cache hit keeps the mapping
-    of the compile that filled the cache, whose dynamo nodes may have had other names (a local variable renamed
-    changes them, not the compiled graph), so it would map kernels to nodes this graph does not have."""
+    """Inductor's settings for a capture: provenance tracking, a fresh compile, and ``OFF_WHILE_PROFILING`` off
+    (where the user's own options do not set them, which their backend's copy turns off). A cache hit keeps the
+    mapping of the compile that filled the cache, whose dynamo nodes may have had other names (a local variable
+    renamed changes them, not the compiled graph), so it would map kernels to nodes this graph does not have."""
     import torch._functorch.config
     import torch._inductor.config
 
     stack = contextlib.ExitStack()
-    settings: dict[str, Any] = {"fx_graph_cache": False}
+    settings: dict[str, Any] = {"fx_graph_cache": False, **dict.fromkeys(OFF_WHILE_PROFILING, False)}
     if hasattr(torch._inductor.config.trace, "provenance_tracking_level"):
         settings["trace.provenance_tracking_level"] = 1
     stack.enter_context(torch._inductor.config.patch(settings))
     stack.enter_context(torch._functorch.config.patch(enable_autograd_cache=False))
     return stack
+
+
+@contextlib.contextmanager
+def _running(kernels: Kernels) -> Iterator[None]:
+    """While the body runs, the compiled graphs hand their calls to ``kernels``, and a module compiled in place
+    calls its own forward (which fxprof compiled)."""
+    _ACTIVE.append(kernels)
+    try:
+        with _eager_calls(kernels.module):
+            yield
+    finally:
+        _ACTIVE.remove(kernels)
+
+
+def _ours(exc: BaseException) -> CaptureError | ProfileError | None:
+    """fxprof's own error inside ``exc`` (dynamo wraps what a backend raises in ``BackendCompilerFailed``)."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, CaptureError | ProfileError):
+            return e
+        todo += [e.__cause__, e.__context__, getattr(e, "inner_exception", None)]
+    return None
 
 
 SETTLE_CALLS = 3
@@ -467,39 +646,38 @@ def capture(module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any]
     """Compile ``module`` with Inductor (its own backend and options where it is compiled already), call it until a
     call compiles nothing new (``SETTLE_CALLS``), and name every kernel of that call's compiled code as a node."""
     kernels = Kernels(module, stamp)
-    target = kernels.module
-    kernels.compiled = torch.compile(target, backend=kernels.backend_fn, **kernels.options)
-    began = time.perf_counter()
+    kernels.compiled = torch.compile(kernels.module, backend=kernels.backend, **kernels.options)
     try:
-        with quiet() as recorder, dynamo._dynamo_limits(), _inductor_settings(), _adopting(kernels):
+        with quiet() as recorder, dynamo._dynamo_limits(), _inductor_settings(), _adopting(), _running(kernels):
             for _ in range(SETTLE_CALLS):
-                compiled_before = len(kernels.graphs)
+                compiled_before = kernels.compiles
                 kernels.order.clear()
                 a, k = fresh_inputs(args, kwargs)
                 kernels.compiled(*a, **k)
-                if compiled_before and len(kernels.graphs) == compiled_before:
+                if kernels.compiles == compiled_before:
                     break
     except torch._dynamo.exc.FailOnRecompileLimitHit as exc:
         raise CaptureError(dynamo._limit_advice(kernels.name, exc, recorder)) from exc
     except (CaptureError, ProfileError):
         raise
     except Exception as exc:
+        ours = _ours(exc)
+        if ours is not None:
+            raise ours from exc
         raise CaptureError(
             f"torch.compile (Inductor) could not compile {kernels.name}: {one_line(exc)}\n"
             "  Fix: make the forward compile with torch.compile, or hand the fixture the eager module "
             '(capture="auto") to time its operations one by one.'
         ) from exc
-    kernels.compile_s = time.perf_counter() - began
-    used = {id(kernels.instances[i].graph) for i in kernels.order}
-    compiled = [g for g in kernels.graphs if g.compiled is not None and id(g) in used]
-    if not compiled:
+    kernels.recording = False
+    used = list(dict.fromkeys(kernels.instances[i].graph for i in kernels.order))
+    kernels.graphs = [g for g in used if g.compiled is not None]
+    if not kernels.graphs:
         raise CaptureError(
             f"torch.compile (Inductor) compiled no graph of {kernels.name}: the whole forward ran eagerly (dynamo "
             "skipped it, or its recompilation limit was reached).\n"
             '  Fix: torch._dynamo.reset() before profiling, or capture="auto" with the eager module.'
         )
-    kernels.graphs = compiled
-    kernels.recording = False
     kernels.infos = _describe(kernels)
     return kernels
 
@@ -579,16 +757,26 @@ def _within(path: str, module: str) -> bool:
 
 
 def described(kernels: Kernels) -> Capture:
-    """The capture record: Inductor, how many graphs (and so graph breaks), the compile's time."""
+    """The capture record: Inductor, how many graphs (and so graph breaks), the compile's time, and the options the
+    profile turned off."""
     calls = len(kernels.order)
+    graphs = len(kernels.graphs)
     breaks = f" ({kernels.breaks} graph break{'s' if kernels.breaks != 1 else ''})" if kernels.breaks else ""
+    compiled = (
+        f"compiled in {kernels.compile_s:.1f} s"
+        if kernels.compiles
+        else "compiled by an earlier profile of this model in this process"
+    )
+    if kernels.compiles > graphs:  # compiled again as it settled (a cache filled on the first call)
+        compiled += f" ({kernels.compiles - graphs} recompiled as the model settled)"
+    off = f"; {' and '.join(kernels.off)} off while profiling" if kernels.off else ""
+    kernel_calls = sum(i.target != ENTRY for i in kernels.infos)
     return Capture(
         method="inductor",
         graphs=calls,
         detail=(
-            f"torch.compile (Inductor): {sum(i.target != ENTRY for i in kernels.infos)} kernel calls in {calls} graph "
-            f"call{'s' if calls != 1 else ''}{breaks} of {len(kernels.graphs)} compiled graph"
-            f"{'s' if len(kernels.graphs) != 1 else ''}, compiled in {kernels.compile_s:.1f} s"
+            f"torch.compile (Inductor): {kernel_calls} kernel calls in {calls} graph call{'s' if calls != 1 else ''}"
+            f"{breaks} of {graphs} compiled graph{'s' if graphs != 1 else ''}, {compiled}{off}"
         ),
     )
 
@@ -598,7 +786,7 @@ def passes(kernels: Kernels, *, timed: bool) -> Iterator[None]:
     """Run passes of the compiled module: stamped (``timed``) or plain; a recompilation is an error."""
     kernels.timed = timed
     try:
-        with dynamo._dynamo_limits(error_on_recompile=True):
+        with dynamo._dynamo_limits(error_on_recompile=True), _running(kernels):
             yield
     except torch._dynamo.exc.RecompileError as exc:
         raise ProfileError(

@@ -186,7 +186,7 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
                     f"(fxprof.train_step) of {type(inductor.eager_module(module)).__name__} would time its eager "
                     "graphs instead, and say nothing of what torch.compile generates.\n"
                     "  Fix: profile the compiled module's forward with fxprof(model, ...), and the step of the eager "
-                    "module (model._orig_mod) with fxprof.train_step(...)"
+                    "module (model._orig_mod, or the model without model.compile()) with fxprof.train_step(...)"
                 )
             check_leaf_modules(module, leaf_modules)
             check_step(module, args, kwargs, step)
