@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pytest_fxprof.measure.turns import OFF, default_lock_path
 from pytest_fxprof.session.reactions import (
     Confirm,
+    OnCodeChange,
     OnFaster,
     OnGraphChange,
     OnMismatch,
@@ -84,6 +85,13 @@ REACTIONS: dict[str, tuple[type[StrEnum], str]] = {
         OnFaster,
         "Nodes, aggregates or the total faster beyond their band: ignore, warn or fail, so that baselines do not "
         "go stale (default warn)",
+    ),
+    "on_code_change": (
+        OnCodeChange,
+        "A check (--fxprof) of a test whose model's code changed since its baseline was recorded (operations added "
+        "or removed): measured as well against the git revision the baseline was recorded at, in pairs of fresh "
+        "processes, and held to the stricter verdict (revision); or judged by the baseline alone (baseline) "
+        "(default revision)",
     ),
     "confirm": (
         Confirm,

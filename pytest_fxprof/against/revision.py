@@ -62,12 +62,12 @@ class Revision:
         return cls(raw["ref"], raw["sha"], Path(raw["repo"]), Path(raw["tree"]))
 
 
-def _git(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_git(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     git = shutil.which("git")
     if git is None:
         raise RevisionError(
-            "git was not found on PATH; --fxprof-against takes the base revision's code from git: install git "
-            "(in CI, use an image that has it)"
+            "git was not found on PATH; fxprof takes a revision's code from git (--fxprof-against, and a check of "
+            "code changed since its baseline): install git (in CI, use an image that has it)"
         )
     try:
         return subprocess.run(
@@ -81,7 +81,7 @@ def resolve(ref: str, cwd: Path) -> tuple[Path, str]:
     """The repository's top level and the commit ``ref`` names."""
     if not ref.strip() or ref.startswith("-"):
         raise RevisionError(f"--fxprof-against {ref!r}: not a revision; give a branch, tag or sha (origin/main)")
-    top = _git(["rev-parse", "--show-toplevel"], cwd)
+    top = run_git(["rev-parse", "--show-toplevel"], cwd)
     if top.returncode != 0:
         said = top.stderr.strip() or "git said no"
         if "dubious ownership" in said:  # git refuses a checkout another user owns (CI containers)
@@ -94,10 +94,10 @@ def resolve(ref: str, cwd: Path) -> tuple[Path, str]:
             "the mode compares the working tree with a git revision: run it in a clone of the project"
         )
     repo = Path(top.stdout.strip()).resolve()
-    found = _git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"], repo)
+    found = run_git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"], repo)
     if found.returncode == 0:
         return repo, found.stdout.strip()
-    shallow = _git(["rev-parse", "--is-shallow-repository"], repo).stdout.strip() == "true"
+    shallow = run_git(["rev-parse", "--is-shallow-repository"], repo).stdout.strip() == "true"
     if shallow:
         raise RevisionError(
             f"--fxprof-against {ref}: the revision is not in this clone, which is shallow (it holds only the "
@@ -127,7 +127,7 @@ def _generations(steps: str) -> int:
 
 def _remote(name: str, repo: Path) -> str:
     """The remote ``name`` belongs to (``upstream`` for ``upstream/main``), else ``origin`` or the first one."""
-    remotes = _git(["remote"], repo).stdout.split()
+    remotes = run_git(["remote"], repo).stdout.split()
     for remote in remotes:
         if name.startswith(remote + "/"):
             return remote
@@ -147,7 +147,7 @@ def shallow_fetch(ref: str, repo: Path) -> str:
     base = ref[: steps.start()] if steps else ref
     back = _generations(steps.group()) if steps else 0
     remote = _remote(base, repo)
-    found = _git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{base}^{{commit}}"], repo)
+    found = run_git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{base}^{{commit}}"], repo)
     if base and back and found.returncode == 0:
         return (
             f"deepen it by {back} commit(s): `git fetch --deepen={back} {remote}`, or fetch the whole "
@@ -190,7 +190,7 @@ def materialise(ref: str, cwd: Path) -> Revision:
         index = tree.with_name(tree.name + ".index")
         env = {**os.environ, "GIT_INDEX_FILE": str(index)}
         for args in (["read-tree", sha], ["checkout-index", "--all", "--force", f"--prefix={tree}{os.sep}"]):
-            done = _git(args, repo, env)
+            done = run_git(args, repo, env)
             if done.returncode != 0:
                 raise RevisionError(
                     f"--fxprof-against {ref}: git {args[0]} of {sha[:7]} failed: {done.stderr.strip()}; check that "

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from pytest_fxprof.against.recorded import RecordedSides, working_revision
 from pytest_fxprof.measure.sampling import BUSY_RETRIES, busy
 from pytest_fxprof.measure.serving import serve
 from pytest_fxprof.measure.turns import TurnError
@@ -163,10 +164,21 @@ def _selected_paths(session: pytest.Session) -> list[Path] | None:
 
 
 class CheckMode(Gate):
-    """``--fxprof``: each test's calls checked against their stored baselines."""
+    """``--fxprof``: each test's calls checked against their stored baselines; where a model's code changed since
+    its baseline was recorded, against the revision it was recorded at too (``session.check``), whose tree is
+    checked out once per run when first needed and removed when the run ends."""
 
     mode = Mode.CHECK
     calls_class = CheckCalls
+
+    def __init__(self, config: pytest.Config, run: RunState) -> None:
+        super().__init__(config, run)
+        roots = tuple(str(r) for r in config.getini("fxprof_against_roots"))
+        self.recorded = RecordedSides(config.rootpath, roots)
+        config.add_cleanup(self.recorded.close)
+
+    def call_options(self, item: pytest.Item, relaunch: Relaunch) -> dict[str, Any]:
+        return {**super().call_options(item, relaunch), "recorded": self.recorded}
 
 
 class UpdateMode(Gate):
@@ -190,6 +202,12 @@ class UpdateMode(Gate):
             raise pytest.UsageError(
                 f"--fxprof-update cannot write baselines to {run.store.directory}: {problem}. Make it writable, or "
                 "record them elsewhere with --fxprof-baseline-dir (or the fxprof_baseline_dir ini key)"
+            )
+        run.revision, why = working_revision(config.rootpath, run.store.directory)
+        if why and not self.worker:
+            run.notes.append(
+                f"the baselines name no git revision ({why}): a check of code changed since then will measure it "
+                "against the commit that writes them; commit the baselines with the code they measured"
             )
 
     @pytest.hookimpl(wrapper=True)

@@ -265,7 +265,10 @@ class BaselineEntry:
     ``setup`` and ``shapes`` (each node's output, aligned with ``nodes``) are None and empty in files recorded
     before they were: such an entry is compared without them. ``recorded`` is the date of ``runs`` ("" when
     unknown) and ``history`` the earlier recordings of the same environment, graph, setup and capture method,
-    newest first, not including the entry's own (``recordings`` gives all of them)."""
+    newest first, not including the entry's own (``recordings`` gives all of them). ``revision`` is the git commit
+    whose code the entry's own recording measured ("" where the working tree differed from every commit, or was
+    not in git): where the model's code changed since, a check measures the change against that commit's code
+    (``against.recorded``)."""
 
     capture: Capture
     environment: Environment
@@ -277,6 +280,7 @@ class BaselineEntry:
     shapes: tuple[str, ...] = ()
     recorded: str = ""
     history: tuple[Recording, ...] = ()
+    revision: str = ""
 
     @property
     def own_recording(self) -> Recording:

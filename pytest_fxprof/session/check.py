@@ -3,28 +3,57 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from pytest_fxprof.against.compare import AgainstError, check_test
+from pytest_fxprof.against.recorded import RecordedSides, baseline_revision
 from pytest_fxprof.judge.decision import compare, weak_baseline
 from pytest_fxprof.measure.sampling import BUSY_RETRIES, SamplingError, sample
+from pytest_fxprof.measure.turns import TurnError
 from pytest_fxprof.records.disturbance import Disturbance
 from pytest_fxprof.records.measurement import BaselineEntry, Run
-from pytest_fxprof.records.verdicts import Comparison, Status
+from pytest_fxprof.records.profile import Profile
+from pytest_fxprof.records.verdicts import Comparison, Status, operations_changed
 from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.session.calls import Calls
 from pytest_fxprof.session.ending import ending
-from pytest_fxprof.session.reactions import Confirm, Outcome
+from pytest_fxprof.session.reactions import Confirm, OnCodeChange, Outcome
 from pytest_fxprof.settings import Mode, Settings
 from pytest_fxprof.store.baseline import BaselineError, BaselineFile
 
 if TYPE_CHECKING:
     from pytest_fxprof.session.run import RunState
+    from pytest_fxprof.views.report import ProfileReportJSON
 
 
 def noisy(baseline: BaselineEntry, why: str) -> Comparison:
     """The verdict of a profile measured on a busy machine: undecided, nothing judged, ``why``."""
     return Comparison(Status.UNDECIDED, (), 1.0, len(baseline.runs), (), None, (), (), noisy_reason=why)
+
+
+def code_changed(c: Comparison | None) -> bool:
+    """Whether the model's code changed since its baseline was recorded, as the comparison ``c`` saw it: operations
+    added or removed (the same operations renamed or in another order are no change)."""
+    return c is not None and c.status is not Status.MISMATCH and operations_changed(c.added, c.removed)
+
+
+_STRICT = {Status.REGRESSION: 2, Status.UNDECIDED: 1}
+"""Which verdict is the stricter where a call is judged twice: a slowdown, then no verdict, then a pass."""
+
+
+@dataclass(frozen=True)
+class RevisionCheck:
+    """A call whose code changed since its baseline was recorded, measured against the revision it was recorded at:
+    that commit (``sha``; "" where none is known), the pairs' comparison and the new side's profile (None where it
+    was not measured: ``why``), how many pairs, and what ended them while a verdict was open."""
+
+    sha: str
+    comparison: Comparison | None = None
+    profile: Profile | None = None
+    pairs: int = 0
+    stopped: str = ""
+    why: str = ""
 
 
 class CheckCalls(Calls):
@@ -34,8 +63,14 @@ class CheckCalls(Calls):
     mode = Mode.CHECK
     takes_turns = True
 
-    def __init__(self, test_id: str, settings: Settings, **kwargs: Any) -> None:
+    def __init__(
+        self, test_id: str, settings: Settings, *, recorded: RecordedSides | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(test_id, settings, **kwargs)
+        self.recorded = recorded
+        """The run's old sides at the revisions baselines were recorded at (None: none can be made here)."""
+        self.revision_checks: dict[str, RevisionCheck] = {}
+        """Per call whose code changed since its baseline was recorded, what its pairs against that revision said."""
         self._baseline: BaselineFile | None = None
         self._loaded = False
         self._confirmed_busy = Disturbance()
@@ -103,20 +138,105 @@ class CheckCalls(Calls):
         return again.run()
 
     def finish(self, run: RunState, passed: bool) -> Outcome:
+        """Each call's comparison with its baseline; where the model's code changed since the recording, also its
+        pairs against the revision the baseline was recorded at (``--fxprof-on-code-change``), the stricter kept."""
         outcome = Outcome(warnings=list(self.warnings))
+        changed = [key for key, r in self.results.items() if code_changed(r.comparison)]
+        if passed and changed and self.reactions.code_change is OnCodeChange.REVISION:
+            self._against_revision(changed, outcome)
         for key, result in self.results.items():
+            checked = self.revision_checks.get(key)
+            shown, paired = _stricter(result, checked)
+            stopped = ""
+            if paired and checked is not None:
+                stopped = f"{checked.pairs} pairs measured" + (
+                    f", when {checked.stopped} ended them" if checked.stopped else ""
+                )
             end = ending(
                 self.label(key),
                 self.test_id,
-                result.comparison,
+                shown.comparison,
                 self.reactions,
                 directory=self.store.directory,
                 weak=self._weak(key),
+                stopped=stopped,
+                baseline=paired,
             )
             outcome.add(end.outcome)
             self.notices[key] = end.notices
-            self.keep(run, self.record_of(key, end.status, result))
+            if checked is not None and checked.comparison is not None:
+                self.notices[key].append(_revision_notice(result.comparison, checked, paired))
+            self.keep(run, self.record_of(key, end.status, shown))
         return outcome
+
+    def _against_revision(self, keys: list[str], outcome: Outcome) -> None:
+        """Measure the calls ``keys``, whose code changed since their baseline was recorded, in pairs of fresh
+        processes against the revision it was recorded at (``revision_checks``); a warning says why not where that
+        revision or a fresh process is not at hand, or the pairs failed."""
+        baseline = self.baseline()
+        assert baseline is not None  # each call was compared with it
+        sha, why = baseline_revision(baseline.entries[keys[0]].revision, self.store.path_for(self.test_id))
+        side = None
+        if sha and self.recorded is not None:
+            side, why = self.recorded.side(sha)
+        elif sha:
+            why = "this run cannot check a revision out"
+        if side is not None and self.relaunch is None:
+            side, why = None, "no fresh process can be started from this run"
+        tested = None
+        if side is not None:
+            try:
+                tested = check_test(
+                    side,
+                    self.relaunch,  # type: ignore[arg-type] # not None: checked above
+                    self.test_id,
+                    settings=self.settings.to_json(),
+                    profiles={key: self.results[key] for key in keys},
+                    policy=self.settings.paired_policy(),
+                    pairs=self.settings.pairs,
+                    max_pairs=self.settings.max_pairs,
+                    budget_s=self.settings.budget_s,
+                    schedule=self.settings.schedule,
+                    turn=lambda: self.turns.turn("pairs", self.taken.setdefault("", [])),
+                    spent=self.processes_spent,
+                )
+            except (AgainstError, TurnError) as exc:
+                why = f"measuring it against {side.label} failed: {exc}"
+            else:
+                why = tested.skipped or (f"the test does not exist at {side.label}" if tested.absent else "")
+        where = side.label if side is not None else "the baseline's revision"
+        for key in keys:
+            call = tested.calls.get(key) if tested is not None else None
+            if call is None or call.comparison is None or call.comparison.status is Status.MISMATCH:
+                reason = why or (
+                    f"the call does not exist at {where}"
+                    if call is None or call.comparison is None
+                    else f"it hands the model another setup than at {where}"  # judged as a mismatch there
+                )
+                self.revision_checks[key] = RevisionCheck(sha, why=reason)
+                outcome.warnings.append(
+                    f"fxprof: {self.label(key)}: its code changed since its baseline was recorded, but it was judged "
+                    f"by the baseline alone, whose bands hold the drift between a recording and a check and so miss "
+                    f"changes of a few percent: {reason}"
+                )
+                continue
+            assert tested is not None
+            self.revision_checks[key] = RevisionCheck(
+                sha, call.comparison, call.profile, tested.pairs, call.stopped if call.stopped else ""
+            )
+
+    def extend_report(self, key: str, report: ProfileReportJSON) -> None:
+        checked = self.revision_checks.get(key)
+        if checked is None:
+            return
+        c = checked.comparison
+        report["code_changed"] = {
+            "revision": checked.sha,
+            "against": c.against if c is not None else "",
+            "status": c.status.value if c is not None else "",
+            "pairs": checked.pairs,
+            "why": checked.why,
+        }
 
     def _weak(self, key: str) -> str:
         """The warning of a baseline entry recorded on a busy machine ("" where it was not, or there is none)."""
@@ -127,3 +247,37 @@ class CheckCalls(Calls):
         if baseline is None or key not in baseline.entries:
             return ""
         return weak_baseline(self.label(key), baseline.entries[key], self.settings.policy())
+
+
+def _stricter(result: ProfileResult, checked: RevisionCheck | None) -> tuple[ProfileResult, bool]:
+    """What a call shows: its comparison with the baseline, or its pairs' against the baseline's revision (then
+    True) where that verdict is the stricter, or as strict and a slowdown: the pairs measured the change itself,
+    where the baseline's speed factors had to guess the machine's drift."""
+    paired = checked.comparison if checked is not None else None
+    stored = result.comparison
+    if checked is None or paired is None or checked.profile is None or stored is None:
+        return result, False
+    if paired.status is not Status.REGRESSION and _STRICT.get(paired.status, 0) <= _STRICT.get(stored.status, 0):
+        return result, False
+    seconds = result.seconds + (checked.profile.seconds if checked.profile is not None else 0.0)
+    return ProfileResult.of(replace(checked.profile, comparison=paired, seconds=seconds)), True
+
+
+def _revision_notice(stored: Comparison | None, checked: RevisionCheck, paired: bool) -> str:
+    """The line that says what the pairs against the baseline's revision measured of a call whose code changed."""
+    c = checked.comparison
+    assert c is not None
+    added = len(stored.added) if stored is not None else 0
+    removed = len(stored.removed) if stored is not None else 0
+    total = f", total x{c.total.ratio:.3f}" if c.total is not None else ""
+    kept = (
+        "; this verdict kept"
+        if paired
+        else f"; its baseline's verdict ({stored.status.value}) kept, the stricter"
+        if stored is not None and stored.status is not c.status
+        else ""
+    )
+    return (
+        f"its code changed since its baseline was recorded ({added} node(s) added, {removed} removed): measured "
+        f"against {c.against} in {checked.pairs} pairs of fresh processes as well: {c.status.value}{total}{kept}"
+    )

@@ -53,11 +53,14 @@ def ending(
     directory: Path,
     weak: str = "",
     stopped: str = "",
+    baseline: bool = False,
 ) -> Ending:
     """How the comparison ``c`` of the call ``label`` of ``test_id`` ends the test. ``directory``: where its
     baseline was looked for; ``weak``: the warning of a baseline recorded on a busy machine; ``stopped``: how a
-    revision's pairs ended."""
+    revision's pairs ended; ``baseline``: a comparison against a revision that stands for a baseline (the
+    revision it was recorded at), which a refreshed baseline accepts, as a baseline's does."""
     outcome = Outcome()
+    refresh = c is not None and (not c.against or baseline)
     if c is not None and not c.against and weak:  # a baseline recorded on a busy machine says so in every check
         outcome.warnings.append(f"fxprof: {weak}")
     if c is not None and c.status is Status.UNDECIDED and c.noisy_reason:  # nothing judged
@@ -73,10 +76,10 @@ def ending(
     if c.graph_changed:
         msg = "\n".join([f"fxprof: {label}: " + structural_lines(c)[0], *structural_lines(c)[1:]])
         msg += "\nstill compared: matched nodes, each module over both graphs' nodes, and the total"
-        msg += "" if c.against else f"; {if_intended(test_id)}"
+        msg += f"; {if_intended(test_id)}" if refresh else ""
         (outcome.failures if reactions.graph_change is OnGraphChange.FAIL else outcome.warnings).append(msg)
     if c.status is Status.REGRESSION:
-        advice = "" if c.against else f"\n  {if_intended(test_id)}"
+        advice = f"\n  {if_intended(test_id)}" if refresh else ""
         outcome.failures.append(regression_message(label, c) + advice)
     if c.status is Status.UNDECIDED:
         budget = "--fxprof-run-budget-s" if "the run's time budget" in stopped else "--fxprof-budget-s"

@@ -38,6 +38,11 @@ class OnFaster(StrEnum):
     FAIL = "fail"
 
 
+class OnCodeChange(StrEnum):
+    REVISION = "revision"
+    BASELINE = "baseline"
+
+
 class Confirm(StrEnum):
     FRESH = "fresh"
     SAME = "same"
@@ -47,7 +52,8 @@ class Confirm(StrEnum):
 @dataclass(frozen=True)
 class Reactions:
     """What the gate does with a missing baseline, another environment, a changed graph, a stale file,
-    a profile that got faster, and how it confirms one that looks slower before failing it."""
+    a profile that got faster, how it confirms one that looks slower before failing it, and how it judges code
+    changed since a baseline was recorded."""
 
     missing: OnMissing = OnMissing.FAIL
     mismatch: OnMismatch = OnMismatch.SKIP
@@ -55,6 +61,10 @@ class Reactions:
     unused: OnUnused = OnUnused.WARN
     faster: OnFaster = OnFaster.WARN
     confirm: Confirm = Confirm.FRESH
+    code_change: OnCodeChange = OnCodeChange.REVISION
+    """A check whose model's code changed since its baseline was recorded: measured against the revision the
+    baseline was recorded at as well, in pairs of fresh processes, the stricter verdict kept (``revision``); or
+    judged by the baseline alone (``baseline``)."""
     undecided: OnUndecided = OnUndecided.FAIL
     """A check that reached no verdict (``Status.UNDECIDED``: an item that gates too noisy to decide, or a profile
     measured on a busy machine every time): failed, skipped, or passed with a warning. Failed by default: a gate

@@ -55,6 +55,8 @@ class RunState:
         self.mode = mode
         self.against = ""
         """Against a revision: the old side's label (``origin/main (1a2b3c4)``)."""
+        self.revision = ""
+        """Recording: the git commit whose code the run measures ("" where the working tree differs from it)."""
         self.store = store
         self.reactions = reactions
         self.records: list[ProfileRecord] = []

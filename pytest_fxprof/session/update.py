@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import nullcontext
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from pytest_fxprof.judge.decision import weak_baseline
@@ -124,7 +125,7 @@ class UpdateCalls(Calls):
         out = {}
         for key, entry in pending.items():
             before = previous.entries.get(key) if previous is not None else None
-            out[key], why = history.carry(before, entry, keep, date)
+            out[key], why = history.carry(before, replace(entry, revision=run.revision), keep, date)
             if why and before is not None:
                 kept = len(before.recordings)
                 run.notes.append(

@@ -51,6 +51,7 @@ SUFFIX = ".json"
 MAX_SLUG = 80
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _CONFLICT = re.compile(r"^(<<<<<<<|>>>>>>>|=======)( |$)", re.MULTILINE)
+_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 class BaselineError(Exception):
@@ -111,6 +112,7 @@ class EntryJSON(TypedDict):
     setup: NotRequired[SetupJSON]
     recorded: NotRequired[str]
     history: NotRequired[list[RecordingJSON]]
+    revision: NotRequired[str]
 
 
 class FileJSON(TypedDict):
@@ -187,6 +189,8 @@ def entry_to_json(entry: BaselineEntry) -> EntryJSON:
         out["recorded"] = entry.recorded
     if entry.history:
         out["history"] = [recording_to_json(r) for r in entry.history]
+    if entry.revision:  # left out when unknown (a dirty working tree, no git, an older file)
+        out["revision"] = entry.revision
     return out
 
 
@@ -379,6 +383,9 @@ def _entry_from_json(raw: object, where: str) -> BaselineEntry:
         )
     runs = _runs_from_json(raw, where, len(nodes))
     recorded = _date(raw, "recorded", where) if isinstance(raw, dict) and "recorded" in raw else ""
+    revision = _get(raw, "revision", str, where) if isinstance(raw, dict) and "revision" in raw else ""
+    if revision and not _SHA.fullmatch(revision):
+        raise _ShapeError(f"{where}.revision is {revision[:80]!r}, not a git commit's full hexadecimal name")
     return BaselineEntry(
         capture=Capture(
             method=_get(cap, "method", str, f"{where}.capture"),
@@ -400,6 +407,7 @@ def _entry_from_json(raw: object, where: str) -> BaselineEntry:
         shapes=tuple(s or "" for s in shapes) if any(s is not None for s in shapes) else (),
         recorded=recorded,
         history=_history_from_json(raw, where, len(nodes)),
+        revision=revision,
     )
 
 

@@ -261,11 +261,24 @@ class MeasuringJSON(TypedDict):
     waited_s: float
 
 
+class CodeChangedJSON(TypedDict):
+    """A check of a call whose code changed since its baseline was recorded, against the revision it was recorded
+    at: that commit ("" where none is known), the old side's label, the pairs' status ("" where not measured: ``why``)
+    and how many pairs."""
+
+    revision: str
+    against: str
+    status: str
+    pairs: int
+    why: str
+
+
 class ProfileReportJSON(TypedDict):
     """The report of one ``fxprof`` call (``profile_report``), an element of the JSON report's ``profiles`` and
     what every view reads. The keys from ``speed_factor`` to ``warned`` are present where the profile was compared
     (``noisy`` where it is undecided, ``against`` and ``pairs`` against a revision); ``measuring`` and ``notices``
-    are added by the run that made it, ``busy_processes`` by a recording whose processes stayed busy."""
+    are added by the run that made it, ``busy_processes`` by a recording whose processes stayed busy, ``code_changed``
+    by a check whose model's code changed since its baseline was recorded."""
 
     test_id: str
     key: str
@@ -301,6 +314,7 @@ class ProfileReportJSON(TypedDict):
     measuring: NotRequired[list[MeasuringJSON]]
     notices: NotRequired[list[str]]
     busy_processes: NotRequired[int]
+    code_changed: NotRequired[CodeChangedJSON]
 
 
 JudgedJSON = NodeJSON | AggregateJSON | TotalJSON
