@@ -85,8 +85,11 @@ Modes (``--modes``), through the real command line, one ``pytest`` process per c
   of the model's test.
 * ``baseline``: every selected model's baseline recorded once at the base commit before the mode's first check
   (``pytest --fxprof-update`` of each test, one process each, all within minutes; ``baselines/`` is ignored by
-  git, so that checkouts keep it), then per check the change's commit checked out, ``pytest --fxprof
-  --fxprof-report R``, and the base checked out again.
+  git, so that checkouts keep it, and the recording names the base commit), then per check the change's commit
+  checked out, ``pytest --fxprof --fxprof-report R``, and the base checked out again. Where the change's
+  operations differ from the base's, that check also measures the change against the base commit in pairs (the
+  plugin's default, ``--fxprof-on-code-change revision``; each line keeps what they found as
+  ``against_recording``); pass ``-- --fxprof-on-code-change baseline`` for the baseline's bands alone.
 
 Within a mode the checks run in an order shuffled by ``--seed``. Each appends one JSON line to ``--out``: family,
 model, change, kind (change or neutral), the expected module and class, mode, exit code, the report's status,
@@ -868,6 +871,9 @@ def check(repo: Repo, mode: str, c: Change, repeat: int, *, reports: Path, extra
         "expected": expected_item(profile, c),
         "warned": [f"{w.get('kind')} {w.get('name')}" for w in profile.get("warned", [])],
         "pairs": profile.get("pairs"),
+        # against a baseline, where the model's code changed since the recording: what the pairs against the
+        # revision it was recorded at found (the report's ``code_changed``)
+        "against_recording": profile.get("code_changed"),
         # the modules, patterns and classes whose code the check saw change (operations added or removed)
         "code_changed": [a["name"] for a in profile.get("aggregates", []) if a.get("changed")],
         "items": items(profile),

@@ -2,7 +2,8 @@
 # make demo: record baselines of three torchvision models and of ResNet18's training step, check them, catch an
 # injected slowdown, catch a slowdown committed on a branch by checking it against its base revision (two tests, one
 # pair of fresh processes serving both), catch a code
-# change to the model's source (a convolution in float64) and blame the block whose code changed, then catch a
+# change to the model's source (a convolution in float64) and blame the block whose code changed, against the
+# base revision and against a stored baseline (measured against the revision it was recorded at), then catch a
 # slower backward in the training step, then keep a baseline's history and check under pytest-xdist, one
 # measurement at a time, then catch a code change in a torch.compile'd model, kernel by kernel.
 # Baselines go to a temporary directory, so the committed ones in baselines/ stay as they are.
@@ -13,11 +14,11 @@ DIR="$WORK/baselines"
 PYTEST=("$BIN/pytest" examples -p no:cacheprovider -q --fxprof-baseline-dir "$DIR")
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-step "1/10 Record baselines: each test profiled in this process and 4 fresh ones (pytest --fxprof-update)"
+step "1/11 Record baselines: each test profiled in this process and 4 fresh ones (pytest --fxprof-update)"
 "${PYTEST[@]}" --fxprof-update || exit 1
 ls "$DIR"
 
-step "2/10 Check the unchanged models against them (pytest --fxprof): expect a pass"
+step "2/11 Check the unchanged models against them (pytest --fxprof): expect a pass"
 "${PYTEST[@]}" --fxprof
 checked=$?
 if [ $checked -ne 0 ]; then
@@ -25,7 +26,7 @@ if [ $checked -ne 0 ]; then
     printf 'machine was too noisy to decide; a slower item means a false alarm (BENCHMARKS.md measures their rates).\033[0m\n'
 fi
 
-step "3/10 Make ResNet18's layer3.0.conv2 50% slower (FXPROF_DEMO_SLOWDOWN): expect a failure naming that node"
+step "3/11 Make ResNet18's layer3.0.conv2 50% slower (FXPROF_DEMO_SLOWDOWN): expect a failure naming that node"
 VIEWS=(--fxprof-report "$WORK/report.json" --fxprof-html "$WORK/report.html" --fxprof-trace "$WORK/traces"
        --fxprof-markdown "$WORK/summary.md" --fxprof-benchmark-json "$WORK/benchmark.json" --junitxml "$WORK/junit.xml")
 FXPROF_DEMO_SLOWDOWN=layer3.0.conv2=0.5 "${PYTEST[@]}" --fxprof "${VIEWS[@]}"
@@ -54,7 +55,7 @@ if caught != 1 or not named:
 PY
 printf '\nThe gate caught it.\n'
 
-step "4/10 The same verdicts, as reports"
+step "4/11 The same verdicts, as reports"
 printf 'HTML (open in a browser): %s\nChrome traces (open in Perfetto or chrome://tracing): %s\n' \
     "$WORK/report.html" "$(ls "$WORK"/traces/*resnet18* | head -1)"
 printf 'pytest-benchmark JSON: %s\nJSON report: %s\n' "$WORK/benchmark.json" "$WORK/report.json"
@@ -63,7 +64,7 @@ grep -o '<property name="fxprof[^>]*/>' "$WORK/junit.xml" | head -6
 printf '\nThe Markdown summary for a pull request (also appended to $GITHUB_STEP_SUMMARY in GitHub Actions):\n\n'
 cat "$WORK/summary.md"
 
-step "5/10 The fxprof command: show a baseline, diff it against the report, prune baselines of deleted tests"
+step "5/11 The fxprof command: show a baseline, diff it against the report, prune baselines of deleted tests"
 RESNET=$(grep -l '"test_id": "examples/test_models.py::test_resnet18"' "$DIR"/*.json)
 "$BIN/fxprof" show "$RESNET" --limit 8 || exit 1
 printf '\n'
@@ -81,7 +82,7 @@ PY
 printf '\n'
 "$BIN/fxprof" prune --baseline-dir "$DIR" -- examples || exit 1
 "$BIN/fxprof" prune --baseline-dir "$DIR" --yes -- examples || exit 1
-step "6/10 Against a revision: a branch commits a 25% slower layer3.0.conv2; check both tests (ResNet18 and an unchanged MobileNetV3) against main (pytest --fxprof-against main), one pair of fresh processes serving both: expect a failure naming it, and MobileNet to pass"
+step "6/11 Against a revision: a branch commits a 25% slower layer3.0.conv2; check both tests (ResNet18 and an unchanged MobileNetV3) against main (pytest --fxprof-against main), one pair of fresh processes serving both: expect a failure naming it, and MobileNet to pass"
 ABS_BIN=$(cd "$BIN" && pwd)
 REPO="$WORK/repo"
 mkdir -p "$REPO"
@@ -158,7 +159,7 @@ if other["status"] == "regression":
 PY
 printf '\nThe check against main caught it.\n'
 
-step "7/10 A code change, not a hook: a branch runs each block's second convolution in float64; check it against main: expect a failure that leads with the block's class and names the nodes the change added"
+step "7/11 A code change, not a hook: a branch runs each block's second convolution in float64; check it against main: expect a failure that leads with the block's class and names the nodes the change added"
 git -C "$REPO" checkout -q main && git -C "$REPO" checkout -q -b float64 &&
     sed -i 's/^        out = self.bn2(self.conv2(out))$/        out = self.bn2(torch.nn.functional.conv2d(out.double(), self.conv2.weight.double(), padding=1).float())/' "$REPO/net.py" &&
     git -C "$REPO" commit -qam "the second convolution in float64" || exit 1
@@ -182,7 +183,28 @@ if caught != 1 or not blamed or not added:
     sys.exit(f"demo: the code change was not caught and blamed on the blocks whose code changed (pytest exit {caught})")
 PY
 printf '\nThe check against main caught the code change and blamed the block whose code changed.\n'
-step "8/10 A training step (fxprof.train_step): make ResNet18's layer3.0.conv2 backward 50% slower (FXPROF_DEMO_SLOW_BACKWARD): expect a failure naming that backward node"
+
+step "8/11 The same code change against a stored baseline: record ResNet18's baseline at main (its entry names main's commit), then check the float64 branch with pytest --fxprof: its code changed since the recording, so it is measured against that commit in pairs too: expect a failure that leads with the block"
+git -C "$REPO" checkout -q main || exit 1
+(cd "$REPO" && "$ABS_BIN/pytest" -p no:cacheprovider -q --fxprof-update --fxprof-processes 3 test_net.py::test_resnet18) || exit 1
+git -C "$REPO" checkout -q float64 || exit 1
+(cd "$REPO" && "$ABS_BIN/pytest" -p no:cacheprovider -q --fxprof --fxprof-report "$WORK/stored.json" test_net.py::test_resnet18)
+caught=$?
+python3 - "$WORK/stored.json" "$caught" <<'PY' || exit 1
+import json, sys
+report, caught = json.load(open(sys.argv[1])), int(sys.argv[2])
+(profile,) = report["profiles"]
+changed = profile.get("code_changed") or {}
+blame = profile.get("blame") or {}
+print(f"{profile['test_id']}: {profile['status']}; its code changed since the recording, so also measured against "
+      f"{changed.get('against')} in {changed.get('pairs')} pairs: {changed.get('status') or changed.get('why')}")
+print(f"    leads with: {blame.get('what', 'nothing')}")
+blamed = blame.get("class") == "Block" or blame.get("name", "").startswith("layer")
+if caught != 1 or changed.get("status") != "regression" or not blamed:
+    sys.exit(f"demo: the code change was not caught against the baseline's revision and blamed (pytest exit {caught})")
+PY
+printf '\nThe stored baseline saw the code change and the pairs against its revision caught and blamed it.\n'
+step "9/11 A training step (fxprof.train_step): make ResNet18's layer3.0.conv2 backward 50% slower (FXPROF_DEMO_SLOW_BACKWARD): expect a failure naming that backward node"
 STEP_TEST=("$BIN/pytest" examples/test_training.py -p no:cacheprovider -q --fxprof-baseline-dir "$DIR")
 TRAIN=$(grep -l '"test_id": "examples/test_training.py::test_resnet18_train_step"' "$DIR"/*.json)
 printf 'The recorded step, slowest nodes first (forward, backward and optimizer nodes):\n'
@@ -206,7 +228,7 @@ if caught != 1 or not named:
 PY
 printf '\nThe gate caught the slower backward.\n'
 
-step "9/10 Baseline history and busy machines: record ResNet18 twice more (its baseline keeps every recording), then check the models under pytest -n 2, measuring one at a time"
+step "10/11 Baseline history and busy machines: record ResNet18 twice more (its baseline keeps every recording), then check the models under pytest -n 2, measuring one at a time"
 RESNET_TEST=(examples/test_models.py::test_resnet18)
 for again in 2 3; do
     printf 'recording %s of ResNet18:\n' "$again"
@@ -234,7 +256,7 @@ PY
 if [ $checked -ne 0 ]; then
     printf '\033[33mnote: the check under -n 2 did not pass (exit %s); see its summary above.\033[0m\n' "$checked"
 fi
-step "10/10 A compiled model (torch.compile): main gains a test of the compiled ResNet18, timed kernel by kernel; a branch runs each block's second convolution in float64; check it against main: expect a failure that names the block and the kernels the change added"
+step "11/11 A compiled model (torch.compile): main gains a test of the compiled ResNet18, timed kernel by kernel; a branch runs each block's second convolution in float64; check it against main: expect a failure that names the block and the kernels the change added"
 git -C "$REPO" checkout -q main || exit 1
 cat > "$REPO/test_compiled.py" <<'PY'
 import torch
