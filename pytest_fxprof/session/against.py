@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_fxprof.against.compare import Against, AgainstError, TestOutcome, check_test, judge_test
+from pytest_fxprof.against.compare import Against, AgainstError, TestOutcome, judge_test
 from pytest_fxprof.judge.paired import OUT_OF_LINE
 from pytest_fxprof.measure.turns import TurnError
 from pytest_fxprof.records.verdicts import Status
@@ -64,21 +64,7 @@ class AgainstCalls(Calls):
             raise AgainstError(self.ahead_error)
         if self.ahead is not None:
             return judge_test(self.against, self.test_id, self.ahead, dict(self.results), policy)
-        assert self.relaunch is not None
-        return check_test(
-            self.against,
-            self.relaunch,
-            self.test_id,
-            settings=self.settings.to_json(),
-            profiles=dict(self.results),
-            policy=policy,
-            pairs=self.settings.pairs,
-            max_pairs=self.settings.max_pairs,
-            budget_s=self.settings.budget_s,
-            schedule=self.settings.schedule,
-            turn=lambda: self.turns.turn("pairs", self.taken.setdefault("", [])),
-            spent=self.processes_spent,
-        )
+        return self.measure_pairs(self.against, dict(self.results))
 
     def finish(self, run: RunState, passed: bool) -> Outcome:
         """Judge each call against the old side on the test's pairs."""

@@ -12,11 +12,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pytest_fxprof.against.compare import Against, TestOutcome, check_test
 from pytest_fxprof.measure.sampling import BUSY_RETRIES, Relaunch, SamplingError
 from pytest_fxprof.measure.serving import Spent
 from pytest_fxprof.measure.turns import Turn, Turns
 from pytest_fxprof.records.disturbance import least_disturbed
 from pytest_fxprof.records.measurement import capture_difference
+from pytest_fxprof.records.profile import Profile
 from pytest_fxprof.records.verdicts import JUDGED, Status
 from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.session.reactions import Outcome, Reactions, UsageError
@@ -226,6 +228,26 @@ class Calls:
 
     def extend_report(self, key: str, report: ProfileReportJSON) -> None:
         """What the mode adds to a call's JSON report."""
+
+    def measure_pairs(self, against: Against, profiles: dict[str, Profile]) -> TestOutcome:
+        """The test measured alone in pairs of old and new processes against ``against`` (at this test's pairs,
+        budget and schedule, in the machine's measuring turn), each call of ``profiles`` judged by the paired
+        rule (``against.compare.check_test``)."""
+        assert self.relaunch is not None
+        return check_test(
+            against,
+            self.relaunch,
+            self.test_id,
+            settings=self.settings.to_json(),
+            profiles=profiles,
+            policy=self.settings.paired_policy(),
+            pairs=self.settings.pairs,
+            max_pairs=self.settings.max_pairs,
+            budget_s=self.settings.budget_s,
+            schedule=self.settings.schedule,
+            turn=lambda: self.turns.turn("pairs", self.taken.setdefault("", [])),
+            spent=self.processes_spent,
+        )
 
     def waited(self) -> tuple[int, float]:
         """The turns this test took and the seconds it waited for them."""

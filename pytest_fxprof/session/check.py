@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_fxprof.against.compare import AgainstError, check_test
+from pytest_fxprof.against.compare import AgainstError
 from pytest_fxprof.against.recorded import RecordedSides, baseline_revision
 from pytest_fxprof.judge.decision import compare, weak_baseline
 from pytest_fxprof.measure.sampling import BUSY_RETRIES, SamplingError, sample
@@ -186,20 +186,7 @@ class CheckCalls(Calls):
         tested = None
         if side is not None:
             try:
-                tested = check_test(
-                    side,
-                    self.relaunch,  # type: ignore[arg-type] # not None: checked above
-                    self.test_id,
-                    settings=self.settings.to_json(),
-                    profiles={key: self.results[key] for key in keys},
-                    policy=self.settings.paired_policy(),
-                    pairs=self.settings.pairs,
-                    max_pairs=self.settings.max_pairs,
-                    budget_s=self.settings.budget_s,
-                    schedule=self.settings.schedule,
-                    turn=lambda: self.turns.turn("pairs", self.taken.setdefault("", [])),
-                    spent=self.processes_spent,
-                )
+                tested = self.measure_pairs(side, {key: self.results[key] for key in keys})
             except (AgainstError, TurnError) as exc:
                 why = f"measuring it against {side.label} failed: {exc}"
             else:
