@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,10 +18,14 @@ from pytest_fxprof.against.recorded import REF, RecordedSides, baseline_revision
 from pytest_fxprof.judge.paired import MIN_DECIDING_PAIRS
 from pytest_fxprof.records.measurement import NodeInfo
 from pytest_fxprof.records.verdicts import Comparison, Status
-from pytest_fxprof.session.check import RevisionCheck, _stricter, code_changed
+from pytest_fxprof.session.check import CheckCalls, RevisionCheck, _stricter, code_changed
+from pytest_fxprof.session.reactions import Reactions
+from pytest_fxprof.session.run import RunState
+from pytest_fxprof.settings import Mode, Settings
+from pytest_fxprof.store.baseline import BaselineStore
 from tests.test_against import PAIRS, base, commit, model
 from tests.test_against_parts import git as run
-from tests.test_report import result
+from tests.test_report import checked, result
 
 __all__ = ["base"]  # the fixture, imported to be used here
 
@@ -213,3 +218,56 @@ def test_code_changed_since_the_recording_is_measured_against_its_revision_and_a
     assert profile["code_changed"]["status"] == ""
     assert profile["code_changed"]["why"].startswith("this clone lacks eeeeeee")
     assert path.read_text() == edited  # the check writes no baseline
+
+
+def _calls(tmp_path: Path, stored: Comparison, paired: Comparison) -> tuple[CheckCalls, RunState]:
+    """A test's calls checked against a baseline that judged ``stored``, whose pairs against the baseline's
+    revision judged ``paired`` (stood in for: no process is started)."""
+    store = BaselineStore(tmp_path)
+    calls = CheckCalls("t.py::test", Settings(), store=store, reactions=Reactions())
+    calls.results["call0"] = result(comparison=stored)
+
+    def measured(keys: list[str], outcome: object) -> None:
+        calls.revision_checks = {k: RevisionCheck("a" * 40, paired, result(seconds=2.0), 4) for k in keys}
+
+    calls._against_revision = measured  # type: ignore[method-assign]
+    return calls, RunState(Mode.CHECK, store, Reactions())
+
+
+def test_a_slowdown_the_baseline_finds_and_the_pairs_do_not_fails_and_says_the_code_did_not_cause_it(
+    tmp_path: Path,
+) -> None:
+    _, slower = checked({"relu": 3.0}, {"relu": 3.0})
+    assert slower.status is Status.REGRESSION
+    changed = replace(slower, added=(_node("mul", "mul"),))
+    _, same = checked({})
+    passed = replace(same, against=f"{REF} (aaaaaaa)", pairs=4)
+    calls, run = _calls(tmp_path, changed, passed)
+    outcome = calls.finish(run, passed=True)
+    (failure,) = outcome.failures
+    assert failure.startswith("fxprof: t.py::test [call0] got slower than its baseline")
+    assert f"measured against {REF} (aaaaaaa) in 4 pairs of fresh processes as well: pass" in failure
+    assert "what slowed is not the code that changed (a dependency, the machine, or drift since the recording)" in (
+        failure
+    )
+    assert "if this change is intended, refresh the baseline with" in failure
+    (record,) = run.records
+    assert record["status"] == "regression"
+    assert record["report"]["code_changed"]["status"] == "pass"
+
+
+def test_a_slowdown_the_pairs_find_leads_the_failure_with_their_verdict_and_the_baselines_advice(
+    tmp_path: Path,
+) -> None:
+    _, same = checked({})
+    changed = replace(same, added=(_node("mul", "mul"),))
+    _, slower = checked({"relu": 3.0}, {"relu": 3.0})
+    against = replace(slower, against=f"{REF} (aaaaaaa)", pairs=4)
+    calls, run = _calls(tmp_path, changed, against)
+    (failure,) = calls.finish(run, passed=True).failures
+    assert failure.startswith(f"fxprof: t.py::test [call0] got slower than {REF} (aaaaaaa) (4 pairs")
+    assert failure.endswith(
+        "if this change is intended, refresh the baseline with: pytest --fxprof-update 't.py::test'"
+    )
+    (record,) = run.records
+    assert record["report"]["against"] == f"{REF} (aaaaaaa)"

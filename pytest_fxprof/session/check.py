@@ -162,6 +162,18 @@ class CheckCalls(Calls):
                 stopped=stopped,
                 baseline=paired,
             )
+            if checked is not None and checked.comparison is not None and not paired and end.outcome.failures:
+                # the baseline failed it and the pairs did not: say so where the user reads the failure
+                end.outcome.failures[-1] += (
+                    "\n  "
+                    + _revision_notice(result.comparison, checked, paired)
+                    + (
+                        ": what slowed is not the code that changed (a dependency, the machine, or drift since the "
+                        "recording)"
+                        if checked.comparison.status is Status.PASS
+                        else ""
+                    )
+                )
             outcome.add(end.outcome)
             self.notices[key] = end.notices
             if checked is not None and checked.comparison is not None:
