@@ -600,3 +600,22 @@ def test_the_nodes_each_instance_added_are_counted_once_though_each_reads_its_ow
     assert code_change_line(cls) == (
         "its code changed: 3 node(s) added in each of 2 instances at net.py:13 (double, weight, conv2d)"
     )
+
+
+def test_a_lead_within_its_own_band_says_why_it_leads_and_what_it_lost() -> None:
+    # against a baseline, a module whose code changed leads by what it lost after the run's one speed factor, even
+    # where its own ratio, after the factor of the few nodes outside it, stayed within its band (a model whose
+    # blocks hold nearly all of its time): the lead line says both
+    c = stored(model(), model(gelu_by_formula))
+    assert c.blame is not None
+    assert c.blame.lead is not None
+    lead = c.blame.lead
+    within = replace(lead, judgement=replace(lead.judgement, ratios=(0.79, 0.73), verdict=Verdict.OK))
+    shown = replace(c, blame=replace(c.blame, lead=within, share=1.0, extra_ns=1_160_000.0))
+    where = regression_message("t", shown).splitlines()[1]
+    assert where.startswith("  where: module h.*.mlp (MLP, 4 instances, 24 nodes, 12 before): ")
+    assert " = x0.79 after speed factor " in where
+    assert where.endswith(
+        f"; within its band measured alone, but its code changed and it lost +1.16 ms after the run's speed factor "
+        f"x{c.speed_factor:.2f}, 100% of the extra time"
+    )

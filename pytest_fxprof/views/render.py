@@ -355,6 +355,12 @@ def blame_lines(c: Comparison) -> list[str]:
         return out
     a = b.lead
     share = f", {b.share:.0%} of the extra time" if b.share < 0.995 else ""
+    if a.verdict is not Verdict.SLOWER:  # led because its code changed and it holds most of the extra time
+        factor = "" if a.judgement.paired else f" after the run's speed factor x{c.speed_factor:.2f}"
+        share = (
+            f"; within its band measured alone, but its code changed and it lost +{fmt_ns(b.share * b.extra_ns)}"
+            f"{factor}, {b.share:.0%} of the extra time"
+        )
     out = [f"  where: {aggregate_line(a)}{share}"]
     if chain:
         out.append(f"    in: {chain}")
