@@ -105,9 +105,7 @@ def is_compiled(module: object) -> bool:
     kind = getattr(sys.modules.get("torch._dynamo.eval_frame"), "OptimizedModule", None)
     if kind is None:
         return False
-    return isinstance(module, kind) or (
-        isinstance(module, torch.nn.Module) and getattr(module, "_compiled_call_impl", None) is not None
-    )
+    return isinstance(module, kind) or _in_place(module)
 
 
 def _in_place(module: object) -> bool:

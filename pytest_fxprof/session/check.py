@@ -258,7 +258,7 @@ def _stricter(result: ProfileResult, checked: RevisionCheck | None) -> tuple[Pro
         return result, False
     if paired.status is not Status.REGRESSION and _STRICT.get(paired.status, 0) <= _STRICT.get(stored.status, 0):
         return result, False
-    seconds = result.seconds + (checked.profile.seconds if checked.profile is not None else 0.0)
+    seconds = result.seconds + checked.profile.seconds
     return ProfileResult.of(replace(checked.profile, comparison=paired, seconds=seconds)), True
 
 
