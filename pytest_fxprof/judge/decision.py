@@ -62,6 +62,7 @@ from difflib import SequenceMatcher
 
 from pytest_fxprof.judge.aggregates import Group, corrected_k, plan
 from pytest_fxprof.judge.blame import blame
+from pytest_fxprof.judge.moved import held_to_scopes, scopes
 from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, Recording, Run
 from pytest_fxprof.records.verdicts import (
     AggregateVerdict,
@@ -639,6 +640,7 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
         )
     )
     total = _judge_total([rec.runs for rec in learnt_from(baseline, policy)], current.runs, policy)
+    verdicts, aggregates = held_to_scopes(scopes(baseline.nodes, current.nodes, pairs), verdicts, aggregates, total)
     failed = regressed(total, verdicts, aggregates)
     comparison = Comparison(
         status=Status.REGRESSION if failed else Status.PASS,

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pytest_fxprof.judge.aggregates import corrected_confidence, plan
 from pytest_fxprof.judge.blame import blame
 from pytest_fxprof.judge.decision import align, large_enough, regressed
+from pytest_fxprof.judge.moved import held_to_scopes, scopes
 from pytest_fxprof.records.measurement import BaselineEntry, Run
 from pytest_fxprof.records.verdicts import (
     BandSource,
@@ -322,22 +323,23 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
     band, source = policy.total_tolerance, BandSource.TOLERANCE
     total_judgement = judge_pairs(before_total, after_total, band, source, confidence=policy.confidence, resolve=True)
     total = TotalVerdict(statistics.median(before_total), statistics.median(after_total), 1.0, total_judgement)
-    failed = regressed(total, verdicts, aggregates)
+    held_nodes, held = held_to_scopes(scopes(old.nodes, new.nodes, pairs), verdicts, aggregates, total)
+    failed = regressed(total, held_nodes, held)
     comparison = Comparison(
         status=Status.REGRESSION if failed else Status.PASS,
         mismatches=(),
         speed_factor=1.0,
         baseline_processes=len(old_runs),
-        nodes=tuple(verdicts),
+        nodes=held_nodes,
         total=total,
         added=tuple(added),
         removed=tuple(removed),
-        aggregates=tuple(aggregates),
+        aggregates=held,
         measurements=1,
         graphs=(old.capture.graphs, new.capture.graphs),
         against=against,
         pairs=len(old_runs),
-        blame=blame(verdicts, aggregates) if failed else None,
+        blame=blame(held_nodes, held) if failed else None,
     )
     return settle(comparison)
 

@@ -1,0 +1,128 @@
+"""Lines that swapped places: what both gates do where the model's operations moved but none came or went.
+
+Two independent lines of a module swapped (``k = self.key(x)`` before ``q = self.query(x)``) run the same operations
+in another order, and the one that now runs first meets colder caches: time moves between them, and the module that
+holds both sums it. Judged alone, the operation that lost would read as a slowdown of code that did not change. So
+where an operation moved past others (``scopes``: the smallest module holding it and the operations it moved past),
+every node, module and pattern inside that module whose operations did not change is slower only where that module
+(its aggregate, else the nearest ancestor judged, else the model's total) is slower too (``held_to_scopes``). New
+operations are the change's and keep their band; a graph with nothing moved is untouched.
+
+Pure. Must not import torch, pytest or pandas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TypeVar
+
+from pytest_fxprof.judge.aggregates import fold, parent_path
+from pytest_fxprof.records.measurement import NodeInfo, is_step
+from pytest_fxprof.records.verdicts import AggregateVerdict, Judgement, Kind, NodeVerdict, TotalVerdict, Verdict
+
+
+def _common(a: str, b: str) -> str:
+    """The deepest module path that holds both ``a`` and ``b`` ("" for the whole model)."""
+    out = []
+    for x, y in zip(a.split("."), b.split("."), strict=False):
+        if x != y:
+            break
+        out.append(x)
+    return ".".join(out)
+
+
+def scopes(old: Sequence[NodeInfo], new: Sequence[NodeInfo], pairs: Sequence[tuple[int, int]]) -> set[tuple[str, str]]:
+    """Where operations moved: per node only one side holds whose operation the other side holds unmatched too (the
+    same operation in the same module, moved), the module holding it and every matched node it moved past (those on
+    the other side of it in one graph than in the other), with its direction. None where it moved past nothing."""
+    where_old = dict(pairs)
+    matched_old = sorted(where_old)
+    matched_new = set(where_old.values())
+    only_old = [i for i in range(len(old)) if i not in where_old]
+    only_new = [j for j in range(len(new)) if j not in matched_new]
+    step = is_step(old) or is_step(new)  # outside a training step the aggregates have no direction
+    out: set[tuple[str, str]] = set()
+    taken: set[int] = set()
+    for i in only_old:
+        twin = next((j for j in only_new if j not in taken and new[j].signature == old[i].signature), None)
+        if twin is None:
+            continue  # an operation removed, not moved
+        taken.add(twin)
+        passed = [k for k in matched_old if (k < i) != (where_old[k] < twin)]
+        if not passed:
+            continue
+        scope = old[i].module
+        for k in passed:
+            scope = _common(scope, old[k].module)
+        out.add((scope, old[i].direction if step else ""))
+    return out
+
+
+def _inside(path: str, scope: str) -> bool:
+    return not scope or path == scope or path.startswith(scope + ".")
+
+
+J = TypeVar("J", NodeVerdict, AggregateVerdict)
+
+
+def _held(item: J, holder: str) -> J:
+    why = (
+        f"; but its operations only moved (lines of {holder} swapped places, no operation added or removed there) and "
+        f"{holder} is not slower: time moved between the lines, no regression"
+    )
+    judgement: Judgement = replace(item.judgement, verdict=Verdict.OK, reason=item.judgement.reason + why)
+    return replace(item, judgement=judgement)
+
+
+def held_to_scopes(
+    moved: set[tuple[str, str]],
+    nodes: Sequence[NodeVerdict],
+    aggregates: Sequence[AggregateVerdict],
+    total: TotalVerdict | None,
+) -> tuple[tuple[NodeVerdict, ...], tuple[AggregateVerdict, ...]]:
+    """``nodes`` and ``aggregates`` with every slower node, module or pattern whose code did not change and that lies
+    inside a scope of ``moved`` held to that scope: within its band unless the scope stands slower (``scopes``)."""
+    if not moved:
+        return tuple(nodes), tuple(aggregates)
+    judged = {(a.where, a.direction): a for a in aggregates if a.kind in (Kind.MODULE, Kind.PATTERN)}
+
+    def stands(scope: str, direction: str, *, folded: bool) -> tuple[bool, str]:
+        """Whether the module ``scope`` (its pattern first for a pattern's item; else what judges it: its nearest
+        ancestor judged, or the model's total) is slower, and what it is called."""
+        for start in (fold(scope), scope) if folded else (scope,):
+            path = start
+            while path and (path, direction) not in judged:
+                path = parent_path(path)
+            if path:
+                a = judged[(path, direction)]
+                return a.verdict is Verdict.SLOWER, f"{a.kind.value} {a.name}"
+        return total is not None and total.verdict is Verdict.SLOWER, "the model's total"
+
+    def holder(path: str, direction: str, *, folded: bool, node: bool) -> str | None:
+        """The name of a scope that holds ``path`` (a node's module, holding it too where ``node``) and is not slower;
+        None where none does."""
+        for scope, d in sorted(moved):
+            where = fold(scope) if folded else scope
+            if d == direction and _inside(path, where) and (node or path != where):
+                slower, name = stands(scope, d, folded=folded)
+                if not slower:
+                    return name
+        return None
+
+    step = any(d for _, d in moved)
+    out_nodes = []
+    for v in nodes:
+        name = (
+            holder(v.node.module, v.node.direction if step else "", folded=False, node=True)
+            if v.verdict is Verdict.SLOWER
+            else None
+        )
+        out_nodes.append(_held(v, name) if name is not None else v)
+    out_aggregates = []
+    for a in aggregates:
+        name = None
+        if a.verdict is Verdict.SLOWER and a.kind in (Kind.MODULE, Kind.PATTERN) and not a.changed:
+            name = holder(a.where, a.direction, folded=a.kind is Kind.PATTERN, node=False)
+        out_aggregates.append(_held(a, name) if name is not None else a)
+    return tuple(out_nodes), tuple(out_aggregates)
