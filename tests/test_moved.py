@@ -58,7 +58,11 @@ def test_time_moved_between_swapped_lines_fails_neither_gate() -> None:
     before, after = model(), model(swapped=True, k_scale=1.12, q_scale=0.88)
     paired = against(before, after, noise=0.005)
     assert paired.status is Status.PASS, [a.reason for a in paired.slower_aggregates]
-    held = [a for a in paired.aggregates if a.name in ("h.*.attn.key", "h.*.attn.query") and "only moved" in a.reason]
+    held = [
+        a
+        for a in paired.aggregates
+        if a.name in ("h.*.attn.key", "h.*.attn.query") and "only swapped places" in a.reason
+    ]
     assert held, "the pattern of the projection that lost time says why it passes"
     assert all(a.verdict is Verdict.OK for a in held)
     assert "pattern h.*.attn" in held[0].reason
@@ -75,7 +79,7 @@ def test_swapped_lines_whose_module_slowed_still_fail_and_lead_inside_it() -> No
     assert c.blame.lead is not None
     assert c.blame.lead.where.startswith("h.")
     assert ".attn" in c.blame.lead.where
-    assert not [a for a in c.aggregates if "only moved" in a.reason and a.verdict is Verdict.SLOWER]
+    assert not [a for a in c.aggregates if "only swapped places" in a.reason and a.verdict is Verdict.SLOWER]
 
 
 def test_a_module_outside_the_swap_that_slowed_still_fails() -> None:
@@ -86,4 +90,4 @@ def test_a_module_outside_the_swap_that_slowed_still_fails() -> None:
     assert c.blame is not None
     assert c.blame.lead is not None
     assert c.blame.lead.name == "aten.gelu.default"  # the GELUs: what slowed, in every block's MLP
-    assert not [a for a in c.aggregates if "only moved" in a.reason]  # nothing in the attention slowed
+    assert not [a for a in c.aggregates if "only swapped places" in a.reason]  # nothing in the attention slowed

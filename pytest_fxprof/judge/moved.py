@@ -66,9 +66,9 @@ def _inside(path: str, scope: str) -> bool:
 J = TypeVar("J", NodeVerdict, AggregateVerdict)
 
 
-def _held(item: J, holder: str) -> J:
+def _held(item: J, scope: str, holder: str) -> J:
     why = (
-        f"; but its operations only moved (lines of {holder} swapped places, no operation added or removed there) and "
+        f"; but lines inside {scope or 'the model'} only swapped places (no operation added or removed there) and "
         f"{holder} is not slower: time moved between the lines, no regression"
     )
     judgement: Judgement = replace(item.judgement, verdict=Verdict.OK, reason=item.judgement.reason + why)
@@ -99,30 +99,30 @@ def held_to_scopes(
                 return a.verdict is Verdict.SLOWER, f"{a.kind.value} {a.name}"
         return total is not None and total.verdict is Verdict.SLOWER, "the model's total"
 
-    def holder(path: str, direction: str, *, folded: bool, node: bool) -> str | None:
-        """The name of a scope that holds ``path`` (a node's module, holding it too where ``node``) and is not slower;
-        None where none does."""
+    def holder(path: str, direction: str, *, folded: bool, node: bool) -> tuple[str, str] | None:
+        """A scope that holds ``path`` (a node's module, holding it too where ``node``) and is not slower, and the name
+        of what judged it; None where none does."""
         for scope, d in sorted(moved):
             where = fold(scope) if folded else scope
             if d == direction and _inside(path, where) and (node or path != where):
                 slower, name = stands(scope, d, folded=folded)
                 if not slower:
-                    return name
+                    return where, name
         return None
 
     step = any(d for _, d in moved)
     out_nodes = []
     for v in nodes:
-        name = (
+        held = (
             holder(v.node.module, v.node.direction if step else "", folded=False, node=True)
             if v.verdict is Verdict.SLOWER
             else None
         )
-        out_nodes.append(_held(v, name) if name is not None else v)
+        out_nodes.append(_held(v, *held) if held is not None else v)
     out_aggregates = []
     for a in aggregates:
-        name = None
+        held = None
         if a.verdict is Verdict.SLOWER and a.kind in (Kind.MODULE, Kind.PATTERN) and not a.changed:
-            name = holder(a.where, a.direction, folded=a.kind is Kind.PATTERN, node=False)
-        out_aggregates.append(_held(a, name) if name is not None else a)
+            held = holder(a.where, a.direction, folded=a.kind is Kind.PATTERN, node=False)
+        out_aggregates.append(_held(a, *held) if held is not None else a)
     return tuple(out_nodes), tuple(out_aggregates)
