@@ -42,7 +42,7 @@ import functools
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pytest_fxprof.judge.aggregates import corrected_confidence, plan
 from pytest_fxprof.judge.blame import blame
@@ -50,6 +50,7 @@ from pytest_fxprof.judge.decision import align, large_enough, regressed
 from pytest_fxprof.judge.moved import held_to_scopes, scopes
 from pytest_fxprof.records.measurement import BaselineEntry, Run
 from pytest_fxprof.records.verdicts import (
+    REPLACED,
     BandSource,
     Comparison,
     Judgement,
@@ -246,6 +247,21 @@ def undecided(j: Judgement) -> bool:
     return j.verdict is Verdict.NOISY
 
 
+def replaced(module: Judgement, swap: Judgement) -> Judgement:
+    """A module whose code changed, judged also by the operations its change brought in against those it took out
+    (``swap``, each side's nodes that the other lacks, pair by pair): slower where they are, at the module's band and
+    its absolute floor, and the module holding them did not come out faster (``module``, not slower on its own).
+
+    Where the code changed, its module's ratio dilutes what the change costs with the spread of the operations that
+    did not change: a ``Linear`` unfused into ``matmul`` and ``add`` costs its operations 5 % and its attention module
+    1 %, which the module's pairs cannot tell from none. The operations that replaced others are measured in the same
+    pairs, so drift cancels in their ratio as in any item's; a neutral edit replaces no operation, and an unchanged
+    graph has none, so neither is judged by this."""
+    if swap.verdict is not Verdict.SLOWER:
+        return module
+    return replace(module, verdict=Verdict.SLOWER, reason=module.reason + REPLACED + swap.reason)
+
+
 def _medians(runs: Sequence[Run], idx: Sequence[int]) -> list[float]:
     """Each run's summed medians of the nodes ``idx``."""
     return [float(sum(run.node_ns[i] for i in idx)) for run in runs]
@@ -302,9 +318,12 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
         old_idx = [pairs[k][0] for k in g.matched] + list(g.only_old)
         new_idx = [pairs[k][1] for k in g.matched] + list(g.only_new)
         tolerance = policy.node_tolerance
-        if g.code_changed(old.nodes, new.nodes):
+        changed = g.code_changed(old.nodes, new.nodes)
+        if changed:
             tolerance = min(tolerance, policy.changed_tolerance)
         judgement, centre, now = item(old_idx, new_idx, tolerance, g.strictness)
+        if changed and g.only_old and g.only_new and judgement.verdict is not Verdict.SLOWER and judgement.ratio > 1.0:
+            judgement = replaced(judgement, item(g.only_old, g.only_new, tolerance, g.strictness)[0])
         aggregates.append(
             g.verdict(
                 old.nodes,

@@ -223,6 +223,16 @@ class AggregateVerdict(_Judged):
         return operations_changed(self.added, self.removed)
 
 
+REPLACED = "; but its new operations, against those they replaced: "
+"""How a module's reason goes on where the operations its changed code brought in failed it (``judge.paired``): what
+follows is their verdict, which the failure's ``where:`` shows on a line of its own."""
+
+
+def replacement_reason(a: AggregateVerdict) -> str:
+    """The verdict on the operations that replaced others in ``a`` where they failed it (``REPLACED``), else ""."""
+    return a.judgement.reason.partition(REPLACED)[2]
+
+
 def operations_changed(added: Iterable[NodeInfo], removed: Iterable[NodeInfo]) -> bool:
     """Whether the nodes only the new side holds (``added``) are other operations than those only the old side
     holds (``removed``): the same operations in another order, or renamed, are no change."""

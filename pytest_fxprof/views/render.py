@@ -20,6 +20,7 @@ from pytest_fxprof.records.verdicts import (
     Status,
     TotalVerdict,
     Verdict,
+    replacement_reason,
 )
 
 WORST_SHOWN = 3
@@ -364,6 +365,9 @@ def blame_lines(c: Comparison) -> list[str]:
     out = [f"  where: {aggregate_line(a)}{share}"]
     if chain:
         out.append(f"    in: {chain}")
+    swap = replacement_reason(a)
+    if swap:
+        out.append(f"    its new operations against those they replaced: {swap}")
     changed = code_change_line(a)
     if changed:
         out.append(f"    {changed}")

@@ -1,0 +1,83 @@
+"""A module whose code changed is judged also by the operations its change brought in against those it took out
+(``judge.paired.replaced``): on injected times, against a revision."""
+
+from __future__ import annotations
+
+from pytest_fxprof.judge.paired import CHANGED_TOLERANCE
+from pytest_fxprof.records.verdicts import AggregateVerdict, Comparison, Kind, Status, Verdict
+from pytest_fxprof.views.render import regression_message
+from tests.test_blame import Timed, block, fn, model
+from tests.test_blame import against as paired
+
+
+def unfused(i: int, matmul_ns: int, add_ns: int) -> list[Timed]:
+    """Block ``i`` with its attention's output projection (a ``Linear`` of 300 us) unfused: a ``matmul`` and an
+    ``add`` of the bias, written in the attention's own code."""
+    out: list[Timed] = []
+    for n, ns in block(i):
+        if n.module == f"h.{i}.attn.c_proj":
+            out += [
+                (fn(f"matmul{i}", "aten.matmul.default", f"h.{i}.attn", "model.py:47"), matmul_ns),
+                (fn(f"bias{i}", "aten.add.Tensor", f"h.{i}.attn", "model.py:47"), add_ns),
+            ]
+        else:
+            out.append((n, ns))
+    return out
+
+
+def _aggregate(c: Comparison, name: str) -> AggregateVerdict:
+    return next(a for a in c.aggregates if a.name == name)
+
+
+def test_an_unfused_linear_fails_through_its_new_operations_where_its_module_cannot_tell() -> None:
+    # the matmul costs what the Linear did, the bias's add 15 us more: +5 % on the operations that changed, +0.8 %
+    # on an attention of 1.8 ms, within the +1 % band of a module whose code changed
+    before = model()
+    after = model(changed=lambda i: unfused(i, 300_000, 15_000))
+    c = paired(before, after, noise=0.005)
+    attn = _aggregate(c, "h.*.attn")
+    assert attn.judgement.ratio < 1 + CHANGED_TOLERANCE
+    assert attn.verdict is Verdict.SLOWER
+    assert "its new operations, against those they replaced: x1.05" in attn.reason
+    assert c.status is Status.REGRESSION
+    assert c.blame is not None
+    assert c.blame.lead is not None
+    assert c.blame.lead.where in ("h.*.attn", "CausalSelfAttention")
+    where = regression_message("t", c).splitlines()[1:4]
+    assert where[0].startswith("  where: module h.*.attn (CausalSelfAttention")
+    assert where[2].startswith("    its new operations against those they replaced: x1.05 beyond band +2% (floor)")
+    # one instance's 15 us lies under the absolute floor (20 us): the pattern's four instances gather what each lacks
+    instances = [a for a in c.aggregates if a.kind is Kind.MODULE and a.name.endswith("attn")]
+    assert instances
+    assert all(a.verdict is not Verdict.SLOWER for a in instances)
+
+
+def test_a_replacement_that_costs_nothing_passes() -> None:
+    # the same operations rewritten at the same cost: the matmul 15 us faster than the Linear, the add 15 us
+    before = model()
+    after = model(changed=lambda i: unfused(i, 285_000, 15_000))
+    for seed in range(5):
+        c = paired(before, after, noise=0.005, seed=seed)
+        assert c.status is Status.PASS, [a.reason for a in c.slower_aggregates]
+        assert not [a for a in c.aggregates if "its new operations" in a.reason]
+
+
+def test_new_operations_that_cost_more_where_their_module_came_out_faster_pass() -> None:
+    # the unfused Linear costs its operations 5 %, but the same change made the attention's SDPA 10 % faster
+    before = model()
+
+    def faster(i: int) -> list[Timed]:
+        nodes = unfused(i, 300_000, 15_000)
+        return [(n, ns * 0.9 if n.target == "aten.scaled_dot_product_attention.default" else ns) for n, ns in nodes]
+
+    c = paired(before, model(changed=faster), noise=0.005)
+    assert c.status is Status.PASS, [a.reason for a in c.slower_aggregates]
+    assert not [a for a in c.aggregates if "its new operations" in a.reason]
+
+
+def test_an_unchanged_graph_is_not_judged_by_replacements() -> None:
+    # the projection itself 5 % slower, nothing replaced: the node's and its module's own bands decide, as before
+    before = model()
+    after = [(n, ns * 1.05 if n.module.endswith("attn.c_proj") else ns) for n, ns in before]
+    c = paired(before, after, noise=0.005)
+    assert not [a for a in c.aggregates if "its new operations" in a.reason]
