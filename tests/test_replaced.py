@@ -4,7 +4,14 @@
 from __future__ import annotations
 
 from pytest_fxprof.judge.paired import CHANGED_TOLERANCE
-from pytest_fxprof.records.verdicts import AggregateVerdict, Comparison, Kind, Status, Verdict
+from pytest_fxprof.records.verdicts import (
+    AggregateVerdict,
+    Comparison,
+    Kind,
+    Status,
+    Verdict,
+    replacement_reason,
+)
 from pytest_fxprof.views.render import regression_message
 from tests.test_blame import Timed, block, fn, model
 from tests.test_blame import against as paired
@@ -46,6 +53,10 @@ def test_an_unfused_linear_fails_through_its_new_operations_where_its_module_can
     where = regression_message("t", c).splitlines()[1:4]
     assert where[0].startswith("  where: module h.*.attn (CausalSelfAttention")
     assert where[2].startswith("    its new operations against those they replaced: x1.05 beyond band +2% (floor)")
+    # judged where the new operations sit, not in the modules around the attention: their own ratio (the MLPs'
+    # spread among it) is not what was found slower
+    assert {a.name for a in c.aggregates if replacement_reason(a)} == {"h.*.attn"}
+    assert _aggregate(c, "h.*").verdict is not Verdict.SLOWER
     # one instance's 15 us lies under the absolute floor (20 us): the pattern's four instances gather what each lacks
     instances = [a for a in c.aggregates if a.kind is Kind.MODULE and a.name.endswith("attn")]
     assert instances

@@ -20,7 +20,10 @@ patterns and classes, as ``aggregates.plan`` lays them out over both sides' node
 3. *Slower* when the interval lies above 1 (the change is real) and the estimate beyond ``1 + band`` (it is
    large enough to matter). The band is the node (or total) tolerance, the narrower ``CHANGED_TOLERANCE`` for
    a module, pattern or class whose code changed, or the absolute floor as a share of the item's time where
-   that is larger. Faster mirrors it, and must also gain more than the floor.
+   that is larger. Faster mirrors it, and must also gain more than the floor. A module whose code changed is also
+   slower where the operations its change brought in are slower than those they replaced, judged the same way,
+   and it did not come out faster: the smallest module or pattern holding them, not the modules around it
+   (``replaced``).
 4. *Too noisy to decide* when neither holds and the estimate lies beyond the band: the item looks slower, but
    its interval still reaches 1. More pairs are measured while an item that gates is undecided; one still
    undecided at the end is a warning, never a pass or a failure. The total, which speaks for the whole check,
@@ -44,7 +47,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from pytest_fxprof.judge.aggregates import corrected_confidence, plan
+from pytest_fxprof.judge.aggregates import Group, corrected_confidence, plan
 from pytest_fxprof.judge.blame import blame
 from pytest_fxprof.judge.decision import align, large_enough, regressed
 from pytest_fxprof.judge.moved import held_to_scopes, scopes
@@ -54,6 +57,7 @@ from pytest_fxprof.records.verdicts import (
     BandSource,
     Comparison,
     Judgement,
+    Kind,
     NodeVerdict,
     Status,
     TotalVerdict,
@@ -262,6 +266,26 @@ def replaced(module: Judgement, swap: Judgement) -> Judgement:
     return replace(module, verdict=Verdict.SLOWER, reason=module.reason + REPLACED + swap.reason)
 
 
+def _homes(groups: Sequence[Group]) -> set[int]:
+    """The ids of the aggregates that ``replaced`` judges: those holding operations that replaced others, and the
+    smallest of those holding the same ones (the attention whose ``Linear`` was unfused, the pattern of its
+    instances; not the block or the model around it, whose own ratio would then count as found slower where only
+    the operations in the attention were)."""
+    smallest: dict[tuple[frozenset[int], frozenset[int]], int] = {}
+    for g in groups:
+        if g.only_old and g.only_new and g.kind is not Kind.OP:
+            key = (frozenset(g.only_old), frozenset(g.only_new))
+            smallest[key] = min(smallest.get(key, len(g.matched)), len(g.matched))
+    return {
+        id(g)
+        for g in groups
+        if g.only_old
+        and g.only_new
+        and g.kind is not Kind.OP
+        and smallest[(frozenset(g.only_old), frozenset(g.only_new))] == len(g.matched)
+    }
+
+
 def _medians(runs: Sequence[Run], idx: Sequence[int]) -> list[float]:
     """Each run's summed medians of the nodes ``idx``."""
     return [float(sum(run.node_ns[i] for i in idx)) for run in runs]
@@ -313,7 +337,9 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
         shapes = (before_shape, after_shape) if before_shape and after_shape and before_shape != after_shape else None
         verdicts.append(NodeVerdict(new.nodes[j_new], centre, now, 1.0, floor_ns, gates, judgement, 1.0, shapes))
     aggregates = []
-    for g in plan(old.nodes, new.nodes, pairs, old.capture.class_map(), new.capture.class_map()):
+    groups = plan(old.nodes, new.nodes, pairs, old.capture.class_map(), new.capture.class_map())
+    homes = _homes(groups)
+    for g in groups:
         # a module's time on each side: its matched nodes and those only one side holds (a changed graph)
         old_idx = [pairs[k][0] for k in g.matched] + list(g.only_old)
         new_idx = [pairs[k][1] for k in g.matched] + list(g.only_new)
@@ -322,7 +348,7 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
         if changed:
             tolerance = min(tolerance, policy.changed_tolerance)
         judgement, centre, now = item(old_idx, new_idx, tolerance, g.strictness)
-        if changed and g.only_old and g.only_new and judgement.verdict is not Verdict.SLOWER and judgement.ratio > 1.0:
+        if changed and id(g) in homes and judgement.verdict is not Verdict.SLOWER and judgement.ratio > 1.0:
             judgement = replaced(judgement, item(g.only_old, g.only_new, tolerance, g.strictness)[0])
         aggregates.append(
             g.verdict(
