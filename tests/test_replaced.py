@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from pytest_fxprof.judge.paired import CHANGED_TOLERANCE
+from pytest_fxprof.judge.aggregates import plan
+from pytest_fxprof.judge.decision import align
+from pytest_fxprof.judge.paired import CHANGED_TOLERANCE, _homes
 from pytest_fxprof.records.verdicts import (
     AggregateVerdict,
     Comparison,
@@ -13,7 +15,7 @@ from pytest_fxprof.records.verdicts import (
     replacement_reason,
 )
 from pytest_fxprof.views.render import regression_message
-from tests.test_blame import Timed, block, fn, model
+from tests.test_blame import CLASSES, Timed, block, fn, model
 from tests.test_blame import against as paired
 
 
@@ -92,3 +94,25 @@ def test_an_unchanged_graph_is_not_judged_by_replacements() -> None:
     after = [(n, ns * 1.05 if n.module.endswith("attn.c_proj") else ns) for n, ns in before]
     c = paired(before, after, noise=0.005)
     assert not [a for a in c.aggregates if "its new operations" in a.reason]
+
+
+def homes(after: list[Timed]) -> set[str]:
+    """The names of the aggregates whose new operations are judged against those they replaced (``_homes``)."""
+    old, new = [n for n, _ in model()], [n for n, _ in after]
+    pairs, _, _ = align(old, new)
+    groups = plan(old, new, pairs, CLASSES, CLASSES)
+    judged = _homes(groups)
+    return {g.name for g in groups if id(g) in judged}
+
+
+def test_new_operations_are_judged_in_the_smallest_modules_holding_them() -> None:
+    # every block: each attention, and their pattern; not the blocks, their list or the model around them
+    assert homes(model(changed=lambda i: unfused(i, 300_000, 15_000))) == {f"h.{i}.attn" for i in range(4)} | {
+        "h.*.attn"
+    }
+    # one block: its attention alone (the pattern holds the same operations and more time)
+    one = model(changed=lambda i: unfused(i, 300_000, 15_000) if i == 2 else block(i))
+    assert homes(one) == {"h.2.attn"}
+    # operations added, none removed: nothing to judge them against
+    copied = model(changed=lambda i: [*block(i), (fn(f"copy{i}", "aten.clone.default", f"h.{i}.attn"), 20_000)])
+    assert homes(copied) == set()

@@ -267,22 +267,31 @@ def replaced(module: Judgement, swap: Judgement) -> Judgement:
 
 
 def _homes(groups: Sequence[Group]) -> set[int]:
-    """The ids of the aggregates that ``replaced`` judges: those holding operations that replaced others, and the
-    smallest of those holding the same ones (the attention whose ``Linear`` was unfused, the pattern of its
-    instances; not the block or the model around it, whose own ratio would then count as found slower where only
-    the operations in the attention were)."""
+    """The ids of the aggregates that ``replaced`` judges, among those holding operations that replaced others: a
+    module subtree where some of them sit (it is the smallest module holding them: the attention whose ``Linear`` was
+    unfused), a pattern or class where it is the smallest aggregate holding the same ones (the attentions' pattern).
+    Not the block, the list of blocks or the model around them, whose own ratio would then count as found slower
+    where only the operations inside them were."""
+    replacing = [g for g in groups if g.only_old and g.only_new and g.kind is not Kind.OP]
+
+    def size(g: Group) -> int:
+        return len(g.matched) + len(g.only_old) + len(g.only_new)
+
+    owner: dict[tuple[str, int], Group] = {}
     smallest: dict[tuple[frozenset[int], frozenset[int]], int] = {}
-    for g in groups:
-        if g.only_old and g.only_new and g.kind is not Kind.OP:
-            key = (frozenset(g.only_old), frozenset(g.only_new))
-            smallest[key] = min(smallest.get(key, len(g.matched)), len(g.matched))
+    for g in replacing:
+        key = (frozenset(g.only_old), frozenset(g.only_new))
+        smallest[key] = min(smallest.get(key, size(g)), size(g))
+        if g.kind is Kind.MODULE:
+            for node in [("old", i) for i in g.only_old] + [("new", j) for j in g.only_new]:
+                if node not in owner or size(g) < size(owner[node]):
+                    owner[node] = g
+    owners = {id(g) for g in owner.values()}
     return {
         id(g)
-        for g in groups
-        if g.only_old
-        and g.only_new
-        and g.kind is not Kind.OP
-        and smallest[(frozenset(g.only_old), frozenset(g.only_new))] == len(g.matched)
+        for g in replacing
+        if id(g) in owners
+        or (g.kind is not Kind.MODULE and smallest[(frozenset(g.only_old), frozenset(g.only_new))] == size(g))
     }
 
 
