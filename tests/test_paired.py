@@ -222,6 +222,17 @@ def test_undecided_is_a_slowdown_beyond_the_band_not_yet_sure() -> None:
     assert not undecided(quiet)
 
 
+def test_a_slowdown_from_fewer_pairs_than_decide_a_check_is_undecided_not_a_failure() -> None:
+    # three pairs left after one was left out, agreeing by chance: the interval clears 1, but a failure needs more
+    few = judge_pairs([100.0] * 3, [105.9, 105.9, 106.4], 0.05, BandSource.TOLERANCE)
+    assert MIN_DECIDING_PAIRS == 4
+    assert few.verdict is Verdict.NOISY
+    assert undecided(few)  # more pairs are measured
+    assert "a slowdown needs 4 pairs to fail a test" in few.reason
+    enough = judge_pairs([100.0] * 4, [105.9, 105.9, 106.4, 106.1], 0.05, BandSource.TOLERANCE)
+    assert enough.verdict is Verdict.SLOWER
+
+
 def test_an_item_is_undecided_only_if_it_looks_slower_and_the_total_also_if_it_cannot_see_twice_its_band() -> None:
     # 6 pairs, band +5 %: the pairs spread so that the interval is about +-9 %
     spread = [1.03, 0.97, 1.02, 0.98, 1.035, 0.965]
