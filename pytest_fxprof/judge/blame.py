@@ -78,11 +78,12 @@ def blame(nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict], 
     # slower: the instances of a changed class measured around a small change
     offsets = [a for a in aggregates if a.kind in MODULE_KINDS and a.changed and lost(a) <= 0]
     counted = [*candidates, *offsets]
-    apart = [_apart([x for x in counted if way(x) == d], lost, found) for d in {way(x) for x in candidates}]
+    credit: dict[int, float] = {}
+    apart = [_apart([x for x in counted if way(x) == d], lost, found, credit) for d in {way(x) for x in candidates}]
     extra = max([*apart, *map(lost, ops)], default=0.0)
     if extra <= 0:
         return None
-    held = [a for a in modules if lost(a) > BLAME_SHARE * extra]
+    held = [a for a in modules if credit.get(id(a), lost(a)) > BLAME_SHARE * extra]
     held_nodes = [v for v in gating if lost(v) > BLAME_SHARE * extra]
     changed = [a for a in held if a.changed]
     if changed:  # the code that changed explains it: named before the unchanged modules inside it that slowed
@@ -108,6 +109,7 @@ def _apart(
     candidates: Sequence[AggregateVerdict | NodeVerdict],
     lost: Callable[[AggregateVerdict | NodeVerdict], float],
     slower: Collection[int],
+    credit: dict[int, float] | None = None,
 ) -> float:
     """The time ``lost`` in places apart, the smallest candidates first (the classes after the modules, patterns and
     nodes): each counts what it lost where it holds none of the nodes of one counted before, and a module that holds
@@ -115,7 +117,11 @@ def _apart(
     module whose code changed only in the small ones inside it counts their loss, not its own noise, which can match
     theirs. A candidate that lost nothing or less counts inside the module that holds it (the instances of a changed
     class that came out faster by noise offset those that came out slower), nothing on its own. Two slowdowns in two
-    places make the extra time of both, so that neither leads alone."""
+    places make the extra time of both, so that neither leads alone.
+
+    ``credit`` gets, for a module not found slower whose changed operations all lie in the candidates inside it (the
+    block around an attention whose ``Linear`` was unfused), what those lost: what it may hold of the extra time when
+    the lead is chosen, so that the noise of its unchanged parts (the block's MLP) cannot make it lead."""
     counted: list[tuple[set[str], float]] = []
     # classes last: one spans the tree, and counted first, a small one (every Dropout) would keep the large modules
     # it touches (the attention whose code changed) from counting at all
@@ -127,11 +133,15 @@ def _apart(
         if any(not c[0].isdisjoint(keys) for c in counted if c not in inside):
             continue  # overlaps a counted one without holding it (a class across patterns): counted there
         parts = sum(loss for _, loss in inside)
+        within = set().union(*(c[0] for c in inside)) if inside else set()
         counted = [c for c in counted if c not in inside]
         if not inside:
             counted.append((keys, lost(x)))
         else:
             counted.append((keys, max(lost(x), parts) if id(x) in slower else parts))
+            changes = {n.key for n in (*x.added, *x.removed)} if isinstance(x, AggregateVerdict) else set()
+            if credit is not None and changes and changes <= within and id(x) not in slower:
+                credit[id(x)] = parts
     return sum(max(loss, 0.0) for _, loss in counted)
 
 
