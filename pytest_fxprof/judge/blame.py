@@ -23,7 +23,9 @@ The rule:
    MLP that now runs its GELU in float64 leads, not the GELU module inside it that got slower): the deepest
    module subtree that explains the slowdown, a node where one node does, a pattern where the instances of a
    repeated block slowed together (no one instance holds most), or a class where instances of one class in
-   several places did (a norm written by hand slows ``ln_1``, ``ln_2`` and ``ln_f`` alike).
+   several places did (a norm written by hand slows ``ln_1``, ``ln_2`` and ``ln_f`` alike). A module not found
+   slower whose code changed only in smaller candidates inside it holds what those lost, not its own loss: the
+   block around a changed attention does not lead on the noise of its unchanged MLP.
 4. Where no module or node holds most of it, one operator type slowed across the model (every ``Linear``: a
    kernel got slower): the lead is that operator type's aggregate. Where nothing does (the total alone failed,
    spread over unchanged code; two slowdowns in two places), there is no lead: no module is named.
