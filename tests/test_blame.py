@@ -550,14 +550,19 @@ def test_the_instances_of_a_changed_class_count_their_net_loss() -> None:
     # none holds most
     assert b.extra_ns == pytest.approx(0.04e6)
     assert b.lead.where == "a.e"
-    # the same class, its instances faster by as much as slower: nothing to name
-    even = {"a.e": 1.05, "a.x": 1.04, "a.y": 0.96, "b.f": 0.95}
-    instances = [
-        agg(Kind.MODULE, h, 1e6, r, Verdict.SLOWER if r > 1.045 else Verdict.OK, added=(cast(h),))
-        for h, r in even.items()
-    ]
-    cls = agg(Kind.CLASS, "Blk", 4e6, 1.0, Verdict.OK, instances=tuple(even), added=tuple(map(cast, even)))
-    assert blame([], [*instances, cls]) is None
+    # the same class, its instances faster by as much as slower: no extra time to explain, but the test failed on
+    # the one instance found slower, and that one leads; where two apart were found slower, neither does
+    for even, lead in (
+        ({"a.e": 1.05, "a.x": 1.04, "a.y": 0.96, "b.f": 0.95}, "a.e"),
+        ({"a.e": 1.05, "a.x": 0.95, "a.y": 0.95, "b.f": 1.05}, None),
+    ):
+        instances = [
+            agg(Kind.MODULE, h, 1e6, r, Verdict.SLOWER if r > 1.045 else Verdict.OK, added=(cast(h),))
+            for h, r in even.items()
+        ]
+        cls = agg(Kind.CLASS, "Blk", 4e6, 1.0, Verdict.OK, instances=tuple(even), added=tuple(map(cast, even)))
+        b = blame([], [*instances, cls])
+        assert (b.name if b is not None else None) == lead
 
 
 def test_a_small_class_the_change_touched_leaves_the_module_that_lost_the_time_to_lead() -> None:

@@ -28,7 +28,9 @@ The rule:
    block around a changed attention does not lead on the noise of its unchanged MLP.
 4. Where no module or node holds most of it, one operator type slowed across the model (every ``Linear``: a
    kernel got slower): the lead is that operator type's aggregate. Where nothing does (the total alone failed,
-   spread over unchanged code; two slowdowns in two places), there is no lead: no module is named.
+   spread over unchanged code; two slowdowns in two places), there is no lead: no module is named. Where the
+   losses leave no extra time at all (the instances of a changed block came out faster and slower by their
+   medians) but one place whose code changed was found slower, that place leads: the test failed there.
 5. ``chain`` are the lead's enclosing modules and patterns the gate judged, outermost first, as the failure shows
    them on one line.
 """
@@ -83,8 +85,8 @@ def blame(nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict], 
     credit: dict[int, float] = {}
     apart = [_apart([x for x in counted if way(x) == d], lost, found, credit) for d in {way(x) for x in candidates}]
     extra = max([*apart, *map(lost, ops)], default=0.0)
-    if extra <= 0:
-        return None
+    if extra <= 0:  # the losses explain nothing: where one changed place was found slower, that place
+        return _alone(slower, aggregates, lost)
     held = [a for a in modules if credit.get(id(a), lost(a)) > BLAME_SHARE * extra]
     held_nodes = [v for v in gating if lost(v) > BLAME_SHARE * extra]
     changed = [a for a in held if a.changed]
@@ -105,6 +107,26 @@ def blame(nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict], 
 
 
 _KINDS = (Kind.MODULE, Kind.PATTERN, Kind.CLASS)
+
+
+def _alone(
+    slower: Sequence[AggregateVerdict],
+    aggregates: Sequence[AggregateVerdict],
+    lost: Callable[[AggregateVerdict | NodeVerdict], float],
+) -> Blame | None:
+    """Where the losses leave no extra time to explain, the one place found slower whose code changed: the smallest
+    module-like aggregate found slower with changed code, where every other one found so holds it (one chain from
+    it outwards); None where there is none or two apart. The instances of a changed attention measured by their
+    medians both ways can sum to nothing while the pairs find one instance's new operations slower: the test
+    failed there, and the failure names it."""
+    found = sorted((a for a in slower if a.kind in MODULE_KINDS and a.changed), key=lambda a: (a.baseline_ns, a.name))
+    if not found:
+        return None
+    lead, keys = found[0], _keys(found[0])
+    if any(not keys <= _keys(a) for a in found[1:]):
+        return None
+    around = enclosing(_home(lead), lead.direction, aggregates, inclusive=lead.kind is Kind.CLASS)
+    return Blame(lead, None, around, 1.0, lost(lead))
 
 
 def _apart(
