@@ -30,7 +30,8 @@ The rule:
    kernel got slower): the lead is that operator type's aggregate. Where nothing does (the total alone failed,
    spread over unchanged code; two slowdowns in two places), there is no lead: no module is named. Where the
    losses leave no extra time at all (the instances of a changed block came out faster and slower by their
-   medians) but one place whose code changed was found slower, that place leads: the test failed there.
+   medians) but one place whose code changed was found slower, that place leads: the test failed there; where
+   several instances of one block were, the block's pattern or class leads.
 5. ``chain`` are the lead's enclosing modules and patterns the gate judged, outermost first, as the failure shows
    them on one line.
 """
@@ -92,7 +93,7 @@ def blame(nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict], 
     changed = [a for a in held if a.changed]
     if changed:  # the code that changed explains it: named before the unchanged modules inside it that slowed
         held, held_nodes = changed, []
-    lead = min(held, key=lambda a: (a.baseline_ns, -_depth(a), _KINDS.index(a.kind), a.name), default=None)
+    lead = min(held, key=_size, default=None)
     node = min(held_nodes, key=lambda v: (v.baseline_ns, v.node.key), default=None)
     if node is not None and (lead is None or node.baseline_ns <= lead.baseline_ns):
         direction = next((a.direction for a in aggregates if a.direction == node.node.direction), "")
@@ -114,19 +115,30 @@ def _alone(
     aggregates: Sequence[AggregateVerdict],
     lost: Callable[[AggregateVerdict | NodeVerdict], float],
 ) -> Blame | None:
-    """Where the losses leave no extra time to explain, the one place found slower whose code changed: the smallest
-    module-like aggregate found slower with changed code, where every other one found so holds it (one chain from
-    it outwards); None where there is none or two apart. The instances of a changed attention measured by their
-    medians both ways can sum to nothing while the pairs find one instance's new operations slower: the test
-    failed there, and the failure names it."""
-    found = sorted((a for a in slower if a.kind in MODULE_KINDS and a.changed), key=lambda a: (a.baseline_ns, a.name))
+    """Where the losses leave no extra time to explain, the one place whose code changed that was found slower: the
+    smallest module-like aggregate found slower with changed code, where every other one found so holds it (one
+    chain from it outwards), or else the smallest pattern or class whose code changed that holds them all (the
+    instances of one block); None where there is none, or where they lie apart in no one block. The instances of a
+    changed attention measured by their medians both ways can sum to nothing while the pairs find one instance's new
+    operations slower: the test failed there, and the failure names it."""
+    found = sorted((a for a in slower if a.kind in MODULE_KINDS and a.changed), key=_size)
     if not found:
         return None
-    lead, keys = found[0], _keys(found[0])
-    if any(not keys <= _keys(a) for a in found[1:]):
-        return None
+    lead = found[0]
+    if any(not _keys(lead) <= _keys(a) for a in found[1:]):
+        places = set().union(*map(_keys, found))
+        blocks = [a for a in aggregates if a.kind in (Kind.PATTERN, Kind.CLASS) and a.changed and places <= _keys(a)]
+        if not blocks:
+            return None
+        lead = min(blocks, key=_size)
     around = enclosing(_home(lead), lead.direction, aggregates, inclusive=lead.kind is Kind.CLASS)
     return Blame(lead, None, around, 1.0, lost(lead))
+
+
+def _size(a: AggregateVerdict) -> tuple[float, int, int, str]:
+    """The order in which the smallest candidate leads: its time, then the deepest, modules before patterns before
+    classes."""
+    return (a.baseline_ns, -_depth(a), _KINDS.index(a.kind), a.name)
 
 
 def _apart(
