@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pytest_fxprof.judge.aggregates import plan
 from pytest_fxprof.judge.decision import align
-from pytest_fxprof.judge.paired import CHANGED_TOLERANCE, _homes
+from pytest_fxprof.judge.moved import _held
+from pytest_fxprof.judge.paired import CHANGED_TOLERANCE, _homes, replaced
 from pytest_fxprof.records.verdicts import (
     AggregateVerdict,
     Comparison,
@@ -15,7 +18,7 @@ from pytest_fxprof.records.verdicts import (
     replacement_reason,
 )
 from pytest_fxprof.views.render import regression_message
-from tests.test_blame import CLASSES, Timed, block, fn, model
+from tests.test_blame import CLASSES, Timed, agg, block, fn, model
 from tests.test_blame import against as paired
 
 
@@ -154,3 +157,15 @@ def test_one_instance_found_slower_leads_where_the_instances_lost_nothing_togeth
     assert c.blame.lead is not None
     assert c.blame.lead.where == "h.2.attn"
     assert regression_message("t", c).splitlines()[1].startswith("  where: module h.2.attn (CausalSelfAttention")
+
+
+def test_a_verdict_held_because_lines_only_swapped_shows_no_replaced_operations() -> None:
+    # the replaced operations' verdict is a field of the judgement, not read out of its reason: an item that the rule
+    # for swapped lines holds to its module (``judge.moved``) is no longer slower, and says nothing of them
+    slower = agg(Kind.MODULE, "h.2.attn", 1e6, 1.05)
+    swap = replace(slower.judgement, reason="x1.05 beyond band +1% (tolerance)")
+    judged = replace(slower, judgement=replaced(slower.judgement, swap))
+    assert replacement_reason(judged) == "x1.05 beyond band +1% (tolerance)"
+    held = _held(judged, "h.2", "module h.2")
+    assert held.verdict is Verdict.OK
+    assert replacement_reason(held) == ""

@@ -71,7 +71,7 @@ def _held(item: J, scope: str, holder: str) -> J:
         f"; but lines inside {scope or 'the model'} only swapped places (no operation added or removed there) and "
         f"{holder} is not slower: time moved between the lines, no regression"
     )
-    judgement: Judgement = replace(item.judgement, verdict=Verdict.OK, reason=item.judgement.reason + why)
+    judgement: Judgement = replace(item.judgement, verdict=Verdict.OK, reason=item.judgement.reason + why, replaced="")
     return replace(item, judgement=judgement)
 
 

@@ -274,7 +274,7 @@ def replaced(module: Judgement, swap: Judgement) -> Judgement:
     graph has none, so neither is judged by this."""
     if swap.verdict is not Verdict.SLOWER:
         return module
-    return replace(module, verdict=Verdict.SLOWER, reason=module.reason + REPLACED + swap.reason)
+    return replace(module, verdict=Verdict.SLOWER, reason=module.reason + REPLACED + swap.reason, replaced=swap.reason)
 
 
 def _homes(groups: Sequence[Group]) -> set[int]:

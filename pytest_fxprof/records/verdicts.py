@@ -105,6 +105,9 @@ class Judgement:
     estimate: float | None = None
     """Against a revision: the geometric mean of ``ratios``, which are then one per pair of processes (old and
     new side), not one per measurement. None against a baseline."""
+    replaced: str = ""
+    """Against a revision, where the operations its changed code brought in made it slower (``judge.paired``): their
+    verdict against those they replaced, which the failure's ``where:`` shows on a line of its own; "" otherwise."""
 
     @property
     def ratio(self) -> float:
@@ -225,12 +228,12 @@ class AggregateVerdict(_Judged):
 
 REPLACED = "; but its new operations, against those they replaced: "
 """How a module's reason goes on where the operations its changed code brought in failed it (``judge.paired``): what
-follows is their verdict, which the failure's ``where:`` shows on a line of its own."""
+follows is their verdict (``Judgement.replaced``)."""
 
 
 def replacement_reason(a: AggregateVerdict) -> str:
-    """The verdict on the operations that replaced others in ``a`` where they failed it (``REPLACED``), else ""."""
-    return a.judgement.reason.partition(REPLACED)[2]
+    """The verdict on the operations that replaced others in ``a`` where they failed it, else ""."""
+    return a.judgement.replaced
 
 
 def operations_changed(added: Iterable[NodeInfo], removed: Iterable[NodeInfo]) -> bool:
