@@ -86,7 +86,7 @@ def blame(nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict], 
     credit: dict[int, float] = {}
     apart = [_apart([x for x in counted if way(x) == d], lost, found, credit) for d in {way(x) for x in candidates}]
     extra = max([*apart, *map(lost, ops)], default=0.0)
-    if extra <= 0:  # the losses explain nothing: where one changed place was found slower, that place
+    if extra <= 0:  # the losses explain nothing: the one changed place found slower leads, if there is one
         return _alone(slower, aggregates, lost)
     held = [a for a in modules if credit.get(id(a), lost(a)) > BLAME_SHARE * extra]
     held_nodes = [v for v in gating if lost(v) > BLAME_SHARE * extra]
