@@ -573,6 +573,34 @@ def test_the_instances_of_a_changed_class_count_their_net_loss() -> None:
     assert blame([], [*inside, around]) is None
 
 
+def test_the_instances_found_slower_lead_over_the_module_around_them_not_found_slower() -> None:
+    # a Linear unfused in every instance of a block: the pairs found the instances' pattern slower (+1 %), while the
+    # medians gave it less than most of what the instances lost, and the module around them, too noisy to decide
+    # itself, held it all: the pattern leads, not the module around it
+    homes = ("a.e", "a.x", "a.y")
+    instances = [agg(Kind.MODULE, h, 1e6, 1.03, Verdict.NOISY, added=(cast(h),)) for h in homes]
+    casts = tuple(map(cast, homes))
+    pattern = agg(Kind.PATTERN, "a.?", 3e6, 1.01, instances=homes, added=casts)
+    around = agg(Kind.MODULE, "a", 10e6, 1.012, Verdict.NOISY, added=casts)
+    b = blame([], [*instances, pattern, around])
+    assert b is not None
+    assert b.lead is pattern
+    assert b.extra_ns == pytest.approx(0.09e6)  # what the instances lost, which the module around them held
+    assert b.share == pytest.approx(0.03e6 / 0.09e6)
+    assert [a.name for a in b.chain] == ["a"]
+    # no pattern judged (three modules of their own), one of them found slower: that one leads
+    one = [
+        agg(Kind.MODULE, h, 1e6, 1.03, Verdict.SLOWER if h == "a.x" else Verdict.NOISY, added=(cast(h),)) for h in homes
+    ]
+    b = blame([], [*one, around])
+    assert b is not None
+    assert b.name == "a.x"
+    # none found slower inside it: the module around them leads, on what they lost together
+    b = blame([], [*instances, around])
+    assert b is not None
+    assert b.lead is around
+
+
 def test_a_small_class_the_change_touched_leaves_the_module_that_lost_the_time_to_lead() -> None:
     # attention written by hand now calls its own Dropout (a node of microseconds) as well: the class Dropout, in
     # places all over the model, changed too and lost a little; the attention lost the time

@@ -15,7 +15,6 @@ from pytest_fxprof.records.verdicts import (
     Kind,
     Status,
     Verdict,
-    replacement_reason,
 )
 from pytest_fxprof.views.render import regression_message
 from tests.test_blame import CLASSES, Timed, agg, block, fn, model
@@ -60,7 +59,7 @@ def test_an_unfused_linear_fails_through_its_new_operations_where_its_module_can
     assert where[2].startswith("    its new operations against those they replaced: x1.05 beyond band +2% (floor)")
     # judged where the new operations sit, not in the modules around the attention: their own ratio (the MLPs'
     # spread among it) is not what was found slower
-    assert {a.name for a in c.aggregates if replacement_reason(a)} == {"h.*.attn"}
+    assert {a.name for a in c.aggregates if a.judgement.replaced} == {"h.*.attn"}
     assert _aggregate(c, "h.*").verdict is not Verdict.SLOWER
     # one instance's 15 us lies under the absolute floor (20 us): the pattern's four instances gather what each lacks
     instances = [a for a in c.aggregates if a.kind is Kind.MODULE and a.name.endswith("attn")]
@@ -165,7 +164,7 @@ def test_a_verdict_held_because_lines_only_swapped_shows_no_replaced_operations(
     slower = agg(Kind.MODULE, "h.2.attn", 1e6, 1.05)
     swap = replace(slower.judgement, reason="x1.05 beyond band +1% (tolerance)")
     judged = replace(slower, judgement=replaced(slower.judgement, swap))
-    assert replacement_reason(judged) == "x1.05 beyond band +1% (tolerance)"
+    assert judged.judgement.replaced == "x1.05 beyond band +1% (tolerance)"
     held = _held(judged, "h.2", "module h.2")
     assert held.verdict is Verdict.OK
-    assert replacement_reason(held) == ""
+    assert held.judgement.replaced == ""

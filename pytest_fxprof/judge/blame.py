@@ -25,7 +25,9 @@ The rule:
    repeated block slowed together (no one instance holds most), or a class where instances of one class in
    several places did (a norm written by hand slows ``ln_1``, ``ln_2`` and ``ln_f`` alike). A module not found
    slower whose code changed only in smaller candidates inside it holds what those lost, not its own loss: the
-   block around a changed attention does not lead on the noise of its unchanged MLP.
+   block around a changed attention does not lead on the noise of its unchanged MLP. Where such a module, not found
+   slower itself, would lead, and the places inside it whose code changed that were found slower are one place, or
+   the instances of one block, that place (or the block's pattern or class) leads: the test failed there.
 4. Where no module or node holds most of it, one operator type slowed across the model (every ``Linear``: a
    kernel got slower): the lead is that operator type's aggregate. Where nothing does (the total alone failed,
    spread over unchanged code; two slowdowns in two places), there is no lead: no module is named. Where the
@@ -39,6 +41,7 @@ The rule:
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 
 from pytest_fxprof.judge.aggregates import depth_of, parent_path
 from pytest_fxprof.records.profile import ROOT
@@ -102,6 +105,13 @@ def blame(nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict], 
     if lead is None:  # no module holds most: one operator type does
         op = min((a for a in ops if lost(a) > BLAME_SHARE * extra), key=lambda a: (a.baseline_ns, a.name), default=None)
         return Blame(op, None, (), lost(op) / extra, extra) if op is not None else None
+    if lead.kind is Kind.MODULE and lead.verdict is not Verdict.SLOWER:
+        # a module not found slower holds the extra time by what the places inside it lost; where the places whose
+        # code changed that were found slower there are one, or the instances of one block, the test failed on them
+        inside = [a for a in aggregates if a.verdict is Verdict.SLOWER and _keys(a) < _keys(lead)]
+        inner = _alone(inside, aggregates, lost)
+        if inner is not None and inner.lead is not None:
+            return replace(inner, share=min(max(lost(inner.lead), 0.0) / extra, 1.0), extra_ns=extra)
     # a class's instances lie in the module they share: that module is around it too
     around = enclosing(_home(lead), lead.direction, aggregates, inclusive=lead.kind is Kind.CLASS)
     return Blame(lead, None, around, lost(lead) / extra, extra)

@@ -231,11 +231,6 @@ REPLACED = "; but its new operations, against those they replaced: "
 follows is their verdict (``Judgement.replaced``)."""
 
 
-def replacement_reason(a: AggregateVerdict) -> str:
-    """The verdict on the operations that replaced others in ``a`` where they failed it, else ""."""
-    return a.judgement.replaced
-
-
 def operations_changed(added: Iterable[NodeInfo], removed: Iterable[NodeInfo]) -> bool:
     """Whether the nodes only the new side holds (``added``) are other operations than those only the old side
     holds (``removed``): the same operations in another order, or renamed, are no change."""

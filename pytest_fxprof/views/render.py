@@ -20,7 +20,6 @@ from pytest_fxprof.records.verdicts import (
     Status,
     TotalVerdict,
     Verdict,
-    replacement_reason,
 )
 
 WORST_SHOWN = 3
@@ -355,7 +354,7 @@ def blame_lines(c: Comparison) -> list[str]:
             out.append(f"    in: {chain}")
         return out
     a = b.lead
-    share = f", {b.share:.0%} of the extra time" if b.share < 0.995 else ""
+    share = f", {b.share:.0%} of the extra time" if 0 < b.share < 0.995 else ""
     if a.verdict is not Verdict.SLOWER:  # led because its code changed and it holds most of the extra time
         factor = "" if a.judgement.paired else f" after the run's speed factor x{c.speed_factor:.2f}"
         share = (
@@ -365,7 +364,7 @@ def blame_lines(c: Comparison) -> list[str]:
     out = [f"  where: {aggregate_line(a)}{share}"]
     if chain:
         out.append(f"    in: {chain}")
-    swap = replacement_reason(a)
+    swap = a.judgement.replaced
     if swap:
         out.append(f"    its new operations against those they replaced: {swap}")
     changed = code_change_line(a)
