@@ -5,6 +5,8 @@ failing in a test (small Python scripts in place of pytest). No torch, no inner 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -296,3 +298,28 @@ def test_each_process_is_asked_its_tests_in_order_with_the_new_sides_calls(
     assert first["lockstep"]["new_calls"] == [call_tag("call0", "a")]
     assert first["entry"] is True
     assert {"progress", "timing"} <= set(first)
+
+
+def test_a_round_removes_the_directories_of_its_kind_that_a_killed_run_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a recording stopped by a signal leaves its fresh processes' directory behind; the next round of that kind
+    # removes it, and leaves alone a live run's, another kind's and a link
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f"fxprof-{dead.pid}-fresh-abc"
+    live = tmp_path / f"fxprof-{os.getpid()}-fresh-def"
+    other = tmp_path / f"fxprof-{dead.pid}-duet-ghi"
+    for p in (stale, live, other):
+        p.mkdir()
+        (p / "request.json").write_text("{}")
+    link = tmp_path / f"fxprof-{dead.pid}-fresh-link"
+    link.symlink_to(live)
+    with serving.serving_dir("fxprof-", "fresh") as made:
+        assert Path(made).parent == tmp_path
+        assert not stale.exists()
+        assert live.exists()
+        assert other.exists()
+        assert link.is_symlink()
+    assert not Path(made).exists()

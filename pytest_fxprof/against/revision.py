@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_fxprof.store.files import running
+from pytest_fxprof.store.files import left_by_killed
 
 PREFIX = "fxprof-against-"
 _OWN = re.compile(rf"^{PREFIX}(?P<pid>\d+)-")
@@ -212,13 +212,7 @@ def remove(revision: Revision) -> None:
 def stale_trees(directory: Path | None = None) -> list[Path]:
     """Temporary directories of this mode (exported trees, pairs' directories) and the index files of their
     checkouts, whose run is no longer running (it was killed)."""
-    root = Path(directory or tempfile.gettempdir())
-    out = []
-    for path in sorted(root.glob(f"{PREFIX}*")):
-        match = _OWN.match(path.name)
-        if match is not None and not path.is_symlink() and not running(int(match["pid"])):
-            out.append(path)
-    return out
+    return left_by_killed(Path(directory or tempfile.gettempdir()), f"{PREFIX}*", _OWN)
 
 
 def remove_stale(directory: Path | None = None) -> list[Path]:

@@ -16,6 +16,8 @@ Must not import torch or pytest.
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 import tempfile
 import time
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pytest_fxprof.measure.sampling import Child, Relaunch, finish, start
-from pytest_fxprof.store.files import loads
+from pytest_fxprof.store.files import left_by_killed, loads
 
 POLL_S = 0.05
 """How often the parent looks whether its processes ended, or a test hangs."""
@@ -274,8 +276,12 @@ def settle(served: Sequence[Served], test_ids: Sequence[str], spent: Spent | Non
 
 
 def serving_dir(prefix: str, kind: str) -> tempfile.TemporaryDirectory[str]:
-    """A round's directory, named ``prefix``, this process and ``kind`` (so that a later run can tell the
-    directories of a run that was killed: ``against.revision.remove_stale``)."""
+    """A round's directory, named ``prefix``, this process and ``kind``. The directories of this name that a run
+    killed before it could remove them left behind (their process gone) are removed first: a recording stopped
+    by a signal leaves its fresh processes' directory, which no end of the run removes."""
+    own = re.compile(rf"^{re.escape(prefix)}(?P<pid>\d+)-{re.escape(kind)}-")
+    for path in left_by_killed(Path(tempfile.gettempdir()), f"{prefix}*", own):
+        shutil.rmtree(path, ignore_errors=True)
     return tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-{kind}-")
 
 

@@ -148,12 +148,18 @@ _UMASK = _umask()
 def stale_temporaries(directory: Path) -> list[Path]:
     """Temporary files of ``write_atomic`` in ``directory`` whose writer is no longer running (killed between
     the write and the rename); a live writer's are left alone."""
+    return left_by_killed(directory, ".*.tmp", TEMPORARY)
+
+
+def left_by_killed(directory: Path, glob: str, name: re.Pattern[str]) -> list[Path]:
+    """The paths in ``directory`` that ``glob`` finds and whose name ``name`` matches, with its ``pid`` group the
+    process that made them, no longer running: what a run that was killed left behind. Links are never taken."""
     if not directory.is_dir():
         return []
     out = []
-    for path in sorted(directory.glob(".*.tmp")):
-        match = TEMPORARY.match(path.name)
-        if match is not None and not running(int(match["pid"])):
+    for path in sorted(directory.glob(glob)):
+        match = name.match(path.name)
+        if match is not None and not path.is_symlink() and not running(int(match["pid"])):
             out.append(path)
     return out
 
