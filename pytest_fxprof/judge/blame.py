@@ -108,7 +108,8 @@ def blame(nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict], 
     if lead.kind is Kind.MODULE and lead.verdict is not Verdict.SLOWER:
         # a module not found slower holds the extra time by what the places inside it lost; where the places whose
         # code changed that were found slower there are one, or the instances of one block, the test failed on them
-        inside = [a for a in aggregates if a.verdict is Verdict.SLOWER and _keys(a) < _keys(lead)]
+        held_by_lead = _keys(lead)
+        inside = [a for a in aggregates if a.verdict is Verdict.SLOWER and _keys(a) < held_by_lead]
         inner = _alone(inside, aggregates, lost)
         if inner is not None and inner.lead is not None:
             return replace(inner, share=min(max(lost(inner.lead), 0.0) / extra, 1.0), extra_ns=extra)
