@@ -14,11 +14,12 @@ check computes from its pairs alone does not see.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+
+from pair_spread import unchanged_checks
 
 
 @dataclass(frozen=True)
@@ -33,15 +34,11 @@ class Spread:
 
 def spreads(paths: list[Path], min_checks: int) -> list[Spread]:
     items: dict[tuple[str, str, str], list[list[float]]] = {}
-    for path in paths:
-        for line in path.read_text().splitlines():
-            row = json.loads(line)
-            if row.get("type") != "check" or row.get("condition") != "none":
-                continue
-            for item in row.get("items", []):
-                ratios = item.get("ratios", [])
-                if item.get("kind") in ("total", "module") and len(ratios) >= 4:
-                    items.setdefault((row["model"], item["kind"], item["name"]), []).append(ratios)
+    for row in unchanged_checks(paths):
+        for item in row["items"]:
+            ratios = item.get("ratios", [])
+            if item.get("kind") in ("total", "module") and len(ratios) >= 4:
+                items.setdefault((row["model"], item["kind"], item["name"]), []).append(ratios)
     out: list[Spread] = []
     for (model, kind, name), checks in sorted(items.items()):
         if len(checks) < min_checks:
