@@ -32,6 +32,15 @@ class Spread:
     within: float
 
 
+def across_within(checks: list[list[float]]) -> tuple[float, float]:
+    """Of one item's checks (each its ratios per pair): the variance between the checks' mean log ratios, and the
+    variance a check's mean has from its own pairs (its pairs' variance over their number, averaged)."""
+    logs = [[math.log(r) for r in check] for check in checks]
+    across = statistics.variance([statistics.mean(one) for one in logs])
+    within = statistics.mean([statistics.variance(one) / len(one) for one in logs])
+    return across, within
+
+
 def spreads(paths: list[Path], min_checks: int) -> list[Spread]:
     items: dict[tuple[str, str, str], list[list[float]]] = {}
     for row in unchanged_checks(paths):
@@ -43,9 +52,7 @@ def spreads(paths: list[Path], min_checks: int) -> list[Spread]:
     for (model, kind, name), checks in sorted(items.items()):
         if len(checks) < min_checks:
             continue
-        logs = [[math.log(r) for r in check] for check in checks]
-        across = statistics.variance([statistics.mean(one) for one in logs])
-        within = statistics.mean([statistics.variance(one) / len(one) for one in logs])
+        across, within = across_within(checks)
         out.append(Spread(model, kind, name, len(checks), across, within))
     return out
 

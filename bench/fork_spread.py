@@ -1,0 +1,236 @@
+"""Whether processes forked from one that imported torch sample the spread between processes as fresh ones do.
+
+    .venv/bin/python bench/fork_spread.py --checks 10 --pairs 4 --out bench/fork_spread.jsonl
+    .venv/bin/python bench/fork_spread.py --summary bench/fork_spread.jsonl
+
+A check against a revision pays a fresh process per side and pair: the interpreter, ``import torch``, the tests'
+imports and collection, before any test runs (``bench/suite_cost.py``). Processes forked from one process per
+side that already imported them would pay that once per check. What the paired rule needs of its pairs is that
+they sample the variance between processes; a forked process inherits its parent's state (the addresses it
+mapped, its heap), so whatever of that state sets a model's speed is shared by every pair of a check and
+differs between checks: the pairs would not see it, and the check's interval would be too narrow.
+
+This bench runs A/A checks (both sides the same code, side B from a copy of this file at a fresh temporary
+path, as the old side runs from an exported revision) in three ways, interleaved check by check:
+
+- ``exec``: every process of every pair a fresh interpreter (what the plugin does);
+- ``fork``: per check and side, one process imports torch and torchvision, then forks one child per pair;
+- ``fork+pad``: as ``fork``, and each child first maps a random number of pages and allocates random small
+  objects, so that its later allocations land elsewhere than its siblings'.
+
+Each process builds MobileNetV3-small and ResNet18 (torchvision, random weights from seed 0, one thread, inputs
+2 x 3 x 160 x 160), runs ``--warmup`` passes and ``--passes`` timed passes, and reports the median of each
+model's forward and of each of its top-level modules (forward hooks). A pair alternates which side runs first;
+its processes run one after the other. One JSON line per check: the mode, each item's ratio B / A per pair, and
+each process's wall time (for forks: from the request to the child's end).
+
+``--summary`` prints, per mode: the spread of the pairs' log ratios within a check, the variance between the
+checks' mean log ratios against the variance their pairs predict (``across / within``, as in
+``bench/check_spread.py``: about 1 where pairs sample all the noise), and the seconds a process took.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import mmap
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from check_spread import across_within
+
+MODES = ("exec", "fork", "fork+pad")
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def measure(warmup: int, passes: int) -> dict[str, float]:
+    """This process's median seconds per item: each model's forward and each of its top-level modules."""
+    import torch
+    import torchvision
+
+    torch.set_num_threads(1)
+    out: dict[str, float] = {}
+    for name in ("mobilenet_v3_small", "resnet18"):
+        torch.manual_seed(0)
+        model = getattr(torchvision.models, name)().eval()
+        x = torch.randn(2, 3, 160, 160)
+        spent: dict[str, list[float]] = {}
+        began: dict[str, float] = {}
+        for child_name, child in model.named_children():
+            child.register_forward_pre_hook(lambda m, a, n=child_name: began.__setitem__(n, time.perf_counter()))
+            child.register_forward_hook(
+                lambda m, a, r, n=child_name: spent.setdefault(n, []).append(time.perf_counter() - began[n])
+            )
+        with torch.inference_mode():
+            for _ in range(warmup):
+                model(x)
+            spent.clear()
+            totals = []
+            for _ in range(passes):
+                t0 = time.perf_counter()
+                model(x)
+                totals.append(time.perf_counter() - t0)
+        out[f"{name}:total"] = statistics.median(totals)
+        out.update({f"{name}:{n}": statistics.median(v) for n, v in spent.items()})
+    return out
+
+
+def pad() -> None:
+    """Move this process's later allocations: a random number of mapped pages and of small heap objects."""
+    rng = random.Random(os.urandom(16))
+    kept = [mmap.mmap(-1, mmap.PAGESIZE * rng.randint(1, 512))]
+    kept.append(bytearray(rng.randint(1, 1 << 16)))
+    kept.extend(bytes(rng.randint(1, 200)) for _ in range(rng.randint(0, 4000)))
+    globals()["_PADDING"] = kept
+
+
+def zygote(warmup: int, passes: int) -> None:
+    """Import torch and torchvision, then per line ``<out> <pad>`` on stdin fork a child that measures into
+    ``<out>``; answer each line with the child's seconds once it ended."""
+    import torch  # noqa: F401
+    import torchvision  # noqa: F401
+
+    print("ready", flush=True)
+    for line in sys.stdin:
+        out, padded = line.split()
+        t0 = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                if padded == "1":
+                    pad()
+                Path(out).write_text(json.dumps(measure(warmup, passes)), encoding="utf-8")
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        print(f"{time.perf_counter() - t0:.3f} {status}", flush=True)
+
+
+class Zygote:
+    def __init__(self, script: Path, warmup: int, passes: int) -> None:
+        cmd = [sys.executable, str(script), "--zygote", "--warmup", str(warmup), "--passes", str(passes)]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV)
+        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
+
+    def run(self, out: Path, padded: bool) -> tuple[dict[str, float], float]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{out} {int(padded)}\n")
+        self.proc.stdin.flush()
+        seconds, status = self.proc.stdout.readline().split()
+        if status != "0":
+            raise RuntimeError(f"a forked child ended with status {status}")
+        return json.loads(out.read_text(encoding="utf-8")), float(seconds)
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def run_exec(script: Path, out: Path, warmup: int, passes: int) -> tuple[dict[str, float], float]:
+    t0 = time.perf_counter()
+    cmd = [sys.executable, str(script), "--child", str(out), "--warmup", str(warmup), "--passes", str(passes)]
+    subprocess.run(cmd, check=True, env=ENV)
+    return json.loads(out.read_text(encoding="utf-8")), time.perf_counter() - t0
+
+
+def check(mode: str, pairs: int, warmup: int, passes: int) -> dict[str, Any]:
+    """One A/A check in ``mode``: side A runs this file, side B a copy at a fresh temporary path."""
+    here = Path(__file__).resolve()
+    with tempfile.TemporaryDirectory(prefix="fxprof-fork-spread-") as tmp:
+        scripts = {"A": here, "B": Path(tmp, "side", here.name)}
+        scripts["B"].parent.mkdir()
+        shutil.copy(here, scripts["B"])
+        shutil.copy(here.parent / "check_spread.py", scripts["B"].parent)
+        shutil.copy(here.parent / "pair_spread.py", scripts["B"].parent)
+        zygotes = {s: Zygote(p, warmup, passes) for s, p in scripts.items()} if mode != "exec" else {}
+        ratios: dict[str, list[float]] = {}
+        seconds: list[float] = []
+        try:
+            for i in range(pairs):
+                got = {}
+                for side in ("A", "B") if i % 2 == 0 else ("B", "A"):
+                    out = Path(tmp, f"{side}{i}.json")
+                    if mode == "exec":
+                        got[side], s = run_exec(scripts[side], out, warmup, passes)
+                    else:
+                        got[side], s = zygotes[side].run(out, padded=mode == "fork+pad")
+                    seconds.append(s)
+                for item in got["A"]:
+                    ratios.setdefault(item, []).append(got["B"][item] / got["A"][item])
+        finally:
+            for z in zygotes.values():
+                z.close()
+    return {"mode": mode, "pairs": pairs, "ratios": ratios, "seconds": seconds}
+
+
+def summary(path: Path) -> None:
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    print("| mode | checks | process s, median | total's pair spread, median (MobileNet, ResNet18) "
+          "| total: across / within (MobileNet, ResNet18) | modules: median across / within |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for mode in MODES:
+        mine = [r for r in rows if r["mode"] == mode]
+        if not mine:
+            continue
+        secs = statistics.median(s for r in mine for s in r["seconds"])
+        cells = []
+        ratio_cells = []
+        for model in ("mobilenet_v3_small", "resnet18"):
+            logs = [[math.log(x) for x in r["ratios"][f"{model}:total"]] for r in mine]
+            cells.append(f"{statistics.median(statistics.stdev(one) for one in logs):.2%}")
+            across, within = across_within([r["ratios"][f"{model}:total"] for r in mine])
+            ratio_cells.append(f"{across / within:.2f}")
+        modules = []
+        for item in mine[0]["ratios"]:
+            if not item.endswith(":total"):
+                across, within = across_within([r["ratios"][item] for r in mine])
+                if within > 0:
+                    modules.append(across / within)
+        print(f"| {mode} | {len(mine)} | {secs:.1f} | {', '.join(cells)} | {', '.join(ratio_cells)} "
+              f"| {statistics.median(modules):.2f} ({len(modules)}) |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--checks", type=int, default=10, help="checks per mode")
+    parser.add_argument("--pairs", type=int, default=4)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--passes", type=int, default=20)
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--summary", type=Path, help="print the table of a run's JSON lines")
+    parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--zygote", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        args.child.write_text(json.dumps(measure(args.warmup, args.passes)), encoding="utf-8")
+    elif args.zygote:
+        zygote(args.warmup, args.passes)
+    elif args.summary:
+        summary(args.summary)
+    else:
+        if args.out is None:
+            parser.error("--out is required to measure")
+        modes = args.modes.split(",")
+        rng = random.Random(0)
+        with args.out.open("a", encoding="utf-8") as out:
+            for _ in range(args.checks):
+                for mode in rng.sample(modes, len(modes)):
+                    out.write(json.dumps(check(mode, args.pairs, args.warmup, args.passes)) + "\n")
+                    out.flush()
+
+
+if __name__ == "__main__":
+    main()
