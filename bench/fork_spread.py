@@ -19,10 +19,11 @@ path, as the old side runs from an exported revision) in three ways, interleaved
   objects, so that its later allocations land elsewhere than its siblings'.
 
 Each process builds MobileNetV3-small and ResNet18 (torchvision, random weights from seed 0, one thread, inputs
-2 x 3 x 160 x 160), runs ``--warmup`` passes and ``--passes`` timed passes, and reports the median of each
-model's forward and of each of its top-level modules (forward hooks). A pair alternates which side runs first;
-its processes run one after the other. One JSON line per check: the mode, each item's ratio B / A per pair, and
-each process's wall time (for forks: from the request to the child's end).
+2 x 3 x 160 x 160), runs ``--warmup`` passes and ``--passes`` timed passes, and reports the median of each model's
+forward and of each of its top-level modules, or of their children where one is a ``Sequential`` (``features.1``,
+``layer1.0``; forward hooks). A pair alternates which side runs first; its processes run one after the other. One
+JSON line per check: the mode, each item's ratio B / A per pair, and each process's wall time (for forks: from
+the request to the child's end).
 
 ``--summary`` prints, per mode: the spread of the pairs' log ratios within a check, the variance between the
 checks' mean log ratios against the variance their pairs predict (``across / within``, as in
@@ -64,16 +65,17 @@ def measure(warmup: int, passes: int) -> dict[str, float]:
         model = getattr(torchvision.models, name)().eval()
         x = torch.randn(2, 3, 160, 160)
         spent: dict[str, list[float]] = {}
-        began: dict[str, float] = {}
         for child_name, child in model.named_children():
-            child.register_forward_pre_hook(lambda m, a, n=child_name: began.__setitem__(n, time.perf_counter()))
-            child.register_forward_hook(
-                lambda m, a, r, n=child_name: spent.setdefault(n, []).append(time.perf_counter() - began[n])
-            )
+            if isinstance(child, torch.nn.Sequential):  # features.0, layer1.1, ...
+                for inner, module in child.named_children():
+                    _time_module(module, spent.setdefault(f"{child_name}.{inner}", []))
+            else:
+                _time_module(child, spent.setdefault(child_name, []))
         with torch.inference_mode():
             for _ in range(warmup):
                 model(x)
-            spent.clear()
+            for seconds in spent.values():
+                seconds.clear()
             totals = []
             for _ in range(passes):
                 t0 = time.perf_counter()
@@ -82,6 +84,20 @@ def measure(warmup: int, passes: int) -> dict[str, float]:
         out[f"{name}:total"] = statistics.median(totals)
         out.update({f"{name}:{n}": statistics.median(v) for n, v in spent.items()})
     return out
+
+
+def _time_module(module: Any, into: list[float]) -> None:
+    """Append each of ``module``'s forward calls' seconds to ``into``."""
+    began = [0.0]
+
+    def start(*_: Any) -> None:
+        began[0] = time.perf_counter()
+
+    def stop(*_: Any) -> None:
+        into.append(time.perf_counter() - began[0])
+
+    module.register_forward_pre_hook(start)
+    module.register_forward_hook(stop)
 
 
 def pad() -> None:
@@ -121,10 +137,13 @@ class Zygote:
     def __init__(self, script: Path, warmup: int, passes: int) -> None:
         cmd = [sys.executable, str(script), "--zygote", "--warmup", str(warmup), "--passes", str(passes)]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV)
-        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
+        assert self.proc.stdout is not None
+        if self.proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"{script} --zygote did not start")
 
     def run(self, out: Path, padded: bool) -> tuple[dict[str, float], float]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
         self.proc.stdin.write(f"{out} {int(padded)}\n")
         self.proc.stdin.flush()
         seconds, status = self.proc.stdout.readline().split()
@@ -177,8 +196,10 @@ def check(mode: str, pairs: int, warmup: int, passes: int) -> dict[str, Any]:
 
 def summary(path: Path) -> None:
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    print("| mode | checks | process s, median | total's pair spread, median (MobileNet, ResNet18) "
-          "| total: across / within (MobileNet, ResNet18) | modules: median across / within |")
+    print(
+        "| mode | checks | process s, median | total's pair spread, median (MobileNet, ResNet18) "
+        "| total: across / within (MobileNet, ResNet18) | modules: median across / within |"
+    )
     print("| --- | --- | --- | --- | --- | --- |")
     for mode in MODES:
         mine = [r for r in rows if r["mode"] == mode]
@@ -198,8 +219,10 @@ def summary(path: Path) -> None:
                 across, within = across_within([r["ratios"][item] for r in mine])
                 if within > 0:
                     modules.append(across / within)
-        print(f"| {mode} | {len(mine)} | {secs:.1f} | {', '.join(cells)} | {', '.join(ratio_cells)} "
-              f"| {statistics.median(modules):.2f} ({len(modules)}) |")
+        print(
+            f"| {mode} | {len(mine)} | {secs:.1f} | {', '.join(cells)} | {', '.join(ratio_cells)} "
+            f"| {statistics.median(modules):.2f} ({len(modules)}) |"
+        )
 
 
 def main() -> None:
