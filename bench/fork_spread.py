@@ -21,9 +21,9 @@ path, as the old side runs from an exported revision) in three ways, interleaved
 Each process builds MobileNetV3-small and ResNet18 (torchvision, random weights from seed 0, one thread, inputs
 2 x 3 x 160 x 160), runs ``--warmup`` passes and ``--passes`` timed passes, and reports the median of each model's
 forward and of each of its top-level modules, or of their children where one is a ``Sequential`` (``features.1``,
-``layer1.0``; forward hooks). A pair alternates which side runs first; its processes run one after the other. One
-JSON line per check: the mode, each item's ratio B / A per pair, and each process's wall time (for forks: from
-the request to the child's end).
+``layer1.0``; forward hooks). A pair's two processes run at once, pass by pass in lock-step and trading the two
+cores, as the plugin's duets do (``pytest_fxprof.measure.lockstep``). One JSON line per check: the mode, each
+item's ratio B / A per pair, and each process's wall time (for forks: from the request to the child's end).
 
 ``--summary`` prints, per mode: the spread of the pairs' log ratios within a check, the variance between the
 checks' mean log ratios against the variance their pairs predict (``across / within``, as in
@@ -49,14 +49,20 @@ from typing import Any
 
 from check_spread import across_within
 
+from pytest_fxprof.measure.lockstep import exited_mark
+
 MODES = ("exec", "fork", "fork+pad")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-def measure(warmup: int, passes: int) -> dict[str, float]:
-    """This process's median seconds per item: each model's forward and each of its top-level modules."""
+def measure(warmup: int, passes: int, duet: dict[str, Any]) -> dict[str, float]:
+    """This process's median seconds per item: each model's forward and each of its top-level modules (or their
+    children). ``duet``: the pair's lock-step (``measure.lockstep``): each pass run with the twin's, the two
+    trading the cores pass by pass, as the plugin's duets do."""
     import torch
     import torchvision
+
+    from pytest_fxprof.measure.lockstep import DONE, lockstep_barrier
 
     torch.set_num_threads(1)
     out: dict[str, float] = {}
@@ -71,16 +77,20 @@ def measure(warmup: int, passes: int) -> dict[str, float]:
                     _time_module(module, spent.setdefault(f"{child_name}.{inner}", []))
             else:
                 _time_module(child, spent.setdefault(child_name, []))
+        barrier = lockstep_barrier(duet, name)
+        assert barrier is not None
         with torch.inference_mode():
             for _ in range(warmup):
                 model(x)
             for seconds in spent.values():
                 seconds.clear()
             totals = []
-            for _ in range(passes):
+            for i in range(passes):
+                barrier(i)
                 t0 = time.perf_counter()
                 model(x)
                 totals.append(time.perf_counter() - t0)
+            barrier(DONE)
         out[f"{name}:total"] = statistics.median(totals)
         out.update({f"{name}:{n}": statistics.median(v) for n, v in spent.items()})
     return out
@@ -103,21 +113,21 @@ def _time_module(module: Any, into: list[float]) -> None:
 def pad() -> None:
     """Move this process's later allocations: a random number of mapped pages and of small heap objects."""
     rng = random.Random(os.urandom(16))
-    kept = [mmap.mmap(-1, mmap.PAGESIZE * rng.randint(1, 512))]
+    kept: list[Any] = [mmap.mmap(-1, mmap.PAGESIZE * rng.randint(1, 512))]
     kept.append(bytearray(rng.randint(1, 1 << 16)))
     kept.extend(bytes(rng.randint(1, 200)) for _ in range(rng.randint(0, 4000)))
     globals()["_PADDING"] = kept
 
 
 def zygote(warmup: int, passes: int) -> None:
-    """Import torch and torchvision, then per line ``<out> <pad>`` on stdin fork a child that measures into
-    ``<out>``; answer each line with the child's seconds once it ended."""
+    """Import torch and torchvision, then per line ``<out> <pad> <duet>`` on stdin fork a child that measures
+    into ``<out>``; answer each line with the child's seconds and status once it ended."""
     import torch  # noqa: F401
     import torchvision  # noqa: F401
 
     print("ready", flush=True)
     for line in sys.stdin:
-        out, padded = line.split()
+        out, padded, duet = line.split(maxsplit=2)
         t0 = time.perf_counter()
         pid = os.fork()
         if pid == 0:
@@ -125,7 +135,7 @@ def zygote(warmup: int, passes: int) -> None:
             try:
                 if padded == "1":
                     pad()
-                Path(out).write_text(json.dumps(measure(warmup, passes)), encoding="utf-8")
+                Path(out).write_text(json.dumps(measure(warmup, passes, json.loads(duet))), encoding="utf-8")
                 code = 0
             finally:
                 os._exit(code)
@@ -134,6 +144,8 @@ def zygote(warmup: int, passes: int) -> None:
 
 
 class Zygote:
+    """A process of one side that imported torch and torchvision, forking a child per request."""
+
     def __init__(self, script: Path, warmup: int, passes: int) -> None:
         cmd = [sys.executable, str(script), "--zygote", "--warmup", str(warmup), "--passes", str(passes)]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV)
@@ -141,15 +153,17 @@ class Zygote:
         if self.proc.stdout.readline().strip() != "ready":
             raise RuntimeError(f"{script} --zygote did not start")
 
-    def run(self, out: Path, padded: bool) -> tuple[dict[str, float], float]:
+    def send(self, out: Path, padded: bool, duet: dict[str, Any]) -> None:
         assert self.proc.stdin is not None
-        assert self.proc.stdout is not None
-        self.proc.stdin.write(f"{out} {int(padded)}\n")
+        self.proc.stdin.write(f"{out} {int(padded)} {json.dumps(duet)}\n")
         self.proc.stdin.flush()
+
+    def receive(self) -> float:
+        assert self.proc.stdout is not None
         seconds, status = self.proc.stdout.readline().split()
         if status != "0":
             raise RuntimeError(f"a forked child ended with status {status}")
-        return json.loads(out.read_text(encoding="utf-8")), float(seconds)
+        return float(seconds)
 
     def close(self) -> None:
         if self.proc.stdin is not None:
@@ -157,11 +171,38 @@ class Zygote:
         self.proc.wait(timeout=60)
 
 
-def run_exec(script: Path, out: Path, warmup: int, passes: int) -> tuple[dict[str, float], float]:
-    t0 = time.perf_counter()
-    cmd = [sys.executable, str(script), "--child", str(out), "--warmup", str(warmup), "--passes", str(passes)]
-    subprocess.run(cmd, check=True, env=ENV)
-    return json.loads(out.read_text(encoding="utf-8")), time.perf_counter() - t0
+def duet_spec(directory: Path, side: str) -> dict[str, Any]:
+    """Side ``A`` (the plugin's ``old``) or ``B`` (``new``) of a duet in ``directory``, trading the first two
+    cores."""
+    me, other = ("old", "new") if side == "A" else ("new", "old")
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    return {"dir": str(directory), "side": me, "other": other, "cores": cores if len(cores) == 2 else []}
+
+
+def pair(
+    mode: str, scripts: dict[str, Path], zygotes: dict[str, Zygote], directory: Path, *, warmup: int, passes: int
+) -> tuple[dict[str, dict[str, float]], list[float]]:
+    """One pair: both sides at once, in lock-step; what each measured and each process's seconds."""
+    directory.mkdir()
+    outs = {side: directory / f"{side}.json" for side in scripts}
+    seconds = []
+    if mode == "exec":
+        t0 = time.perf_counter()
+        procs = {}
+        for side, script in scripts.items():
+            cmd = [sys.executable, str(script), "--child", str(outs[side]), "--warmup", str(warmup)]
+            cmd += ["--passes", str(passes), "--duet", json.dumps(duet_spec(directory, side))]
+            procs[side] = subprocess.Popen(cmd, env=ENV)
+        for side, proc in procs.items():
+            if proc.wait() != 0:
+                raise RuntimeError(f"side {side}'s process ended with status {proc.returncode}")
+            exited_mark(directory, duet_spec(directory, side)["side"]).touch()
+            seconds.append(time.perf_counter() - t0)
+    else:
+        for side, z in zygotes.items():
+            z.send(outs[side], mode == "fork+pad", duet_spec(directory, side))
+        seconds = [z.receive() for z in zygotes.values()]
+    return {side: json.loads(out.read_text(encoding="utf-8")) for side, out in outs.items()}, seconds
 
 
 def check(mode: str, pairs: int, warmup: int, passes: int) -> dict[str, Any]:
@@ -170,22 +211,15 @@ def check(mode: str, pairs: int, warmup: int, passes: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="fxprof-fork-spread-") as tmp:
         scripts = {"A": here, "B": Path(tmp, "side", here.name)}
         scripts["B"].parent.mkdir()
-        shutil.copy(here, scripts["B"])
-        shutil.copy(here.parent / "check_spread.py", scripts["B"].parent)
-        shutil.copy(here.parent / "pair_spread.py", scripts["B"].parent)
+        for name in (here.name, "check_spread.py", "pair_spread.py"):
+            shutil.copy(here.parent / name, scripts["B"].parent)
         zygotes = {s: Zygote(p, warmup, passes) for s, p in scripts.items()} if mode != "exec" else {}
         ratios: dict[str, list[float]] = {}
         seconds: list[float] = []
         try:
             for i in range(pairs):
-                got = {}
-                for side in ("A", "B") if i % 2 == 0 else ("B", "A"):
-                    out = Path(tmp, f"{side}{i}.json")
-                    if mode == "exec":
-                        got[side], s = run_exec(scripts[side], out, warmup, passes)
-                    else:
-                        got[side], s = zygotes[side].run(out, padded=mode == "fork+pad")
-                    seconds.append(s)
+                got, spent = pair(mode, scripts, zygotes, Path(tmp, f"pair{i}"), warmup=warmup, passes=passes)
+                seconds += spent
                 for item in got["A"]:
                     ratios.setdefault(item, []).append(got["B"][item] / got["A"][item])
         finally:
@@ -236,9 +270,10 @@ def main() -> None:
     parser.add_argument("--summary", type=Path, help="print the table of a run's JSON lines")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--zygote", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--duet", default="{}", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        args.child.write_text(json.dumps(measure(args.warmup, args.passes)), encoding="utf-8")
+        args.child.write_text(json.dumps(measure(args.warmup, args.passes, json.loads(args.duet))), encoding="utf-8")
     elif args.zygote:
         zygote(args.warmup, args.passes)
     elif args.summary:
