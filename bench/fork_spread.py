@@ -229,34 +229,37 @@ def check(mode: str, pairs: int, warmup: int, passes: int) -> dict[str, Any]:
 
 
 def summary(path: Path) -> None:
+    """Per mode: seconds per process, and per model's total the pairs' spread within a check, the mean ratio over
+    the checks and ``across / within``; over the modules, ``across / within``'s median and largest."""
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     print(
-        "| mode | checks | process s, median | total's pair spread, median (MobileNet, ResNet18) "
-        "| total: across / within (MobileNet, ResNet18) | modules: median across / within |"
+        "| mode | checks | seconds a process took, median | model | total: pairs' spread (sd of log ratios), "
+        "median | total: mean ratio | total: across / within | modules: across / within, median [largest] |"
     )
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for mode in MODES:
         mine = [r for r in rows if r["mode"] == mode]
-        if not mine:
+        if len(mine) < 2:
             continue
-        secs = statistics.median(s for r in mine for s in r["seconds"])
-        cells = []
-        ratio_cells = []
+        seconds = statistics.median(s for r in mine for s in r["seconds"])
         for model in ("mobilenet_v3_small", "resnet18"):
-            logs = [[math.log(x) for x in r["ratios"][f"{model}:total"]] for r in mine]
-            cells.append(f"{statistics.median(statistics.stdev(one) for one in logs):.2%}")
-            across, within = across_within([r["ratios"][f"{model}:total"] for r in mine])
-            ratio_cells.append(f"{across / within:.2f}")
-        modules = []
-        for item in mine[0]["ratios"]:
-            if not item.endswith(":total"):
-                across, within = across_within([r["ratios"][item] for r in mine])
-                if within > 0:
-                    modules.append(across / within)
-        print(
-            f"| {mode} | {len(mine)} | {secs:.1f} | {', '.join(cells)} | {', '.join(ratio_cells)} "
-            f"| {statistics.median(modules):.2f} ({len(modules)}) |"
-        )
+            totals = [r["ratios"][f"{model}:total"] for r in mine]
+            spread = statistics.median(statistics.stdev(math.log(x) for x in one) for one in totals)
+            mean = math.exp(statistics.mean(math.log(x) for one in totals for x in one))
+            across, within = across_within(totals)
+            modules = sorted(
+                a / w
+                for a, w in (
+                    across_within([r["ratios"][item] for r in mine])
+                    for item in mine[0]["ratios"]
+                    if item.startswith(f"{model}:") and not item.endswith(":total")
+                )
+                if w > 0
+            )
+            print(
+                f"| {mode} | {len(mine)} | {seconds:.1f} | {model} | {spread:.1%} | x{mean:.3f} "
+                f"| {across / within:.2f} | {statistics.median(modules):.2f} [{modules[-1]:.2f}] ({len(modules)}) |"
+            )
 
 
 def main() -> None:
