@@ -11,12 +11,18 @@ mapped, its heap), so whatever of that state sets a model's speed is shared by e
 differs between checks: the pairs would not see it, and the check's interval would be too narrow.
 
 This bench runs A/A checks (both sides the same code, side B from a copy of this file at a fresh temporary
-path, as the old side runs from an exported revision) in three ways, interleaved check by check:
+path, as the old side runs from an exported revision) in up to five ways, interleaved check by check:
 
 - ``exec``: every process of every pair a fresh interpreter (what the plugin does);
 - ``fork``: per check and side, one process imports torch and torchvision, then forks one child per pair;
 - ``fork+pad``: as ``fork``, and each child first maps a random number of pages and allocates random small
-  objects, so that its later allocations land elsewhere than its siblings'.
+  objects, so that its later allocations land elsewhere than its siblings';
+- ``shared``: per check, one process imports torch and torchvision and forks both sides' children of every pair,
+  so that whatever its state does to a model's speed it does to both sides of each pair alike;
+- ``shared+pad``: as ``shared``, each child padded as in ``fork+pad``.
+
+In the shared ways both children run the bench's code as their zygote imported it (side A's file); the models
+measured are torchvision's on both sides in every way.
 
 Each process builds MobileNetV3-small and ResNet18 (torchvision, random weights from seed 0, one thread, inputs
 2 x 3 x 160 x 160), runs ``--warmup`` passes and ``--passes`` timed passes, and reports the median of each model's
@@ -51,7 +57,7 @@ from check_spread import across_within
 
 from pytest_fxprof.measure.lockstep import exited_mark
 
-MODES = ("exec", "fork", "fork+pad")
+MODES = ("exec", "fork", "fork+pad", "shared", "shared+pad")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
@@ -121,13 +127,23 @@ def pad() -> None:
 
 def zygote(warmup: int, passes: int) -> None:
     """Import torch and torchvision, then per line ``<out> <pad> <duet>`` on stdin fork a child that measures
-    into ``<out>``; answer each line with the child's seconds and status once it ended."""
+    into ``<out>``; on a line ``wait``, wait for every child forked since the last and answer one line each
+    ``<seconds> <status>`` as they end, marking each child's side as exited for its twin's lock-step."""
     import torch  # noqa: F401
     import torchvision  # noqa: F401
 
     print("ready", flush=True)
+    children: dict[int, tuple[float, dict[str, Any]]] = {}
     for line in sys.stdin:
-        out, padded, duet = line.split(maxsplit=2)
+        if line.strip() == "wait":
+            while children:
+                pid, status = os.wait()
+                t0, duet = children.pop(pid)
+                exited_mark(Path(duet["dir"]), duet["side"]).touch()
+                print(f"{time.perf_counter() - t0:.3f} {status}", flush=True)
+            continue
+        out, padded, duet_text = line.split(maxsplit=2)
+        duet = json.loads(duet_text)
         t0 = time.perf_counter()
         pid = os.fork()
         if pid == 0:
@@ -135,12 +151,11 @@ def zygote(warmup: int, passes: int) -> None:
             try:
                 if padded == "1":
                     pad()
-                Path(out).write_text(json.dumps(measure(warmup, passes, json.loads(duet))), encoding="utf-8")
+                Path(out).write_text(json.dumps(measure(warmup, passes, duet)), encoding="utf-8")
                 code = 0
             finally:
                 os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        print(f"{time.perf_counter() - t0:.3f} {status}", flush=True)
+        children[pid] = (t0, duet)
 
 
 class Zygote:
@@ -158,12 +173,22 @@ class Zygote:
         self.proc.stdin.write(f"{out} {int(padded)} {json.dumps(duet)}\n")
         self.proc.stdin.flush()
 
-    def receive(self) -> float:
+    def ask(self) -> None:
+        """Ask for the children forked since the last ``ask`` to be waited for (every zygote of a pair is asked
+        before any is read, so that a side's exit is marked for its twin whichever ends first)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("wait\n")
+        self.proc.stdin.flush()
+
+    def receive(self, children: int) -> list[float]:
+        """The seconds of each of the ``children`` asked for."""
         assert self.proc.stdout is not None
-        seconds, status = self.proc.stdout.readline().split()
-        if status != "0":
-            raise RuntimeError(f"a forked child ended with status {status}")
-        return float(seconds)
+        ended = [self.proc.stdout.readline().split() for _ in range(children)]
+        if any(len(e) != 2 for e in ended):
+            raise RuntimeError(f"the zygote ended before its children did (exit status {self.proc.poll()})")
+        if any(status != "0" for _, status in ended):
+            raise RuntimeError(f"a forked child ended with status {[status for _, status in ended]}")
+        return [float(seconds) for seconds, _ in ended]
 
     def close(self) -> None:
         if self.proc.stdin is not None:
@@ -193,15 +218,27 @@ def pair(
             cmd = [sys.executable, str(script), "--child", str(outs[side]), "--warmup", str(warmup)]
             cmd += ["--passes", str(passes), "--duet", json.dumps(duet_spec(directory, side))]
             procs[side] = subprocess.Popen(cmd, env=ENV)
-        for side, proc in procs.items():
-            if proc.wait() != 0:
-                raise RuntimeError(f"side {side}'s process ended with status {proc.returncode}")
-            exited_mark(directory, duet_spec(directory, side)["side"]).touch()
-            seconds.append(time.perf_counter() - t0)
+        codes = {}
+        while procs:  # each side marked exited as soon as it ends, so that a crash does not leave its twin waiting
+            for side, proc in list(procs.items()):
+                if proc.poll() is not None:
+                    exited_mark(directory, duet_spec(directory, side)["side"]).touch()
+                    codes[side] = proc.returncode
+                    seconds.append(time.perf_counter() - t0)
+                    del procs[side]
+            time.sleep(0.05)
+        failed = {side: code for side, code in codes.items() if code != 0}
+        if failed:
+            raise RuntimeError(f"side processes ended with status {failed}")
     else:
-        for side, z in zygotes.items():
-            z.send(outs[side], mode == "fork+pad", duet_spec(directory, side))
-        seconds = [z.receive() for z in zygotes.values()]
+        shared = mode.startswith("shared")
+        for side in scripts:
+            z = zygotes["A" if shared else side]
+            z.send(outs[side], mode.endswith("+pad"), duet_spec(directory, side))
+        for z in zygotes.values():
+            z.ask()
+        for z in zygotes.values():
+            seconds += z.receive(len(scripts) if shared else 1)
     return {side: json.loads(out.read_text(encoding="utf-8")) for side, out in outs.items()}, seconds
 
 
@@ -213,7 +250,8 @@ def check(mode: str, pairs: int, warmup: int, passes: int) -> dict[str, Any]:
         scripts["B"].parent.mkdir()
         for name in (here.name, "check_spread.py", "pair_spread.py"):
             shutil.copy(here.parent / name, scripts["B"].parent)
-        zygotes = {s: Zygote(p, warmup, passes) for s, p in scripts.items()} if mode != "exec" else {}
+        served = {"exec": {}, "shared": {"A": scripts["A"]}}.get(mode.split("+", maxsplit=1)[0], scripts)
+        zygotes = {side: Zygote(script, warmup, passes) for side, script in served.items()}
         ratios: dict[str, list[float]] = {}
         seconds: list[float] = []
         try:
