@@ -205,17 +205,26 @@ def duet_spec(directory: Path, side: str) -> dict[str, Any]:
 
 
 def pair(
-    mode: str, scripts: dict[str, Path], zygotes: dict[str, Zygote], directory: Path, *, warmup: int, passes: int
+    mode: str,
+    scripts: dict[str, Path],
+    zygotes: dict[str, Zygote],
+    directory: Path,
+    *,
+    warmup: int,
+    passes: int,
+    first: str = "A",
 ) -> tuple[dict[str, dict[str, float]], list[float]]:
-    """One pair: both sides at once, in lock-step; what each measured and each process's seconds."""
+    """One pair: both sides at once, in lock-step, side ``first`` started (or forked) first; what each measured
+    and each process's seconds."""
     directory.mkdir()
+    order = sorted(scripts, key=lambda side: side != first)
     outs = {side: directory / f"{side}.json" for side in scripts}
     seconds = []
     if mode == "exec":
         t0 = time.perf_counter()
         procs = {}
-        for side, script in scripts.items():
-            cmd = [sys.executable, str(script), "--child", str(outs[side]), "--warmup", str(warmup)]
+        for side in order:
+            cmd = [sys.executable, str(scripts[side]), "--child", str(outs[side]), "--warmup", str(warmup)]
             cmd += ["--passes", str(passes), "--duet", json.dumps(duet_spec(directory, side))]
             procs[side] = subprocess.Popen(cmd, env=ENV)
         codes = {}
@@ -232,7 +241,7 @@ def pair(
             raise RuntimeError(f"side processes ended with status {failed}")
     else:
         shared = mode.startswith("shared")
-        for side in scripts:
+        for side in order:
             z = zygotes["A" if shared else side]
             z.send(outs[side], mode.endswith("+pad"), duet_spec(directory, side))
         for z in zygotes.values():
@@ -242,8 +251,9 @@ def pair(
     return {side: json.loads(out.read_text(encoding="utf-8")) for side, out in outs.items()}, seconds
 
 
-def check(mode: str, pairs: int, warmup: int, passes: int) -> dict[str, Any]:
-    """One A/A check in ``mode``: side A runs this file, side B a copy at a fresh temporary path."""
+def check(mode: str, pairs: int, warmup: int, passes: int, *, alternate: bool = False) -> dict[str, Any]:
+    """One A/A check in ``mode``: side A runs this file, side B a copy at a fresh temporary path; side A started
+    first in every pair, or (``alternate``) in every other pair and side B in the others."""
     here = Path(__file__).resolve()
     with tempfile.TemporaryDirectory(prefix="fxprof-fork-spread-") as tmp:
         scripts = {"A": here, "B": Path(tmp, "side", here.name)}
@@ -255,15 +265,18 @@ def check(mode: str, pairs: int, warmup: int, passes: int) -> dict[str, Any]:
         ratios: dict[str, list[float]] = {}
         seconds: list[float] = []
         try:
-            for i in range(pairs):
-                got, spent = pair(mode, scripts, zygotes, Path(tmp, f"pair{i}"), warmup=warmup, passes=passes)
+            firsts = ["B" if alternate and i % 2 else "A" for i in range(pairs)]
+            for i, first in enumerate(firsts):
+                got, spent = pair(
+                    mode, scripts, zygotes, Path(tmp, f"pair{i}"), warmup=warmup, passes=passes, first=first
+                )
                 seconds += spent
                 for item in got["A"]:
                     ratios.setdefault(item, []).append(got["B"][item] / got["A"][item])
         finally:
             for z in zygotes.values():
                 z.close()
-    return {"mode": mode, "pairs": pairs, "ratios": ratios, "seconds": seconds}
+    return {"mode": mode, "pairs": pairs, "ratios": ratios, "seconds": seconds, "first": firsts}
 
 
 def summary(path: Path) -> None:
@@ -298,6 +311,30 @@ def summary(path: Path) -> None:
                 f"| {mode} | {len(mine)} | {seconds:.1f} | {model} | {spread:.1%} | x{mean:.3f} "
                 f"| {across / within:.2f} | {statistics.median(modules):.2f} [{modules[-1]:.2f}] ({len(modules)}) |"
             )
+    by_first(rows)
+
+
+def by_first(rows: list[dict[str, Any]]) -> None:
+    """Where sides took turns starting first (``--alternate``): per mode and model, the total's mean ratio B / A
+    over the pairs whose side A started first and over those whose side B did."""
+    alternated = [r for r in rows if len(set(r.get("first", "A"))) == 2]
+    if not alternated:
+        return
+    print("\n| mode | model | total: mean ratio, A started first | total: mean ratio, B started first | pairs |")
+    print("| --- | --- | --- | --- | --- |")
+    for mode in MODES:
+        mine = [r for r in alternated if r["mode"] == mode]
+        for model in ("mobilenet_v3_small", "resnet18") if mine else ():
+            means = {}
+            for side in ("A", "B"):
+                logs = [
+                    math.log(x)
+                    for r in mine
+                    for x, first in zip(r["ratios"][f"{model}:total"], r["first"], strict=True)
+                    if first == side
+                ]
+                means[side] = math.exp(statistics.mean(logs))
+            print(f"| {mode} | {model} | x{means['A']:.3f} | x{means['B']:.3f} | {len(mine) * mine[0]['pairs']} |")
 
 
 def main() -> None:
@@ -308,6 +345,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--passes", type=int, default=20)
     parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--alternate", action="store_true", help="side B starts first in every other pair")
     parser.add_argument("--summary", type=Path, help="print the table of a run's JSON lines")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--zygote", action="store_true", help=argparse.SUPPRESS)
@@ -327,7 +365,8 @@ def main() -> None:
         with args.out.open("a", encoding="utf-8") as out:
             for _ in range(args.checks):
                 for mode in rng.sample(modes, len(modes)):
-                    out.write(json.dumps(check(mode, args.pairs, args.warmup, args.passes)) + "\n")
+                    got = check(mode, args.pairs, args.warmup, args.passes, alternate=args.alternate)
+                    out.write(json.dumps(got) + "\n")
                     out.flush()
 
 
