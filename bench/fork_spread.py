@@ -28,12 +28,16 @@ Each process builds MobileNetV3-small and ResNet18 (torchvision, random weights 
 2 x 3 x 160 x 160), runs ``--warmup`` passes and ``--passes`` timed passes, and reports the median of each model's
 forward and of each of its top-level modules, or of their children where one is a ``Sequential`` (``features.1``,
 ``layer1.0``; forward hooks). A pair's two processes run at once, pass by pass in lock-step and trading the two
-cores, as the plugin's duets do (``pytest_fxprof.measure.lockstep``). One JSON line per check: the mode, each
-item's ratio B / A per pair, and each process's wall time (for forks: from the request to the child's end).
+cores, as the plugin's duets do (``pytest_fxprof.measure.lockstep``). Side A's process is started (or forked)
+first in every pair, or with ``--alternate`` in the even pairs and side B's in the odd ones, as the plugin
+alternates the order of a pair's sides where they run one after the other. One JSON line per check: the mode,
+each item's ratio B / A per pair, each process's wall time (for forks: from the request to the child's end) and
+which side started first in each pair.
 
-``--summary`` prints, per mode: the spread of the pairs' log ratios within a check, the variance between the
+``--summary`` prints, per mode: the seconds a process took, the spread of the pairs' log ratios within a check,
+the total's mean ratio (over all pairs, and over the even and the odd ones apart), the variance between the
 checks' mean log ratios against the variance their pairs predict (``across / within``, as in
-``bench/check_spread.py``: about 1 where pairs sample all the noise), and the seconds a process took.
+``bench/check_spread.py``: about 1 where pairs sample all the noise), and how many items are past 2.5.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -280,14 +285,17 @@ def check(mode: str, pairs: int, warmup: int, passes: int, *, alternate: bool = 
 
 
 def summary(path: Path) -> None:
-    """Per mode: seconds per process, and per model's total the pairs' spread within a check, the mean ratio over
-    the checks and ``across / within``; over the modules, ``across / within``'s median and largest."""
+    """Per mode and model: seconds per process; the total's pairs' spread within a check, its mean ratio over all
+    pairs and over the even pairs (0, 2, ...) and the odd ones (with ``--alternate``, those whose side B started
+    first); ``across / within`` of the total, its median and largest over the modules, and how many items (the
+    total and the modules) are past ``PAST``."""
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     print(
         "| mode | checks | seconds a process took, median | model | total: pairs' spread (sd of log ratios), "
-        "median | total: mean ratio | total: across / within | modules: across / within, median [largest] |"
+        "median | total: mean ratio | total: mean ratio, even pairs / odd pairs | total: across / within "
+        f"| modules: across / within, median [largest] | items past {PAST} |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for mode in MODES:
         mine = [r for r in rows if r["mode"] == mode]
         if len(mine) < 2:
@@ -296,45 +304,31 @@ def summary(path: Path) -> None:
         for model in ("mobilenet_v3_small", "resnet18"):
             totals = [r["ratios"][f"{model}:total"] for r in mine]
             spread = statistics.median(statistics.stdev(math.log(x) for x in one) for one in totals)
-            mean = math.exp(statistics.mean(math.log(x) for one in totals for x in one))
-            across, within = across_within(totals)
-            modules = sorted(
-                a / w
-                for a, w in (
-                    across_within([r["ratios"][item] for r in mine])
-                    for item in mine[0]["ratios"]
-                    if item.startswith(f"{model}:") and not item.endswith(":total")
-                )
-                if w > 0
-            )
+            means = [_mean_ratio(x for one in totals for x in one[parity::2]) for parity in (0, 1)]
+            ratio = {
+                item: across / within
+                for item in mine[0]["ratios"]
+                if item.startswith(f"{model}:")
+                for across, within in [across_within([r["ratios"][item] for r in mine])]
+                if within > 0
+            }
+            total = ratio[f"{model}:total"]
+            modules = sorted(v for item, v in ratio.items() if not item.endswith(":total"))
+            past = sum(v > PAST for v in ratio.values())
             print(
-                f"| {mode} | {len(mine)} | {seconds:.1f} | {model} | {spread:.1%} | x{mean:.3f} "
-                f"| {across / within:.2f} | {statistics.median(modules):.2f} [{modules[-1]:.2f}] ({len(modules)}) |"
+                f"| {mode} | {len(mine)} | {seconds:.1f} | {model} | {spread:.1%} "
+                f"| x{_mean_ratio(x for one in totals for x in one):.3f} | x{means[0]:.3f} / x{means[1]:.3f} "
+                f"| {total:.2f} | {statistics.median(modules):.2f} [{modules[-1]:.2f}] ({len(modules)}) "
+                f"| {past} of {len(ratio)} |"
             )
-    by_first(rows)
 
 
-def by_first(rows: list[dict[str, Any]]) -> None:
-    """Where sides took turns starting first (``--alternate``): per mode and model, the total's mean ratio B / A
-    over the pairs whose side A started first and over those whose side B did."""
-    alternated = [r for r in rows if len(set(r.get("first", "A"))) == 2]
-    if not alternated:
-        return
-    print("\n| mode | model | total: mean ratio, A started first | total: mean ratio, B started first | pairs |")
-    print("| --- | --- | --- | --- | --- |")
-    for mode in MODES:
-        mine = [r for r in alternated if r["mode"] == mode]
-        for model in ("mobilenet_v3_small", "resnet18") if mine else ():
-            means = {}
-            for side in ("A", "B"):
-                logs = [
-                    math.log(x)
-                    for r in mine
-                    for x, first in zip(r["ratios"][f"{model}:total"], r["first"], strict=True)
-                    if first == side
-                ]
-                means[side] = math.exp(statistics.mean(logs))
-            print(f"| {mode} | {model} | x{means['A']:.3f} | x{means['B']:.3f} | {len(mine) * mine[0]['pairs']} |")
+PAST = 2.5
+"""An item whose variance between checks is this many times what its pairs predict is counted in the summary."""
+
+
+def _mean_ratio(ratios: Iterable[float]) -> float:
+    return math.exp(statistics.mean(math.log(x) for x in ratios))
 
 
 def main() -> None:
