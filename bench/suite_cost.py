@@ -260,6 +260,13 @@ def summary(path: Path) -> None:
         f"{len(runs)} runs of {runs[0]['models']} models: check/plain median x{statistics.median(ratios):.2f} "
         f"(min {min(ratios):.2f}, max {max(ratios):.2f}); check median {check:.0f} s, plain median {plain:.1f} s"
     )
+    pairs = [row["pairs"] for r in runs for row in r["tests"].values() if row.get("pairs")]
+    starts = [r["time"]["processes_s"] / r["time"]["processes"] for r in runs if (r.get("time") or {}).get("processes")]
+    if pairs and starts:
+        print(
+            f"  pairs a test took: mean {statistics.mean(pairs):.1f}, most {max(pairs)}; "
+            f"a process's start (the report's split): {min(starts):.2f}-{max(starts):.2f} s"
+        )
     by: dict[str, list[dict[str, Any]]] = {}
     for r in runs:
         for row in r["tests"].values():
