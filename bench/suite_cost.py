@@ -23,8 +23,10 @@ failure named and whether that is the slowed thing, and where the check's time w
 ``--record`` also times a recording of the suite at the defaults (``pytest --fxprof-update``, 5 processes);
 ``--no-check`` then leaves the check out.
 ``--code DIR`` runs the package of another checkout (its directory first on ``PYTHONPATH``), to compare with an
-earlier version side by side. ``--fork-sides`` runs the check with ``bench/fork_sides.py`` loaded: every side
-process forked from one parent that imported the tests' libraries, instead of started fresh.
+earlier version side by side. ``--start fork`` or ``--start fresh`` passes ``--fxprof-against-start`` to the
+check: its side processes forked from one parent that imported the tests' libraries (the default), or each
+started fresh. The runs before 2026-11-29 03:40 UTC that say ``"fork_sides": true`` forked them with
+``bench/fork_sides.py`` (commit 17c3111), which became the plugin's ``measure.forking``.
 """
 
 from __future__ import annotations
@@ -192,10 +194,7 @@ def one_run(args: argparse.Namespace, names: tuple[str, ...], run: int, found: d
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     if args.code is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(args.code.resolve()), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    forking = ["-p", "fork_sides"] if args.fork_sides else []
-    if args.fork_sides:
-        here = str(Path(__file__).resolve().parent)
-        env["PYTHONPATH"] = os.pathsep.join([here, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    forking = [f"--fxprof-against-start={args.start}"] if args.start else []
     with tempfile.TemporaryDirectory(prefix="fxprof-suite-") as tmp:
         work = Path(tmp) / "repo"
         make_repo(work, names, planned["slowed"])
@@ -232,7 +231,7 @@ def one_run(args: argparse.Namespace, names: tuple[str, ...], run: int, found: d
         "plain_s": round(plain_s, 1),
         "check_s": round(check_s, 1),
         "ratio": round(check_s / plain_s, 2) if not args.no_check else None,
-        "fork_sides": args.fork_sides,
+        "start": args.start or "default",
         "record_s": None if record_s is None else round(record_s, 1),
         "plain_rc": plain_rc,
         "check_rc": check_rc,
@@ -288,7 +287,7 @@ def main() -> None:
     parser.add_argument("--summary", action="store_true", help="print the table of what --out holds, run nothing")
     parser.add_argument("--record", action="store_true", help="also time one recording at the defaults")
     parser.add_argument("--no-check", action="store_true", help="leave the check out (with --record)")
-    parser.add_argument("--fork-sides", action="store_true", help="fork the check's side processes (fork_sides.py)")
+    parser.add_argument("--start", choices=("fork", "fresh"), help="how the check's side processes start")
     parser.add_argument("pytest_args", nargs="*", help="after --: more arguments of the check")
     args = parser.parse_args()
     if args.summary:

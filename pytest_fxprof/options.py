@@ -138,6 +138,13 @@ RUN_OPTIONS: tuple[Option, ...] = (
         cli=False,
     ),
     Option(
+        "against_start",
+        "Against a revision: how the processes of a pair start where the pair is a duet (tests on the CPU): fork, "
+        "both sides forked from one process that imported the run's libraries but neither side's code (Linux, "
+        "the old side under this Python); fresh, a new interpreter each (default fork)",
+        choices=("fork", "fresh"),
+    ),
+    Option(
         "run_budget_s",
         "Against a revision: seconds the whole run's pairs may take; no pair starts that would end past it (at "
         "its tests' measured cost), and a test still undecided then says so (default 1800)",
@@ -262,6 +269,16 @@ def value(config: pytest.Config, name: str) -> Any:
     """An option's value: the command line's, else the ini file's."""
     got = config.getoption(f"fxprof_{name}")
     return got if got is not None else config.getini(f"fxprof_{name}")
+
+
+def against_forks(config: pytest.Config) -> bool:
+    """Whether ``--fxprof-against-start`` (or its ini key) asks for forked side processes (the default)."""
+    import pytest
+
+    raw = value(config, "against_start") or "fork"
+    if raw not in ("fork", "fresh"):
+        raise pytest.UsageError(f"fxprof_against_start = {raw}: give fork or fresh (default fork)")
+    return raw == "fork"
 
 
 def against_options(config: pytest.Config, *, ini: bool = True) -> tuple[str | None, str | None]:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from pytest_fxprof.judge.paired import MIN_DECIDING_PAIRS
+from pytest_fxprof.measure.forking import can_fork
 from tests.test_plugin import CLOCK_CONFTEST, FAKE_CLOCK
 
 pytest.importorskip("torch")
@@ -497,6 +498,7 @@ def test_another_python_for_the_old_side(pytester: pytest.Pytester, base: str) -
     assert both.returncode == 1, both.stdout
     assert f"got slower than HEAD~1 ({base[:7]}) under Python " in both.stdout
     assert "per pair x1.50, x1.50" in both.stdout
+    assert "of them forked" not in both.stdout  # the old side's Python is another: fresh processes
     missing = subprocess.run(
         [*cmd, "--fxprof-against-python", "./nopy"], cwd=pytester.path, capture_output=True, text=True, check=False
     )
@@ -678,6 +680,24 @@ def test_one_pair_of_processes_serves_every_test_and_the_run_says_where_the_time
     assert spent["processes"] == 2 * MIN_DECIDING_PAIRS
     assert spent["processes_s"] > 0
     assert spent["measuring_s"] > 0
+    if can_fork():  # by default both sides of each pair are forked from one parent (the pairs are duets here)
+        assert spent["forked"] == 2 * MIN_DECIDING_PAIRS
+        assert f"({2 * MIN_DECIDING_PAIRS}, {2 * MIN_DECIDING_PAIRS} of them forked)" in out
+
+
+def test_fresh_side_processes_on_request(pytester: pytest.Pytester, base: str) -> None:
+    commit(pytester, {"model.py": model("3_000_000")}, "slower")
+    report = pytester.path / "report.json"
+    result = against(pytester, "HEAD~1", "--fxprof-against-start=fresh", f"--fxprof-report={report}")
+    assert result.ret == 1, result.stdout.str()
+    assert "per pair x1.50, x1.50" in result.stdout.str()
+    spent = json.loads(report.read_text())["time"]
+    assert spent["processes"] == 2 * MIN_DECIDING_PAIRS
+    assert spent["forked"] == 0
+    assert "of them forked" not in result.stdout.str()
+    bad = against(pytester, "HEAD~1", "-o", "fxprof_against_start=spawn")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    assert "fxprof_against_start = spawn: give fork or fresh" in bad.stderr.str()
 
 
 CRASHING = SERVED.replace(

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,9 @@ import pytest
 
 from pytest_fxprof.against import rounds
 from pytest_fxprof.measure import serving
+from pytest_fxprof.measure.forking import Forker, can_fork
 from pytest_fxprof.measure.lockstep import call_tag
-from pytest_fxprof.measure.sampling import Child, Relaunch
+from pytest_fxprof.measure.sampling import Child, Relaunch, Start, start
 from pytest_fxprof.measure.serving import Spent
 
 # The schedule: a fake pair ------------------------------------------------------------------------------
@@ -187,9 +189,31 @@ class ScriptRelaunch(Relaunch):
         return [sys.executable, "-c", self.script, str(request)]  # type: ignore[attr-defined]
 
 
-def sides(tmp_path: Path, script: str = SERVE) -> tuple[rounds.Side, rounds.Side]:
+@pytest.fixture(params=["fresh", "forked"])
+def starter(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Start]:
+    """How the sides' processes start: fresh interpreters, or forked from one parent (``measure.forking``),
+    which must serve them alike."""
+    if request.param == "fresh":
+        yield start
+        return
+    if not can_fork():
+        pytest.skip("side processes are forked on Linux only")
+    (tmp_path / "fork").mkdir()
+    forker = Forker([tmp_path], tmp_path / "fork")
+    try:
+        yield forker.start
+        assert forker.forked > 0, forker.problem
+    finally:
+        forker.close()
+    assert forker.parent is None
+
+
+def sides(tmp_path: Path, script: str = SERVE, starter: Start = start) -> tuple[rounds.Side, rounds.Side]:
     relaunch = ScriptRelaunch(script, tmp_path)
-    return rounds.Side("old", "HEAD", relaunch), rounds.Side("new", "the working tree", relaunch)
+    return (
+        rounds.Side("old", "HEAD", relaunch, starter=starter),
+        rounds.Side("new", "the working tree", relaunch, starter=starter),
+    )
 
 
 def paired_tests(*ids: str) -> list[rounds.PairedTest]:
@@ -197,8 +221,8 @@ def paired_tests(*ids: str) -> list[rounds.PairedTest]:
 
 
 @pytest.mark.parametrize("duet", [True, False])
-def test_one_pair_of_processes_serves_every_test(tmp_path: Path, duet: bool) -> None:
-    old, new = sides(tmp_path)
+def test_one_pair_of_processes_serves_every_test(tmp_path: Path, duet: bool, starter: Start) -> None:
+    old, new = sides(tmp_path, starter=starter)
     spent = Spent()
     result = rounds.run_pair(old, new, paired_tests("a", "b", "c"), number=1, duet=duet, cores=[], spent=spent)
     assert sorted(result.measured) == ["a", "b", "c"]
@@ -211,8 +235,10 @@ def test_one_pair_of_processes_serves_every_test(tmp_path: Path, duet: bool) -> 
 
 
 @pytest.mark.parametrize("duet", [True, False])
-def test_a_test_that_crashes_a_side_fails_alone_and_the_next_run_again(tmp_path: Path, duet: bool) -> None:
-    old, new = sides(tmp_path)
+def test_a_test_that_crashes_a_side_fails_alone_and_the_next_run_again(
+    tmp_path: Path, duet: bool, starter: Start
+) -> None:
+    old, new = sides(tmp_path, starter=starter)
     spent = Spent()
     tests = paired_tests("a", "crash-old", "c")
     result = rounds.run_pair(old, new, tests, number=1, duet=duet, cores=[], spent=spent)
@@ -223,10 +249,12 @@ def test_a_test_that_crashes_a_side_fails_alone_and_the_next_run_again(tmp_path:
     assert spent.processes == 4  # the test after the crash was measured by a fresh pair
 
 
-def test_the_test_a_twin_was_running_when_the_other_crashed_is_measured_again_not_failed(tmp_path: Path) -> None:
+def test_the_test_a_twin_was_running_when_the_other_crashed_is_measured_again_not_failed(
+    tmp_path: Path, starter: Start
+) -> None:
     """The new side crashes in its second test while the old side still runs its first: the old side is stopped,
     and its first test, which did nothing wrong, is measured again in a fresh pair."""
-    old, new = sides(tmp_path)
+    old, new = sides(tmp_path, starter=starter)
     spent = Spent()
     tests = paired_tests("slow-old", "crash-new")
     result = rounds.run_pair(old, new, tests, number=1, duet=True, cores=[], spent=spent)
@@ -236,8 +264,8 @@ def test_the_test_a_twin_was_running_when_the_other_crashed_is_measured_again_no
     assert spent.processes == 4
 
 
-def test_a_test_that_hangs_is_stopped_at_the_deadline_and_fails_alone(tmp_path: Path) -> None:
-    old, new = sides(tmp_path)
+def test_a_test_that_hangs_is_stopped_at_the_deadline_and_fails_alone(tmp_path: Path, starter: Start) -> None:
+    old, new = sides(tmp_path, starter=starter)
     result = rounds.run_pair(old, new, paired_tests("hang-new", "b"), number=1, duet=True, cores=[], deadline_s=1.0)
     assert sorted(result.measured) == ["b"]
     err = result.failed["hang-new"]
@@ -245,8 +273,8 @@ def test_a_test_that_hangs_is_stopped_at_the_deadline_and_fails_alone(tmp_path: 
     assert "ran hang-new past 1 s, so it was stopped" in err.child.problem
 
 
-def test_a_test_that_fails_on_a_side_says_why_and_the_others_go_on(tmp_path: Path) -> None:
-    old, new = sides(tmp_path)
+def test_a_test_that_fails_on_a_side_says_why_and_the_others_go_on(tmp_path: Path, starter: Start) -> None:
+    old, new = sides(tmp_path, starter=starter)
     result = rounds.run_pair(old, new, paired_tests("fail-both", "b"), number=1, duet=True, cores=[])
     assert sorted(result.measured) == ["b"]
     err = result.failed["fail-both"]
@@ -254,8 +282,8 @@ def test_a_test_that_fails_on_a_side_says_why_and_the_others_go_on(tmp_path: Pat
     assert err.child.output == "assert 1 == 2"
 
 
-def test_a_side_that_cannot_start_fails_every_test_with_its_output(tmp_path: Path) -> None:
-    old, new = sides(tmp_path, "import sys; print('ERROR: no such conftest'); sys.exit(4)")
+def test_a_side_that_cannot_start_fails_every_test_with_its_output(tmp_path: Path, starter: Start) -> None:
+    old, new = sides(tmp_path, "import sys; print('ERROR: no such conftest'); sys.exit(4)", starter)
     result = rounds.run_pair(old, new, paired_tests("a", "b"), number=1, duet=False)
     assert result.measured == {}
     assert sorted(result.failed) == ["a", "b"]
@@ -264,8 +292,8 @@ def test_a_side_that_cannot_start_fails_every_test_with_its_output(tmp_path: Pat
     assert "no such conftest" in child.output
 
 
-def test_the_pairs_of_a_suite_fail_only_the_test_that_crashed(tmp_path: Path) -> None:
-    old, new = sides(tmp_path)
+def test_the_pairs_of_a_suite_fail_only_the_test_that_crashed(tmp_path: Path, starter: Start) -> None:
+    old, new = sides(tmp_path, starter=starter)
     tests = [rounds.PairedTest(t, {"settings": {}}, 2, 2, 1000) for t in ("a", "crash-new", "c")]
     got = rounds.measure_pairs(old, new, tests, duet=True)
     assert got["crash-new"].failed is not None

@@ -12,16 +12,19 @@ Must not import torch or pytest.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pytest_fxprof.against.revision import Revision
+from pytest_fxprof.against.revision import PREFIX, Revision
 from pytest_fxprof.against.rounds import PairedTest, Pairs, Side, SideFailedError, measure_pairs
 from pytest_fxprof.judge.paired import MIN_PAIRS, PairedPolicy, compare_pairs, needs_more, out_of_line
+from pytest_fxprof.measure.forking import Forker, can_fork, rewritten_plugins
 from pytest_fxprof.measure.sampling import Child, Relaunch, tail
 from pytest_fxprof.measure.serving import Spent
 from pytest_fxprof.records.measurement import BaselineEntry, capture_difference, iqr_int, median_int
@@ -85,11 +88,14 @@ class AgainstError(Exception):
 @dataclass(frozen=True)
 class Against:
     """What the old side is: the revision (None: the working tree's code too), its interpreter (None: this
-    one), and the extra import roots of the project (relative to the repository's top level)."""
+    one), and the extra import roots of the project (relative to the repository's top level); ``fork``: whether
+    the processes of a duet are forked from one parent that imported the run's libraries (``measure.forking``),
+    where they can be."""
 
     revision: Revision | None
     python: str | None = None
     roots: tuple[str, ...] = ()
+    fork: bool = False
 
     @property
     def label(self) -> str:
@@ -336,9 +342,11 @@ def measure_tests(
     turn: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
     progress: Callable[[int, int, float], None] | None = None,
     spent: Spent | None = None,
+    notice: Callable[[str], None] | None = None,
 ) -> dict[str, Pairs]:
     """Measure ``tests`` in pairs of old and new processes that serve them all (``against.rounds``), in the
-    machine's measuring ``turn`` (``measure.turns``); per test what its pairs measured, for ``judge_test``."""
+    machine's measuring ``turn`` (``measure.turns``); per test what its pairs measured, for ``judge_test``.
+    ``notice`` is told why, where the processes were to be forked (``Against.fork``) but started fresh."""
     old_side, new_side = against.sides(new)
     label = against.label
 
@@ -367,18 +375,43 @@ def measure_tests(
         )
 
     deadline = max(PROCESS_DEADLINE_S, *(2 * a.budget_s for a in tests))
-    with turn():
-        return measure_pairs(
-            old_side,
-            new_side,
-            [paired(a) for a in tests],
-            duet=duet,
-            deadline_s=deadline,
-            run_budget_s=run_budget_s,
-            already_s=already_s,
-            progress=progress,
-            spent=spent,
-        )
+    forking = against.fork and duet and can_fork() and old_side.relaunch.python == sys.executable
+    with turn(), _forker(forking, (old_side, new_side)) as forker:
+        if forker is not None:
+            old_side, new_side = replace(old_side, starter=forker.start), replace(new_side, starter=forker.start)
+        try:
+            return measure_pairs(
+                old_side,
+                new_side,
+                [paired(a) for a in tests],
+                duet=duet,
+                deadline_s=deadline,
+                run_budget_s=run_budget_s,
+                already_s=already_s,
+                progress=progress,
+                spent=spent,
+            )
+        finally:
+            if forker is not None:
+                if spent is not None:
+                    spent.forked += forker.forked
+                if forker.problem and notice is not None:
+                    notice(f"the side processes started fresh: {forker.problem}")
+
+
+@contextlib.contextmanager
+def _forker(forking: bool, sides: Sequence[Side]) -> Iterator[Forker | None]:
+    """The parent that forks the sides' processes (None where they start fresh), ended when the check ends."""
+    if not forking:
+        yield None
+        return
+    roots = [d for s in sides for d in (s.relaunch.rootdir, s.relaunch.invocation_dir, *map(Path, s.relaunch.path))]
+    with tempfile.TemporaryDirectory(prefix=f"{PREFIX}{os.getpid()}-fork-") as tmp:
+        forker = Forker(roots, Path(tmp), rewritten_plugins())
+        try:
+            yield forker
+        finally:
+            forker.close()
 
 
 def judge_test(

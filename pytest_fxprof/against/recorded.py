@@ -112,9 +112,10 @@ class RecordedSides:
     """The old sides of a run's checks of changed code: each baseline's revision materialised once, when a check
     first needs it (``against.revision``), and removed when the run ends (``close``)."""
 
-    def __init__(self, rootdir: Path, roots: tuple[str, ...] = ()) -> None:
+    def __init__(self, rootdir: Path, roots: tuple[str, ...] = (), *, fork: bool = False) -> None:
         self.rootdir = rootdir
         self.roots = roots
+        self.fork = fork
         self._made: dict[str, Against | str] = {}
 
     def side(self, sha: str) -> tuple[Against | None, str]:
@@ -125,7 +126,7 @@ class RecordedSides:
             except RevisionError as exc:
                 self._made[sha] = str(exc).replace(f"--fxprof-against {sha}: ", "", 1)
             else:
-                self._made[sha] = Against(replace(revision, ref=REF), None, self.roots)
+                self._made[sha] = Against(replace(revision, ref=REF), None, self.roots, fork=self.fork)
         made = self._made[sha]
         return (made, "") if isinstance(made, Against) else (None, made)
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from pytest_fxprof.against.revision import PREFIX
 from pytest_fxprof.measure.lockstep import call_tag, exited_mark, pair_cores
-from pytest_fxprof.measure.sampling import Child, Relaunch
+from pytest_fxprof.measure.sampling import Child, Relaunch, Start, start
 from pytest_fxprof.measure.serving import Served, Spent, run, serving_dir, settle
 
 
@@ -47,6 +47,8 @@ class Side:
     relaunch: Relaunch
     request: dict[str, Any] = field(default_factory=dict)
     """What every process of the side is asked besides its tests (the import check, for the old)."""
+    starter: Start = start
+    """How its processes start: fresh interpreters, or forked (``measure.forking``)."""
 
 
 def _never(got: Pairs) -> bool:
@@ -155,7 +157,7 @@ def run_pair(
                     }
                     extra["lockstep"]["new_calls"] = _sides_request(remaining)
                 asked = [(t.test_id, t.request) for t in remaining]
-                served.append(Served(side.name, side.relaunch, asked, directory, extra))
+                served.append(Served(side.name, side.relaunch, asked, directory, extra, starter=side.starter))
             if duet:
                 run(served, deadline_s, [exited_mark(base, s.name) for s in served])
             else:

@@ -16,10 +16,10 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NotRequired, Protocol, TypedDict
 
 from pytest_fxprof.records.disturbance import Disturbance, DisturbanceJSON, disturbance_from_json, least_disturbed
 from pytest_fxprof.records.measurement import Run, capture_difference
@@ -180,21 +180,6 @@ class Child:
         return self.absent or bool(self.skipped)
 
 
-def die_with_parent(parent: int | None) -> None:
-    """End this process when the one that started it ends (Linux), so that none outlives a run that was killed;
-    at once if that one is already gone."""
-    if parent is None:
-        return
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGKILL)
-    if os.getppid() != parent:
-        os._exit(1)
-
-
 def child_env(relaunch: Relaunch) -> dict[str, str]:
     """The environment of a child: this one without what would make it a worker of this run or add options,
     and with ``relaunch.path`` first on ``PYTHONPATH``."""
@@ -204,12 +189,39 @@ def child_env(relaunch: Relaunch) -> dict[str, str]:
     return env
 
 
+def write_request(relaunch: Relaunch, request: dict[str, Any], directory: Path, parent: int) -> list[str]:
+    """Write ``request`` (with ``parent``, the process that starts the child) into ``directory``; the child's
+    command line."""
+    path = directory / "request.json"
+    path.write_text(json.dumps({**request, "parent": parent}), encoding="utf-8")
+    return relaunch.command([t["test_id"] for t in request["tests"]], path)
+
+
+class Process(Protocol):
+    """A started child as ``finish`` and ``measure.serving`` use it: a ``subprocess.Popen``, or a forked side
+    (``measure.forking.Forked``). ``chunks`` (its output so far) and ``reader`` (what reads it) where it has them."""
+
+    args: Any
+    pid: int
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def kill(self) -> None: ...
+
+
+Start = Callable[[Relaunch, dict[str, Any], Path], Process]
+"""How a child is started: ``start`` (a fresh interpreter), or a forked side's (``measure.forking.Forker``)."""
+
+
 def start(relaunch: Relaunch, request: dict[str, Any], directory: Path) -> subprocess.Popen[str]:
     """Start one fresh process that measures the tests of ``request`` (``parent`` is added), its request
     written into ``directory``; ``finish`` waits for it."""
-    path = directory / "request.json"
-    path.write_text(json.dumps({**request, "parent": os.getpid()}), encoding="utf-8")
-    cmd = relaunch.command([t["test_id"] for t in request["tests"]], path)
+    cmd = write_request(relaunch, request, directory, os.getpid())
     proc = subprocess.Popen(
         cmd,
         cwd=relaunch.invocation_dir,
@@ -244,7 +256,7 @@ def _read_output(proc: subprocess.Popen[str]) -> None:
     proc.chunks, proc.reader = chunks, reader  # type: ignore[attr-defined]
 
 
-def finish(proc: subprocess.Popen[str], out: Path | None, deadline_s: float | None = None, problem: str = "") -> Child:
+def finish(proc: Process, out: Path | None, deadline_s: float | None = None, problem: str = "") -> Child:
     """Wait for a process ``start`` began, at most ``deadline_s`` (then it is stopped, and ``problem`` says so);
     a KeyboardInterrupt kills it first, so that none is left behind."""
     try:
@@ -258,15 +270,18 @@ def finish(proc: subprocess.Popen[str], out: Path | None, deadline_s: float | No
         proc.kill()
         proc.wait()
         raise
-    proc.reader.join(DRAIN_S)  # type: ignore[attr-defined]
-    output = "".join(proc.chunks)  # type: ignore[attr-defined]
+    reader = getattr(proc, "reader", None)
+    if reader is not None:
+        reader.join(DRAIN_S)
+    output = "".join(getattr(proc, "chunks", ()))
     data = None
     if out is not None and out.is_file():
         try:
             data = loads(out.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             problem = problem or f"wrote an unreadable result ({exc})"
-    return Child(tuple(str(a) for a in proc.args), proc.returncode, data, output or "", problem)  # type: ignore[union-attr]
+    assert proc.returncode is not None
+    return Child(tuple(str(a) for a in proc.args), proc.returncode, data, output or "", problem)
 
 
 def sample(

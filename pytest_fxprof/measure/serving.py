@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -26,7 +25,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pytest_fxprof.measure.sampling import Child, Relaunch, finish, start
+from pytest_fxprof.measure.sampling import Child, Process, Relaunch, Start, finish, start
 from pytest_fxprof.store.files import left_by_killed, loads
 
 POLL_S = 0.05
@@ -48,6 +47,8 @@ class Spent:
     waiting_s: float = 0.0
     processes: int = 0
     """How many fresh processes were started."""
+    forked: int = 0
+    """How many of them were forked from a parent that imported the run's libraries (``measure.forking``)."""
 
     PHASES: ClassVar[tuple[str, ...]] = ("capture_s", "warmup_s", "measuring_s")
     """What a profile's measuring reports of itself (``measure.profiler.profile_module``)."""
@@ -71,7 +72,9 @@ class Spent:
     def line(self) -> str:
         """The summary's line: ``fresh processes starting 40 s (12), capture 9 s, warm-up 5 s, ...``."""
         parts = [
-            f"fresh processes starting {self.processes_s:.0f} s ({self.processes})" if self.processes else "",
+            f"fresh processes starting {self.processes_s:.0f} s ({self.processes}{self._forked()})"
+            if self.processes
+            else "",
             f"capture {self.capture_s:.0f} s",
             f"warm-up {self.warmup_s:.0f} s",
             f"measuring {self.measuring_s:.0f} s",
@@ -80,6 +83,9 @@ class Spent:
         ]
         return ", ".join(p for p in parts if p)
 
+    def _forked(self) -> str:
+        return f", {self.forked} of them forked" if self.forked else ""
+
 
 def spent_from_json(raw: Mapping[str, Any]) -> Spent:
     return Spent(**{f.name: raw[f.name] for f in fields(Spent) if isinstance(raw.get(f.name), int | float)})
@@ -87,7 +93,8 @@ def spent_from_json(raw: Mapping[str, Any]) -> Spent:
 
 class Served:
     """One fresh process serving ``tests`` (each ``(test_id, what it is asked of the test)``), named ``name``
-    (a side, or ``fresh``); ``extra``: what it is asked besides its tests."""
+    (a side, or ``fresh``); ``extra``: what it is asked besides its tests; ``starter``: how it starts (a fresh
+    interpreter, or forked: ``measure.forking``)."""
 
     def __init__(
         self,
@@ -96,9 +103,12 @@ class Served:
         tests: Sequence[tuple[str, Mapping[str, Any]]],
         directory: Path,
         extra: Mapping[str, Any],
+        *,
+        starter: Start = start,
     ) -> None:
         self.name = name
         self.relaunch = relaunch
+        self.starter = starter
         self.directory = directory
         self.progress = directory / "progress"
         self.timing = directory / "timing.json"
@@ -109,7 +119,7 @@ class Served:
             "progress": str(self.progress),
             "timing": str(self.timing),
         }
-        self.proc: subprocess.Popen[str] | None = None
+        self.proc: Process | None = None
         self.began = 0.0
         self.wall_s = 0.0
         self.child: Child | None = None
@@ -121,7 +131,7 @@ class Served:
 
     def launch(self) -> None:
         self.began = time.monotonic()
-        self.proc = start(self.relaunch, self.request, self.directory)
+        self.proc = self.starter(self.relaunch, self.request, self.directory)
 
     def current(self) -> tuple[str, float]:
         """The test the process runs now (as it last said) and since when (monotonic), or ``("", 0)``."""

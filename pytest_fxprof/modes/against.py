@@ -24,7 +24,7 @@ from pytest_fxprof.against.compare import Against, AskedTest, measure_tests
 from pytest_fxprof.measure.turns import TurnError
 from pytest_fxprof.modes.base import relaunch_of
 from pytest_fxprof.modes.gate import Gate, ahead_of_tests, fixture_tests, say
-from pytest_fxprof.options import against_options, run_budget
+from pytest_fxprof.options import against_forks, against_options, run_budget
 from pytest_fxprof.session.against import AgainstCalls
 from pytest_fxprof.settings import Mode
 
@@ -101,6 +101,7 @@ class AgainstMode(Gate):
                             turn=lambda: turns.turn("pairs", self.ahead_turns),
                             progress=progress,
                             spent=self.run.spent,
+                            notice=lambda message: say(config, message),
                         )
                     )
         except TurnError as exc:
@@ -143,21 +144,22 @@ def old_side(config: pytest.Config) -> Against:
     from pytest_fxprof.against.revision import Revision, RevisionError, materialise, remove
 
     roots = tuple(str(r) for r in config.getini("fxprof_against_roots"))
+    fork = against_forks(config)
     ref, python = against_options(config)
     if python is not None:
         python = _old_python(config, python)
     workerinput = getattr(config, "workerinput", None)
     raw = workerinput.get("fxprof_against") if workerinput is not None else None
     if raw and Path(raw["tree"]).is_dir():  # an xdist worker on the controller's machine: its export serves
-        return Against(Revision.from_json(raw), python, roots)
+        return Against(Revision.from_json(raw), python, roots, fork=fork)
     if ref is None:
-        return Against(None, python, roots)
+        return Against(None, python, roots, fork=fork)
     try:
         revision = materialise(str(ref), config.rootpath)
     except RevisionError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.add_cleanup(lambda: remove(revision))
-    return Against(revision, python, roots)
+    return Against(revision, python, roots, fork=fork)
 
 
 def _old_python(config: pytest.Config, python: str) -> str:

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_fxprof.against.compare import NOT_FOUND, SideWatch
-from pytest_fxprof.measure.sampling import SampleRequest, ServedTiming, die_with_parent, tail, write_samples
+from pytest_fxprof.measure.sampling import SampleRequest, ServedTiming, tail, write_samples
+from pytest_fxprof.measure.zygote import die_with_parent
 from pytest_fxprof.modes.base import RunMode
 from pytest_fxprof.session.child import ChildCalls
 from pytest_fxprof.settings import Mode, Settings, from_json

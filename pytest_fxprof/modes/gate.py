@@ -19,7 +19,7 @@ from pytest_fxprof.measure.sampling import BUSY_RETRIES, busy
 from pytest_fxprof.measure.serving import serve
 from pytest_fxprof.measure.turns import TurnError
 from pytest_fxprof.modes.base import RunMode, relaunch_of
-from pytest_fxprof.options import marker_settings, path_setting, settings_of
+from pytest_fxprof.options import against_forks, marker_settings, path_setting, settings_of
 from pytest_fxprof.session.check import CheckCalls
 from pytest_fxprof.session.reactions import OnUnused
 from pytest_fxprof.session.update import UpdateCalls
@@ -174,7 +174,7 @@ class CheckMode(Gate):
     def __init__(self, config: pytest.Config, run: RunState) -> None:
         super().__init__(config, run)
         roots = tuple(str(r) for r in config.getini("fxprof_against_roots"))
-        self.recorded = RecordedSides(config.rootpath, roots)
+        self.recorded = RecordedSides(config.rootpath, roots, fork=against_forks(config))
         config.add_cleanup(self.recorded.close)
 
     def call_options(self, item: pytest.Item, relaunch: Relaunch) -> dict[str, Any]:

@@ -1,0 +1,220 @@
+"""Side processes forked from one parent: a check's pairs without an interpreter and its imports per process.
+
+Owns ``Forker`` (the run's half of ``measure.zygote``: it starts the parent when the first process is asked for,
+then has it fork each one, and ends it), ``Forked`` (a forked side as ``measure.serving`` waits for it, like a
+``subprocess.Popen``) and ``preloadable`` (which of the run's modules the parent may import).
+
+One parent forks both sides of every pair, so that what a process inherits from it is the same for both sides and
+divides out of each pair's ratio; a parent per side would add a factor that stays within a check and changes
+between checks (BENCHMARKS.md, "both sides of every pair forked from one process"). The parent imports what the
+run has imported (torch, pytest, the tests' libraries) except the code of either side: every module from a file
+under the run's root or directory or a side's import roots, and the pytest plugins that pytest rewrites as it
+loads them. Each child then becomes ``python -m pytest ...`` as a fresh process would: the side's directory,
+environment, import path and arguments.
+
+Forking is used where it is safe and was measured: on Linux, with this interpreter on both sides, for duets (the
+sides on the CPU). Where the parent cannot start or would fork unsafely (a thread started while it imported),
+the processes start fresh, and ``Forker.problem`` says why.
+
+Must not import torch or pytest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from pytest_fxprof.measure import zygote
+from pytest_fxprof.measure.sampling import Process, Relaunch, child_env, plugin_args, start, write_request
+from pytest_fxprof.measure.zygote import library_dirs, side_code
+
+READY_S = 300.0
+"""How long the parent may take to import the run's libraries before the check gives up forking."""
+CLOSE_S = 30.0
+"""How long the parent may take to end once told to (its children ended before)."""
+
+
+def can_fork() -> bool:
+    """Whether side processes may be forked here (Linux: elsewhere forking after importing torch is unsafe)."""
+    return sys.platform.startswith("linux") and hasattr(os, "fork")
+
+
+def rewritten_plugins() -> set[str]:
+    """The top-level names of the installed pytest plugins (``pytest11`` entry points): pytest rewrites their
+    asserts as it loads them, and warns of one already imported, so the parent leaves them to the sides."""
+    return {ep.value.split(":")[0].split(".")[0] for ep in metadata.entry_points(group="pytest11")}
+
+
+def preloadable(
+    modules: Mapping[str, Any], roots: Iterable[Path], plugins: Iterable[str] = (), libraries: Iterable[Path] = ()
+) -> list[str]:
+    """The names of ``modules`` (in import order) that the parent may import: each from a file in ``libraries``
+    or outside every one of ``roots`` (the code of either side), and neither of ``plugins`` (top-level names) nor
+    of a name that a root holds (a side imports that from its tree, not the installed copy)."""
+    under = [r.resolve() for r in roots]
+    installed = [d.resolve() for d in libraries]
+    skipped = set(plugins) | {"__main__", "conftest"} | {n for r in under for n in _top_level_names(r)}
+    out = []
+    for name, module in list(modules.items()):
+        file = getattr(module, "__file__", None)
+        usable = isinstance(file, str) and file and name.split(".")[0] not in skipped
+        if usable and not side_code(Path(str(file)).resolve(), under, installed):
+            out.append(name)
+    return out
+
+
+def _top_level_names(root: Path) -> set[str]:
+    """The modules and packages importable from directory ``root``."""
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return set()
+    return {e.stem for e in entries if e.suffix == ".py"} | {e.name for e in entries if (e / "__init__.py").is_file()}
+
+
+class Forked:
+    """A forked side, as ``sampling.finish`` and ``measure.serving`` use a ``subprocess.Popen``: its exit status
+    (minus the signal that ended it) from the file the parent writes when it reaps it; its output from its file
+    once it ended."""
+
+    def __init__(
+        self, pid: int, args: Sequence[str], status: Path, output: Path, parent: subprocess.Popen[str]
+    ) -> None:
+        self.pid = pid
+        self.args = list(args)
+        self.status = status
+        self.output = output
+        self.parent = parent
+        self.returncode: int | None = None
+        self.chunks: list[str] = []
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            if self.status.is_file():
+                self.returncode = int(self.status.read_text(encoding="utf-8"))
+            elif self.parent.poll() is not None:  # the parent died, and its children with it
+                self.returncode = -signal.SIGKILL
+            if self.returncode is not None:
+                with contextlib.suppress(OSError):
+                    self.chunks.append(self.output.read_text(encoding="utf-8", errors="replace"))
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            time.sleep(0.02)
+        return code
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+
+class Forker:
+    """The parent of a check's side processes: started by the first ``start`` (with the modules the run has
+    imported by then, or ``modules``, but those under ``roots`` or of ``plugins``), ended by ``close``. ``start``
+    is ``sampling.start``'s equal; where the parent could not start, it starts fresh processes (``problem`` says
+    why)."""
+
+    def __init__(
+        self,
+        roots: Sequence[Path],
+        directory: Path,
+        plugins: Iterable[str] = (),
+        modules: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.roots = list(roots)
+        self.directory = directory
+        self.plugins = set(plugins)
+        self.modules = modules
+        self.parent: subprocess.Popen[str] | None = None
+        self.problem = ""
+        self.forked = 0
+
+    def _begin(self, relaunch: Relaunch) -> subprocess.Popen[str] | None:
+        if self.parent is not None or self.problem:
+            return self.parent
+        plugins = self.plugins | {a.removeprefix("-p").strip() for a in plugin_args(relaunch.extra_args)} - {""}
+        listing = self.directory / "preload.json"
+        modules = sys.modules if self.modules is None else self.modules
+        preload = preloadable(modules, self.roots, plugins, library_dirs())
+        listing.write_text(json.dumps({"modules": preload, "roots": [str(r) for r in self.roots]}), encoding="utf-8")
+        cmd = [sys.executable, str(Path(zygote.__file__).resolve()), str(listing), str(os.getpid())]
+        parent = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert parent.stdout is not None
+        answer = ""
+        if _readable(parent.stdout, READY_S):
+            answer = parent.stdout.readline().strip()
+        if answer != "ready":
+            _end(parent)
+            self.problem = (
+                answer.removeprefix("unfit: ")
+                if answer.startswith("unfit: ")
+                else f"the parent of the side processes did not start (exit status {parent.poll()})"
+            )
+            return None
+        self.parent = parent
+        return parent
+
+    def start(self, relaunch: Relaunch, request: dict[str, Any], directory: Path) -> Process:
+        """A side's process for ``request``: forked from the parent (started now if it is not yet), or fresh
+        where the parent could not start."""
+        parent = self._begin(relaunch) if relaunch.python == sys.executable else None
+        if parent is None or parent.poll() is not None:
+            return start(relaunch, request, directory)
+        assert parent.stdin is not None
+        assert parent.stdout is not None
+        cmd = write_request(relaunch, request, directory, parent.pid)
+        status, output = directory / "status", directory / "output.txt"
+        order = {
+            "argv": cmd[1:],  # after the interpreter
+            "cwd": str(relaunch.invocation_dir),
+            "env": child_env(relaunch),
+            "status": str(status),
+            "output": str(output),
+        }
+        try:
+            parent.stdin.write(json.dumps(order) + "\n")
+            parent.stdin.flush()
+            pid = int(parent.stdout.readline())
+        except (OSError, ValueError):  # the parent died: this process and the later ones start fresh
+            self.problem = f"the parent of the side processes ended (exit status {parent.poll()})"
+            return start(relaunch, request, directory)
+        self.forked += 1
+        return Forked(pid, cmd, status, output, parent)
+
+    def close(self) -> None:
+        """End the parent once its children ended (it waits for them); kill it if it does not end in time."""
+        if self.parent is not None:
+            _end(self.parent)
+            self.parent = None
+
+
+def _readable(stream: Any, timeout_s: float) -> bool:
+    return bool(select.select([stream], [], [], timeout_s)[0])
+
+
+def _end(parent: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(OSError):
+        if parent.stdin is not None:
+            parent.stdin.close()
+    try:
+        parent.wait(timeout=CLOSE_S)
+    except subprocess.TimeoutExpired:
+        parent.kill()
+        parent.wait()
+    if parent.stdout is not None:
+        parent.stdout.close()

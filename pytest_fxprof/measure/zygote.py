@@ -1,0 +1,178 @@
+"""The parent that forks a check's side processes: started once per check, it imports the run's libraries, then
+forks every process of every pair, both sides alike, each of which becomes ``python -m pytest ...``.
+
+Run as a script (``python zygote.py LISTING RUN_PID``), never imported by it: this file imports nothing but the
+standard library, so that the parent holds no code of either side. ``LISTING`` is a JSON object: ``modules``,
+what to import, and ``roots``, the sides' trees, which are taken off the import path first (a library that
+imports a side's code is not imported). It answers ``ready`` (or ``unfit: WHY`` where it cannot fork safely: a
+thread started while importing), then reads one order per line on stdin (a JSON object: ``argv``, ``cwd``,
+``env``, ``status``, ``output``), forks a child per order and answers its pid. When a child ends it writes its
+exit status (minus the signal that ended it) into the order's ``status`` file. It ends once stdin is closed and
+every child has ended; it and each child end with their parent (``die_with_parent``). ``measure.forking`` is its
+other half, in the run.
+
+Must not import anything outside the standard library (it would be imported into both sides).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import random
+import select
+import signal
+import site
+import sys
+import sysconfig
+import threading
+import traceback
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+
+def die_with_parent(parent: int | None) -> None:
+    """End this process when the one that started it ends (Linux), so that none outlives a run that was killed;
+    at once if that one is already gone."""
+    if parent is None:
+        return
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def library_dirs() -> list[Path]:
+    """Where this interpreter's libraries are installed (the standard library, site-packages): what lies there
+    is no side's code, even inside a side's tree (a virtual environment in the project)."""
+    found = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    found |= set(site.getsitepackages()) | {site.getusersitepackages()}
+    return [Path(d).resolve() for d in sorted(found) if d]
+
+
+def side_code(path: Path, roots: Sequence[Path], libraries: Sequence[Path]) -> bool:
+    """Whether ``path`` (resolved) is a side's code: under one of ``roots`` and in none of ``libraries``."""
+    return any(path.is_relative_to(r) for r in roots) and not any(path.is_relative_to(d) for d in libraries)
+
+
+def preload(names: Sequence[str]) -> None:
+    """Import ``names`` in order; one that cannot be imported again (it needs the state of the run that first
+    imported it) is left to the side that needs it."""
+    for name in names:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+
+
+def serve(answers: TextIO, base_path: Sequence[str]) -> None:
+    """Fork a side process per order on stdin, answering its pid on ``answers``; reap them as they end."""
+    children: dict[int, Path] = {}
+    reading = True
+
+    def reap() -> None:
+        while children:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                return
+            done = children.pop(pid, None)
+            if done is not None:
+                part = done.with_name(done.name + ".part")
+                part.write_text(str(os.waitstatus_to_exitcode(status)), encoding="utf-8")
+                part.replace(done)
+
+    while reading or children:
+        if reading and select.select([sys.stdin], [], [], 0.02)[0]:
+            line = sys.stdin.readline()
+            if not line:
+                reading = False
+                continue
+            order = {**json.loads(line), "parent": os.getpid()}
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                answers.close()
+                side(order, base_path)
+            children[pid] = Path(order["status"])
+            print(pid, file=answers, flush=True)
+        elif not reading:
+            select.select([], [], [], 0.02)
+        reap()
+
+
+def side(order: Mapping[str, Any], base_path: Sequence[str]) -> None:
+    """In a forked child: become ``python ARGV`` (``-m pytest ...``, or ``-c CODE ...``) in the side's directory,
+    environment and import path, its output into the order's file; never return."""
+    code = 1
+    try:
+        die_with_parent(order["parent"])  # and so with the run: the parent dies with it
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter has it
+        out = os.open(order["output"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.close(out)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        os.chdir(order["cwd"])
+        os.environ.clear()
+        os.environ.update(order["env"])
+        extra = [p for p in order["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+        sys.path[:] = [order["cwd"], *extra, *base_path]
+        random.seed()
+        code = _run(list(order["argv"]))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 (anything else ends the side as a crash would, with its traceback)
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(int(code))
+
+
+def _run(argv: list[str]) -> int:
+    """What ``python ARGV`` would run: ``-m pytest ARGS`` or ``-c CODE ARGS``."""
+    if argv[:2] == ["-m", "pytest"]:
+        import pytest
+
+        sys.argv = ["pytest", *argv[2:]]
+        return int(pytest.console_main())
+    if argv[:1] == ["-c"] and len(argv) > 1:
+        sys.argv = ["-c", *argv[2:]]
+        exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__"})  # noqa: S102 (the run's own command)
+        return 0
+    raise SystemExit(f"a forked side runs `-m pytest` or `-c CODE`, not {argv[:2]}")
+
+
+def main(listing: Path, run_pid: int) -> None:
+    here = str(Path(__file__).resolve().parent)
+    if sys.path and str(Path(sys.path[0] or ".").resolve()) == here:
+        del sys.path[0]  # the script's own directory (the plugin's) is no import root of either side
+    die_with_parent(run_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # an interrupt is the run's to handle: it ends the children
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # what the imports or the children print goes to stderr, never into the answers
+    asked = json.loads(listing.read_text(encoding="utf-8"))
+    own = set(os.environ.get("PYTHONPATH", "").split(os.pathsep))
+    base_path = [p for p in sys.path if p not in own]  # each child puts its own PYTHONPATH before it
+    # a library that imports a side's code (from this process's PYTHONPATH, an editable install) is not preloaded
+    roots, libraries = [Path(r).resolve() for r in asked["roots"]], library_dirs()
+    sys.path[:] = [p for p in sys.path if not side_code(Path(p or ".").resolve(), roots, libraries)]
+    preload(asked["modules"])
+    if threading.active_count() > 1:
+        names = ", ".join(sorted(t.name for t in threading.enumerate() if t is not threading.current_thread()))
+        print(f"unfit: importing the run's libraries started threads ({names}), so forking is unsafe", file=answers)
+        answers.flush()
+        return
+    print("ready", file=answers, flush=True)
+    serve(answers, base_path)
+
+
+if __name__ == "__main__" and len(sys.argv) == 3:
+    main(Path(sys.argv[1]), int(sys.argv[2]))

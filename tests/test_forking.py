@@ -1,0 +1,180 @@
+"""Side processes forked from one parent (``measure.forking``, ``measure.zygote``): which modules the parent may
+import, what a forked side finds already imported, the fallback to fresh processes, and no process outliving
+the run. The pairs served by forked sides (crashes, hangs, failures) are in ``test_rounds``. No torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+from pytest_fxprof.measure import forking
+from pytest_fxprof.measure.forking import Forker, can_fork, preloadable
+from pytest_fxprof.measure.sampling import Relaunch, finish
+
+pytestmark = pytest.mark.skipif(not can_fork(), reason="side processes are forked on Linux only")
+
+
+def module(path: Path) -> types.ModuleType:
+    m = types.ModuleType(path.stem)
+    m.__file__ = str(path)
+    return m
+
+
+def test_the_parent_imports_no_module_of_either_side(tmp_path: Path) -> None:
+    new, old, libs = tmp_path / "work", tmp_path / "old", tmp_path / "libs"
+    venv = new / ".venv" / "lib" / "site-packages"  # a virtual environment inside the project: libraries
+    for d in (new / "pkg", old, libs, venv):
+        d.mkdir(parents=True)
+    (new / "pkg" / "__init__.py").write_text("")
+    (old / "shadowed.py").write_text("")  # the old tree has its own copy of an installed module
+    modules = {
+        "torch": module(venv / "torch" / "__init__.py"),
+        "numpy": module(libs / "numpy" / "__init__.py"),
+        "pkg": module(new / "pkg" / "__init__.py"),
+        "pkg.core": module(new / "pkg" / "core.py"),
+        "conftest": module(libs / "conftest.py"),
+        "test_model": module(old / "test_model.py"),
+        "shadowed": module(libs / "shadowed.py"),
+        "pytest_someplugin": module(libs / "pytest_someplugin.py"),
+        "pytest_someplugin.helpers": module(libs / "pytest_someplugin" / "helpers.py"),
+        "__main__": module(libs / "main.py"),
+        "builtin": types.ModuleType("builtin"),  # no file: nothing to import again
+    }
+    got = preloadable(modules, [new, old], plugins={"pytest_someplugin"}, libraries=[venv])
+    assert got == ["torch", "numpy"]
+
+
+def test_a_forked_side_finds_the_runs_libraries_imported_and_neither_sides_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run imported a library, its own module, and a library that imports its own module (found on the
+    run's PYTHONPATH): a forked side finds only the first imported."""
+    root, libs = tmp_path / "root", tmp_path / "libs"
+    root.mkdir()
+    libs.mkdir()
+    (root / "mine.py").write_text("")
+    (libs / "outside_lib.py").write_text("")
+    (libs / "uses_mine.py").write_text("import mine\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(libs), str(root)]))
+    (tmp_path / "fork").mkdir()
+    names = ("mine", "outside_lib", "uses_mine")
+    script = f"import sys; open(sys.argv[1], 'w').write(' '.join(n for n in {names} if n in sys.modules))"
+    out = tmp_path / "seen"
+    relaunch = Relaunch(invocation_dir=root, rootdir=root, inifile=None)
+    forker = Forker([root], tmp_path / "fork", modules={n: module(libs / f"{n}.py") for n in names[1:]})
+    try:
+        proc = forker.start(ScriptRelaunch(relaunch, script, out), {"tests": []}, tmp_path)
+        child = finish(proc, None, deadline_s=60)
+    finally:
+        forker.close()
+    assert forker.forked == 1
+    assert child.returncode == 0, child.output
+    assert out.read_text() == "outside_lib"
+    request = json.loads((tmp_path / "request.json").read_text())
+    assert request["parent"] != os.getpid()  # the side ends with the parent that forked it
+
+
+def test_a_parent_whose_imports_start_a_thread_is_not_forked_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    libs = tmp_path / "libs"
+    libs.mkdir()
+    (libs / "threaded_lib.py").write_text(
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(libs))
+    (tmp_path / "fork").mkdir()
+    forker = Forker([tmp_path / "root"], tmp_path / "fork", modules={"threaded_lib": module(libs / "threaded_lib.py")})
+    started: list[Relaunch] = []
+    monkeypatch.setattr(forking, "start", lambda relaunch, request, directory: started.append(relaunch))
+    relaunch = Relaunch(invocation_dir=tmp_path, rootdir=tmp_path, inifile=None)
+    try:
+        forker.start(relaunch, {"tests": []}, tmp_path)
+    finally:
+        forker.close()
+    assert started == [relaunch]  # started fresh
+    assert forker.forked == 0
+    assert forker.problem.startswith("importing the run's libraries started threads (")
+    assert "so forking is unsafe" in forker.problem
+
+
+def test_an_old_side_under_another_python_starts_fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "fork").mkdir()
+    forker = Forker([tmp_path], tmp_path / "fork")
+    started: list[Relaunch] = []
+    monkeypatch.setattr(forking, "start", lambda relaunch, request, directory: started.append(relaunch))
+    relaunch = Relaunch(invocation_dir=tmp_path, rootdir=tmp_path, inifile=None, python="/old/venv/bin/python")
+    forker.start(relaunch, {"tests": []}, tmp_path)
+    assert started == [relaunch]
+    assert forker.parent is None  # no parent was started for it
+
+
+RUN = """
+import sys, time
+from pathlib import Path
+from pytest_fxprof.measure.forking import Forker
+from pytest_fxprof.measure.sampling import Relaunch
+
+here = Path(sys.argv[1])
+class Hanging(Relaunch):
+    def command(self, test_ids, request):
+        return [sys.executable, "-c", "import time; time.sleep(600)", str(request)]
+forker = Forker([here / "root"], here / "fork")
+side = here / "side"
+side.mkdir()
+proc = forker.start(Hanging(invocation_dir=here, rootdir=here, inifile=None), {"tests": []}, side)
+print(forker.parent.pid, proc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_run_killed_leaves_neither_the_parent_nor_a_side_behind(tmp_path: Path) -> None:
+    (tmp_path / "fork").mkdir()
+    (tmp_path / "root").mkdir()
+    run = subprocess.Popen(
+        [sys.executable, "-c", RUN, str(tmp_path)], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert run.stdout is not None
+        pids = [int(p) for p in run.stdout.readline().split()]
+        assert len(pids) == 2, "the run did not fork its side"
+        for pid in pids:
+            os.kill(pid, 0)  # both alive
+        run.kill()
+        run.wait()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.1)
+        assert not any(_alive(p) for p in pids)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1].split()[0] != "Z"  # a zombie has ended, its parent not yet reaped it
+    except OSError:
+        return False
+
+
+class ScriptRelaunch(Relaunch):
+    """Starts ``python -c SCRIPT OUT`` in place of pytest."""
+
+    def __init__(self, base: Relaunch, script: str, out: Path) -> None:
+        super().__init__(invocation_dir=base.invocation_dir, rootdir=base.rootdir, inifile=None)
+        object.__setattr__(self, "script", script)
+        object.__setattr__(self, "out", out)
+
+    def command(self, test_ids: object, request: Path) -> list[str]:
+        return [sys.executable, "-c", self.script, str(self.out)]  # type: ignore[attr-defined]
