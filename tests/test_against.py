@@ -685,6 +685,24 @@ def test_one_pair_of_processes_serves_every_test_and_the_run_says_where_the_time
         assert f"({2 * MIN_DECIDING_PAIRS}, {2 * MIN_DECIDING_PAIRS} of them forked)" in out
 
 
+def test_forked_sides_keep_a_strict_warnings_filter(
+    pytester: pytest.Pytester, base: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A library the run imported imports a pytest plugin's module (transformers imports anyio; here, xdist): the
+    parent of the forked sides imports it too, and pytest in each side would warn that it cannot rewrite it, an
+    error under ``filterwarnings = error``, had the sides not been told to ignore that warning."""
+    libs = tmp_path_factory.mktemp("libs")
+    (libs / "uses_a_plugin.py").write_text("import xdist\n")  # pytest-xdist's plugin, which pytest rewrites
+    ini = "[pytest]\nfilterwarnings =\n    error\n"
+    commit(pytester, {"pytest.ini": ini, "test_net.py": "import uses_a_plugin\n" + TEST}, "strict warnings")
+    report = pytester.path / "report.json"
+    result = against(pytester, "HEAD", f"--fxprof-report={report}", env={"PYTHONPATH": str(libs)})
+    assert result.ret == 0, result.stdout.str()
+    assert "test_net.py::test_net [call0]: pass" in result.stdout.str()
+    if can_fork():
+        assert json.loads(report.read_text())["time"]["forked"] == 2 * MIN_DECIDING_PAIRS
+
+
 def test_fresh_side_processes_on_request(pytester: pytest.Pytester, base: str) -> None:
     commit(pytester, {"model.py": model("3_000_000")}, "slower")
     report = pytester.path / "report.json"

@@ -42,6 +42,10 @@ READY_S = 300.0
 """How long the parent may take to import the run's libraries before the check gives up forking."""
 CLOSE_S = 30.0
 """How long the parent may take to end once told to (its children ended before)."""
+QUIET_REWRITE = ("-W", "ignore::pytest.PytestAssertRewriteWarning")
+"""Added to a forked side's pytest: a library the parent imported may itself import a pytest plugin's module
+(transformers imports anyio), which pytest would then warn it cannot rewrite, an error under
+``filterwarnings = error``; a fresh process imports it after pytest's hook, which changes nothing measured."""
 
 
 def can_fork() -> bool:
@@ -153,20 +157,19 @@ class Forker:
         preload = preloadable(modules, self.roots, plugins, library_dirs())
         listing.write_text(json.dumps({"modules": preload, "roots": [str(r) for r in self.roots]}), encoding="utf-8")
         cmd = [sys.executable, str(Path(zygote.__file__).resolve()), str(listing), str(os.getpid())]
-        parent = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.parent = parent = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert parent.stdout is not None
         answer = ""
         if _readable(parent.stdout, READY_S):
             answer = parent.stdout.readline().strip()
         if answer != "ready":
-            _end(parent)
+            self.close()
             self.problem = (
                 answer.removeprefix("unfit: ")
                 if answer.startswith("unfit: ")
                 else f"the parent of the side processes did not start (exit status {parent.poll()})"
             )
             return None
-        self.parent = parent
         return parent
 
     def start(self, relaunch: Relaunch, request: dict[str, Any], directory: Path) -> Process:
@@ -178,6 +181,8 @@ class Forker:
         assert parent.stdin is not None
         assert parent.stdout is not None
         cmd = write_request(relaunch, request, directory, parent.pid)
+        if cmd[1:3] == ["-m", "pytest"]:
+            cmd += QUIET_REWRITE
         status, output = directory / "status", directory / "output.txt"
         order = {
             "argv": cmd[1:],  # after the interpreter
