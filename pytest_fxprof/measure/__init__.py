@@ -9,6 +9,7 @@
 - ``signature``: the test's side of a measurement (the inputs' signatures, the module's mode);
 - ``sampling``: fresh processes that measure a test again, for baselines, confirmations and the sides of a
   check against a revision;
+- ``forking``, ``zygote``: a check's side processes forked from one parent that imported the run's libraries;
 - ``lockstep``: passes in lock-step with a twin process (the duet schedule against a revision);
 - ``leaves``: a training step's submodules named in ``leaf_modules`` reported as one node per direction.
 
