@@ -21,6 +21,7 @@ import importlib
 import json
 import os
 import random
+import runpy
 import select
 import signal
 import site
@@ -137,17 +138,17 @@ def side(order: Mapping[str, Any], base_path: Sequence[str]) -> None:
 
 
 def _run(argv: list[str]) -> int:
-    """What ``python ARGV`` would run: ``-m pytest ARGS`` or ``-c CODE ARGS``."""
-    if argv[:2] == ["-m", "pytest"]:
-        import pytest
-
-        sys.argv = ["pytest", *argv[2:]]
-        return int(pytest.console_main())
+    """What ``python ARGV`` would run, for ``-m MODULE ARGS`` or ``-c CODE ARGS``; its exit status where it
+    returns (``SystemExit`` otherwise)."""
+    if argv[:1] == ["-m"] and len(argv) > 1:
+        sys.argv = [argv[1], *argv[2:]]  # runpy puts the module's file first, as ``-m`` does
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        return 0
     if argv[:1] == ["-c"] and len(argv) > 1:
         sys.argv = ["-c", *argv[2:]]
         exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__"})  # noqa: S102 (the run's own command)
         return 0
-    raise SystemExit(f"a forked side runs `-m pytest` or `-c CODE`, not {argv[:2]}")
+    raise SystemExit(f"a forked side runs `-m MODULE` or `-c CODE`, not {argv[:2]}")
 
 
 def main(listing: Path, run_pid: int) -> None:
