@@ -106,6 +106,31 @@ def test_a_parent_whose_imports_start_a_thread_is_not_forked_from(
     assert "so forking is unsafe" in forker.problem
 
 
+def test_a_parent_that_dies_while_importing_leaves_fresh_processes_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    libs = tmp_path / "libs"
+    libs.mkdir()
+    (libs / "fatal_lib.py").write_text(
+        "import os, sys\nprint('fatal_lib: no licence found', file=sys.stderr)\nos._exit(3)\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(libs))
+    (tmp_path / "fork").mkdir()
+    forker = Forker([tmp_path / "root"], tmp_path / "fork", modules={"fatal_lib": module(libs / "fatal_lib.py")})
+    started: list[Relaunch] = []
+    monkeypatch.setattr(forking, "start", lambda relaunch, request, directory: started.append(relaunch))
+    relaunch = Relaunch(invocation_dir=tmp_path, rootdir=tmp_path, inifile=None)
+    try:
+        forker.start(relaunch, {"tests": []}, tmp_path)
+    finally:
+        forker.close()
+    assert started == [relaunch]
+    assert (
+        forker.problem == "the parent of the side processes did not start (exit status 3): fatal_lib: no licence found"
+    )
+    assert forker.parent is None
+
+
 def test_an_old_side_under_another_python_starts_fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "fork").mkdir()
     forker = Forker([tmp_path], tmp_path / "fork")

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_fxprof.measure import zygote
-from pytest_fxprof.measure.sampling import Process, Relaunch, child_env, plugin_args, start, write_request
+from pytest_fxprof.measure.sampling import Process, Relaunch, child_env, plugin_args, start, tail, write_request
 from pytest_fxprof.measure.zygote import library_dirs, side_code
 
 READY_S = 300.0
@@ -157,17 +157,23 @@ class Forker:
         preload = preloadable(modules, self.roots, plugins, library_dirs())
         listing.write_text(json.dumps({"modules": preload, "roots": [str(r) for r in self.roots]}), encoding="utf-8")
         cmd = [sys.executable, str(Path(zygote.__file__).resolve()), str(listing), str(os.getpid())]
-        self.parent = parent = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        log = self.directory / "parent.log"  # what its imports print, never the run's terminal
+        with log.open("w", encoding="utf-8") as err:
+            self.parent = parent = subprocess.Popen(
+                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True
+            )
         assert parent.stdout is not None
         answer = ""
         if _readable(parent.stdout, READY_S):
             answer = parent.stdout.readline().strip()
         if answer != "ready":
             self.close()
+            said = tail(log.read_text(encoding="utf-8", errors="replace").strip())
             self.problem = (
                 answer.removeprefix("unfit: ")
                 if answer.startswith("unfit: ")
                 else f"the parent of the side processes did not start (exit status {parent.poll()})"
+                + (f": {said}" if said else "")
             )
             return None
         return parent
