@@ -82,17 +82,15 @@ def test_a_forked_side_finds_the_runs_libraries_imported_and_neither_sides_code(
     assert request["parent"] != os.getpid()  # the side ends with the parent that forked it
 
 
-def test_a_parent_whose_imports_start_a_thread_is_not_forked_from(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def start_with_library(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str) -> tuple[Forker, bool]:
+    """Ask a forker whose parent imports one library of ``source`` (on the run's PYTHONPATH) for a process; the
+    forker, ended, and whether the process was started fresh instead."""
     libs = tmp_path / "libs"
     libs.mkdir()
-    (libs / "threaded_lib.py").write_text(
-        "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
-    )
+    (libs / "the_lib.py").write_text(source)
     monkeypatch.setenv("PYTHONPATH", str(libs))
     (tmp_path / "fork").mkdir()
-    forker = Forker([tmp_path / "root"], tmp_path / "fork", modules={"threaded_lib": module(libs / "threaded_lib.py")})
+    forker = Forker([tmp_path / "root"], tmp_path / "fork", modules={"the_lib": module(libs / "the_lib.py")})
     started: list[Relaunch] = []
     monkeypatch.setattr(forking, "start", lambda relaunch, request, directory: started.append(relaunch))
     relaunch = Relaunch(invocation_dir=tmp_path, rootdir=tmp_path, inifile=None)
@@ -100,7 +98,16 @@ def test_a_parent_whose_imports_start_a_thread_is_not_forked_from(
         forker.start(relaunch, {"tests": []}, tmp_path)
     finally:
         forker.close()
-    assert started == [relaunch]  # started fresh
+    assert forker.parent is None
+    return forker, started == [relaunch]
+
+
+def test_a_parent_whose_imports_start_a_thread_is_not_forked_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads = "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+    forker, fresh = start_with_library(tmp_path, monkeypatch, threads)
+    assert fresh
     assert forker.forked == 0
     assert forker.problem.startswith("importing the run's libraries started threads (")
     assert "so forking is unsafe" in forker.problem
@@ -109,26 +116,10 @@ def test_a_parent_whose_imports_start_a_thread_is_not_forked_from(
 def test_a_parent_that_dies_while_importing_leaves_fresh_processes_and_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    libs = tmp_path / "libs"
-    libs.mkdir()
-    (libs / "fatal_lib.py").write_text(
-        "import os, sys\nprint('fatal_lib: no licence found', file=sys.stderr)\nos._exit(3)\n"
-    )
-    monkeypatch.setenv("PYTHONPATH", str(libs))
-    (tmp_path / "fork").mkdir()
-    forker = Forker([tmp_path / "root"], tmp_path / "fork", modules={"fatal_lib": module(libs / "fatal_lib.py")})
-    started: list[Relaunch] = []
-    monkeypatch.setattr(forking, "start", lambda relaunch, request, directory: started.append(relaunch))
-    relaunch = Relaunch(invocation_dir=tmp_path, rootdir=tmp_path, inifile=None)
-    try:
-        forker.start(relaunch, {"tests": []}, tmp_path)
-    finally:
-        forker.close()
-    assert started == [relaunch]
-    assert (
-        forker.problem == "the parent of the side processes did not start (exit status 3): fatal_lib: no licence found"
-    )
-    assert forker.parent is None
+    dies = "import os, sys\nprint('the_lib: no licence found', file=sys.stderr)\nos._exit(3)\n"
+    forker, fresh = start_with_library(tmp_path, monkeypatch, dies)
+    assert fresh
+    assert forker.problem == "the parent of the side processes did not start (exit status 3): the_lib: no licence found"
 
 
 def test_an_old_side_under_another_python_starts_fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
