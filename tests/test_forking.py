@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -80,6 +81,28 @@ def test_a_forked_side_finds_the_runs_libraries_imported_and_neither_sides_code(
     assert out.read_text() == "outside_lib"
     request = json.loads((tmp_path / "request.json").read_text())
     assert request["parent"] != os.getpid()  # the side ends with the parent that forked it
+
+
+def test_each_forked_side_draws_its_own_random_numbers(tmp_path: Path) -> None:
+    numpy = pytest.importorskip("numpy")
+    (tmp_path / "fork").mkdir()
+    script = "import random, sys, numpy; open(sys.argv[1], 'w').write(f'{random.random()} {numpy.random.random()}')"
+    relaunch = Relaunch(invocation_dir=tmp_path, rootdir=tmp_path, inifile=None)
+    preload = {"random": random, "numpy": numpy, "numpy.random": numpy.random}
+    forker = Forker([tmp_path / "root"], tmp_path / "fork", modules=preload)
+    drawn = []
+    try:
+        for k in range(2):
+            (tmp_path / str(k)).mkdir()
+            out = tmp_path / f"drawn{k}"
+            child = finish(forker.start(ScriptRelaunch(relaunch, script, out), {"tests": []}, tmp_path / str(k)), None)
+            assert child.returncode == 0, child.output
+            drawn.append(out.read_text().split())
+    finally:
+        forker.close()
+    assert forker.forked == 2
+    assert drawn[0][0] != drawn[1][0]
+    assert drawn[0][1] != drawn[1][1]
 
 
 def start_with_library(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str) -> tuple[Forker, bool]:

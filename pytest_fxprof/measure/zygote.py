@@ -123,7 +123,7 @@ def side(order: Mapping[str, Any], base_path: Sequence[str]) -> None:
         os.environ.update(order["env"])
         extra = [p for p in order["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
         sys.path[:] = [order["cwd"], *extra, *base_path]
-        random.seed()
+        _reseed()
         code = _run(list(order["argv"]))
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -135,6 +135,15 @@ def side(order: Mapping[str, Any], base_path: Sequence[str]) -> None:
             sys.stderr.flush()
         finally:
             os._exit(int(code))
+
+
+def _reseed() -> None:
+    """Seed the global random generators the parent imported from fresh entropy, as a fresh process has them:
+    ``random``, and numpy's where it is imported (torch's starts from a fixed seed in every process)."""
+    random.seed()
+    numpy_random = sys.modules.get("numpy.random")
+    if numpy_random is not None:
+        numpy_random.seed()
 
 
 def _run(argv: list[str]) -> int:
