@@ -12,30 +12,18 @@ Must not import torch or pytest.
 from __future__ import annotations
 
 import os
-import site
 import sys
-import sysconfig
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import ModuleType
+
+from pytest_fxprof.measure.zygote import library_dirs
 
 SELF = "pytest_fxprof"
 
 _SEEN: dict[tuple[str, str, tuple[str, ...]], dict[str, Path | None]] = {}
 """Per check (its roots), each module file already looked at: where it was loaded from when that lies in the
 working tree, else None. A process serving many tests checks its modules after each, most of them the same."""
-
-
-def _installed() -> list[Path]:
-    """Where the interpreter's own and installed packages live: its standard library and site-packages (not
-    its whole prefix, which may hold the project: a system Python under /usr and a checkout in /usr/src)."""
-    paths = sysconfig.get_paths()
-    places = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
-    places.update(site.getsitepackages())
-    user = site.getusersitepackages() if site.ENABLE_USER_SITE else None
-    if user:
-        places.add(user)
-    return [Path(p).resolve() for p in places if p]
 
 
 def _inside(path: Path, roots: Iterable[Path]) -> bool:
@@ -54,7 +42,7 @@ def foreign_modules(
     of the ``extra`` import roots there) instead of the revision's tree ``old_root``."""
     new_root, old_root = new_root.resolve(), old_root.resolve()
     watched = [str(new_root), *(str(p.resolve()) for p in extra)]
-    installed = [str(p) for p in _installed() if not _inside(old_root, [p])]
+    installed = [str(p) for p in library_dirs() if not _inside(old_root, [p])]
     seen = _SEEN.setdefault((str(new_root), str(old_root), tuple(watched)), {})
     out = []
     for name, module in sorted((modules if modules is not None else dict(sys.modules)).items()):

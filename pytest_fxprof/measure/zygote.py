@@ -49,11 +49,16 @@ def die_with_parent(parent: int | None) -> None:
 
 
 def library_dirs() -> list[Path]:
-    """Where this interpreter's libraries are installed (the standard library, site-packages): what lies there
-    is no side's code, even inside a side's tree (a virtual environment in the project)."""
-    found = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
-    found |= set(site.getsitepackages()) | {site.getusersitepackages()}
-    return [Path(d).resolve() for d in sorted(found) if d]
+    """Where the interpreter's own and installed packages live: its standard library and site-packages (not
+    its whole prefix, which may hold the project: a system Python under /usr and a checkout in /usr/src). What
+    lies there is no side's code, even inside a side's tree (a virtual environment kept in the checkout)."""
+    paths = sysconfig.get_paths()
+    places = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    places.update(site.getsitepackages())
+    user = site.getusersitepackages() if site.ENABLE_USER_SITE else None
+    if user:
+        places.add(user)
+    return [Path(p).resolve() for p in sorted(places) if p]
 
 
 def side_code(path: Path, roots: Sequence[Path], libraries: Sequence[Path]) -> bool:
