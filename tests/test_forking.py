@@ -44,13 +44,12 @@ def test_the_parent_imports_no_module_of_either_side(tmp_path: Path) -> None:
         "conftest": module(libs / "conftest.py"),
         "test_model": module(old / "test_model.py"),
         "shadowed": module(libs / "shadowed.py"),
-        "pytest_someplugin": module(libs / "pytest_someplugin.py"),
-        "pytest_someplugin.helpers": module(libs / "pytest_someplugin" / "helpers.py"),
+        "pytest_someplugin": module(libs / "pytest_someplugin.py"),  # installed plugins are libraries too
         "__main__": module(libs / "main.py"),
         "builtin": types.ModuleType("builtin"),  # no file: nothing to import again
     }
-    got = preloadable(modules, [new, old], plugins={"pytest_someplugin"}, libraries=[venv])
-    assert got == ["torch", "numpy"]
+    got = preloadable(modules, [new, old], libraries=[venv])
+    assert got == ["torch", "numpy", "pytest_someplugin"]
 
 
 def test_a_forked_side_finds_the_runs_libraries_imported_and_neither_sides_code(
@@ -103,6 +102,100 @@ def test_each_forked_side_draws_its_own_random_numbers(tmp_path: Path) -> None:
     assert forker.forked == 2
     assert drawn[0][0] != drawn[1][0]
     assert drawn[0][1] != drawn[1][1]
+
+
+LEARN = """
+import sys
+names = sys.argv[2].split(",")
+found = [n for n in names if n in sys.modules]
+for n in names:
+    __import__(n)
+open(sys.argv[1], "w").write(",".join(found))
+"""
+
+
+def test_the_parent_imports_between_pairs_what_the_tests_of_both_sides_imported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each side's process imports, as its tests run, a library both sides use, a library that only the new side
+    uses, and the side's own module: both processes of the next pair find the shared library imported, and
+    neither of the others."""
+    old, new, libs = tmp_path / "old", tmp_path / "new", tmp_path / "libs"
+    for d in (old, new, libs):
+        d.mkdir()
+    for name in ("shared_lib", "new_only_lib"):
+        (libs / f"{name}.py").write_text("")
+    for root in (old, new):
+        (root / "mine.py").write_text("")
+    (tmp_path / "fork").mkdir()
+    forker = Forker([old, new], tmp_path / "fork", modules={})
+    wanted = {"old": "shared_lib,mine", "new": "shared_lib,new_only_lib,mine"}
+    seen: list[tuple[str, str]] = []
+    try:
+        for pair in range(2):
+            running = []
+            for side in ("old", "new"):
+                root = tmp_path / side
+                monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(root), str(libs)]))
+                relaunch = Relaunch(invocation_dir=root, rootdir=root, inifile=None)
+                directory = tmp_path / f"{side}{pair}"
+                directory.mkdir()
+                script = ScriptRelaunch(relaunch, LEARN, directory / "found", wanted[side])
+                running.append((side, directory, forker.start(script, {"tests": []}, directory)))
+            for side, directory, proc in running:
+                child = finish(proc, None, deadline_s=60)
+                assert child.returncode == 0, child.output
+                seen.append((side, (directory / "found").read_text()))
+    finally:
+        forker.close()
+    assert forker.forked == 4
+    assert not forker.problem
+    assert seen == [("old", ""), ("new", ""), ("old", "shared_lib"), ("new", "shared_lib")]
+
+
+def test_a_library_the_tests_imported_that_starts_a_thread_leaves_the_later_processes_fresh(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    libs = tmp_path / "libs"
+    libs.mkdir()
+    (libs / "threaded_lib.py").write_text(
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(libs))
+    (tmp_path / "fork").mkdir()
+    forker = Forker([tmp_path / "root"], tmp_path / "fork", modules={})
+    relaunch = Relaunch(invocation_dir=tmp_path, rootdir=tmp_path, inifile=None)
+    fresh: list[Relaunch] = []
+    try:
+        (tmp_path / "first").mkdir()
+        script = ScriptRelaunch(relaunch, LEARN, tmp_path / "found", "threaded_lib")
+        child = finish(forker.start(script, {"tests": []}, tmp_path / "first"), None, deadline_s=60)
+        assert child.returncode == 0, child.output
+        monkeypatch.setattr(forking, "start", lambda relaunch, request, directory: fresh.append(relaunch))
+        forker.start(relaunch, {"tests": []}, tmp_path)
+    finally:
+        forker.close()
+    assert fresh == [relaunch]
+    assert forker.forked == 1
+    assert forker.parent is None
+    assert forker.problem.startswith("importing what the sides' tests imported started threads (")
+
+
+def test_a_forked_side_finds_the_parents_objects_out_of_the_collectors_sight(tmp_path: Path) -> None:
+    """The parent freezes what it holds (``gc.freeze``): a side's collections, pytest's at its end among them, look
+    only at what the side made."""
+    (tmp_path / "fork").mkdir()
+    script = "import gc, sys; open(sys.argv[1], 'w').write(str(gc.get_freeze_count()))"
+    relaunch = Relaunch(invocation_dir=tmp_path, rootdir=tmp_path, inifile=None)
+    forker = Forker([tmp_path / "root"], tmp_path / "fork", modules={"json": json})
+    try:
+        child = finish(
+            forker.start(ScriptRelaunch(relaunch, script, tmp_path / "frozen"), {"tests": []}, tmp_path), None
+        )
+    finally:
+        forker.close()
+    assert child.returncode == 0, child.output
+    assert int((tmp_path / "frozen").read_text()) > 1000
 
 
 def start_with_library(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str) -> tuple[Forker, bool]:
@@ -208,12 +301,13 @@ def _alive(pid: int) -> bool:
 
 
 class ScriptRelaunch(Relaunch):
-    """Starts ``python -c SCRIPT OUT`` in place of pytest."""
+    """Starts ``python -c SCRIPT OUT [ARGS]`` in place of pytest."""
 
-    def __init__(self, base: Relaunch, script: str, out: Path) -> None:
+    def __init__(self, base: Relaunch, script: str, out: Path, *args: str) -> None:
         super().__init__(invocation_dir=base.invocation_dir, rootdir=base.rootdir, inifile=None)
         object.__setattr__(self, "script", script)
         object.__setattr__(self, "out", out)
+        object.__setattr__(self, "args", args)
 
     def command(self, test_ids: object, request: Path) -> list[str]:
-        return [sys.executable, "-c", self.script, str(self.out)]  # type: ignore[attr-defined]
+        return [sys.executable, "-c", self.script, str(self.out), *self.args]  # type: ignore[attr-defined]

@@ -24,7 +24,7 @@ from typing import Any
 from pytest_fxprof.against.revision import PREFIX, Revision
 from pytest_fxprof.against.rounds import PairedTest, Pairs, Side, SideFailedError, measure_pairs
 from pytest_fxprof.judge.paired import MIN_PAIRS, PairedPolicy, compare_pairs, needs_more, out_of_line
-from pytest_fxprof.measure.forking import Forker, can_fork, rewritten_plugins
+from pytest_fxprof.measure.forking import Forker, can_fork
 from pytest_fxprof.measure.sampling import Child, Relaunch, tail
 from pytest_fxprof.measure.serving import Spent
 from pytest_fxprof.records.measurement import BaselineEntry, capture_difference, iqr_int, median_int
@@ -407,7 +407,7 @@ def _forker(forking: bool, sides: Sequence[Side]) -> Iterator[Forker | None]:
         return
     roots = [d for s in sides for d in (s.relaunch.rootdir, s.relaunch.invocation_dir, *map(Path, s.relaunch.path))]
     with tempfile.TemporaryDirectory(prefix=f"{PREFIX}{os.getpid()}-fork-") as tmp:
-        forker = Forker(roots, Path(tmp), rewritten_plugins())
+        forker = Forker(roots, Path(tmp))
         try:
             yield forker
         finally:

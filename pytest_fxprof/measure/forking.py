@@ -5,12 +5,13 @@ then has it fork each one, and ends it), ``Forked`` (a forked side as ``measure.
 ``subprocess.Popen``) and ``preloadable`` (which of the run's modules the parent may import).
 
 One parent forks both sides of every pair, so that what a process inherits from it is the same for both sides and
-divides out of each pair's ratio; a parent per side would add a factor that stays within a check and changes
-between checks (BENCHMARKS.md, "both sides of every pair forked from one process"). The parent imports what the
-run has imported (torch, pytest, the tests' libraries) except the code of either side: every module from a file
-under the run's root or directory or a side's import roots, and the pytest plugins that pytest rewrites as it
-loads them. Each child then becomes ``python -m pytest ...`` as a fresh process would: the side's directory,
-environment, import path and arguments.
+divides out of each pair's ratio; a parent per side would add a factor that stays within a check and changes between
+checks (BENCHMARKS.md, "both sides of every pair forked from one process"). The parent imports what the run has
+imported (torch, pytest and its plugins, the tests' libraries) except the code of either side: every module from a
+file under the run's root or directory or a side's import roots. Each child then becomes ``python -m pytest ...`` as
+a fresh process would: the side's directory, environment, import path and arguments. Between pairs the parent also
+imports, by the same rules, what the children of both sides imported as their tests ran (``zygote.Learned``):
+libraries a test imports in its body.
 
 Forking is used where it is safe and was measured: on Linux, with this interpreter on both sides, for duets (the
 sides on the CPU). Where the parent cannot start or would fork unsafely (a thread started while it imported),
@@ -30,22 +31,22 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from pytest_fxprof.measure import zygote
-from pytest_fxprof.measure.sampling import Process, Relaunch, child_env, plugin_args, start, tail, write_request
-from pytest_fxprof.measure.zygote import library_dirs, side_code
+from pytest_fxprof.measure.sampling import Process, Relaunch, child_env, start, tail, write_request
+from pytest_fxprof.measure.zygote import importable, library_dirs
 
 READY_S = 300.0
 """How long the parent may take to import the run's libraries before the check gives up forking."""
 CLOSE_S = 30.0
 """How long the parent may take to end once told to (its children ended before)."""
 QUIET_REWRITE = ("-W", "ignore::pytest.PytestAssertRewriteWarning")
-"""Added to a forked side's pytest: a library the parent imported may itself import a pytest plugin's module
-(transformers imports anyio), which pytest would then warn it cannot rewrite, an error under
-``filterwarnings = error``; a fresh process imports it after pytest's hook, which changes nothing measured."""
+"""Added to a forked side's pytest: the parent imported the installed pytest plugins (and a library may import a
+plugin's module: transformers imports anyio), which pytest then warns it cannot rewrite, an error under
+``filterwarnings = error``. A fresh process imports them after pytest's import hook, which rewrites the asserts
+in a plugin's own code: what a plugin's failing assert says, never what is measured."""
 
 
 def can_fork() -> bool:
@@ -53,28 +54,19 @@ def can_fork() -> bool:
     return sys.platform.startswith("linux") and hasattr(os, "fork")
 
 
-def rewritten_plugins() -> set[str]:
-    """The top-level names of the installed pytest plugins (``pytest11`` entry points): pytest rewrites their
-    asserts as it loads them, and warns of one already imported, so the parent leaves them to the sides."""
-    return {ep.value.split(":")[0].split(".")[0] for ep in metadata.entry_points(group="pytest11")}
-
-
-def preloadable(
-    modules: Mapping[str, Any], roots: Iterable[Path], plugins: Iterable[str] = (), libraries: Iterable[Path] = ()
-) -> list[str]:
+def preloadable(modules: Mapping[str, Any], roots: Iterable[Path], libraries: Iterable[Path] = ()) -> list[str]:
     """The names of ``modules`` (in import order) that the parent may import: each from a file in ``libraries``
-    or outside every one of ``roots`` (the code of either side), and neither of ``plugins`` (top-level names) nor
-    of a name that a root holds (a side imports that from its tree, not the installed copy)."""
+    or outside every one of ``roots`` (the code of either side), and not of a name that a root holds (a side
+    imports that from its tree, not the installed copy)."""
     under = [r.resolve() for r in roots]
-    installed = [d.resolve() for d in libraries]
-    skipped = set(plugins) | {"__main__", "conftest"} | {n for r in under for n in _top_level_names(r)}
-    out = []
-    for name, module in list(modules.items()):
-        file = getattr(module, "__file__", None)
-        usable = isinstance(file, str) and file and name.split(".")[0] not in skipped
-        if usable and not side_code(Path(str(file)).resolve(), under, installed):
-            out.append(name)
-    return out
+    entries = [(name, getattr(module, "__file__", None)) for name, module in list(modules.items())]
+    return importable(entries, under, skipped(under), [d.resolve() for d in libraries])
+
+
+def skipped(roots: Iterable[Path]) -> set[str]:
+    """The top-level names the parent never imports: ``__main__``, ``conftest``, and each name that one of
+    ``roots`` holds."""
+    return {"__main__", "conftest"} | {n for r in roots for n in _top_level_names(r)}
 
 
 def _top_level_names(root: Path) -> set[str]:
@@ -129,7 +121,7 @@ class Forked:
 
 class Forker:
     """The parent of a check's side processes: started by the first ``start`` (with the modules the run has
-    imported by then, or ``modules``, but those under ``roots`` or of ``plugins``), ended by ``close``. ``start``
+    imported by then, or ``modules``, but those under ``roots``), ended by ``close``. ``start``
     is ``sampling.start``'s equal; where the parent could not start, it starts fresh processes (``problem`` says
     why)."""
 
@@ -137,12 +129,10 @@ class Forker:
         self,
         roots: Sequence[Path],
         directory: Path,
-        plugins: Iterable[str] = (),
         modules: Mapping[str, Any] | None = None,
     ) -> None:
         self.roots = list(roots)
         self.directory = directory
-        self.plugins = set(plugins)
         self.modules = modules
         self.parent: subprocess.Popen[str] | None = None
         self.problem = ""
@@ -151,11 +141,14 @@ class Forker:
     def _begin(self, relaunch: Relaunch) -> subprocess.Popen[str] | None:
         if self.parent is not None or self.problem:
             return self.parent
-        plugins = self.plugins | {a.removeprefix("-p").strip() for a in plugin_args(relaunch.extra_args)} - {""}
         listing = self.directory / "preload.json"
         modules = sys.modules if self.modules is None else self.modules
-        preload = preloadable(modules, self.roots, plugins, library_dirs())
-        listing.write_text(json.dumps({"modules": preload, "roots": [str(r) for r in self.roots]}), encoding="utf-8")
+        preload = preloadable(modules, self.roots, library_dirs())
+        roots = [str(r) for r in self.roots]
+        listing.write_text(
+            json.dumps({"modules": preload, "roots": roots, "skipped": sorted(skipped(self.roots))}),
+            encoding="utf-8",
+        )
         cmd = [sys.executable, str(Path(zygote.__file__).resolve()), str(listing), str(os.getpid())]
         log = self.directory / "parent.log"  # what its imports print, never the run's terminal
         with log.open("w", encoding="utf-8") as err:
@@ -196,13 +189,22 @@ class Forker:
             "env": child_env(relaunch),
             "status": str(status),
             "output": str(output),
+            "imported": str(directory / "imported.json"),
+            "tree": str(relaunch.rootdir),
         }
+        answer = ""
         try:
             parent.stdin.write(json.dumps(order) + "\n")
             parent.stdin.flush()
-            pid = int(parent.stdout.readline())
-        except (OSError, ValueError):  # the parent died: this process and the later ones start fresh
-            self.problem = f"the parent of the side processes ended (exit status {parent.poll()})"
+            answer = parent.stdout.readline().strip()
+            pid = int(answer)
+        except (OSError, ValueError):  # the parent died or may not fork: this process and the later ones start fresh
+            self.problem = (
+                answer.removeprefix("unfit: ")
+                if answer.startswith("unfit: ")
+                else f"the parent of the side processes ended (exit status {parent.poll()})"
+            )
+            self.close()
             return start(relaunch, request, directory)
         self.forked += 1
         return Forked(pid, cmd, status, output, parent)

@@ -2,14 +2,22 @@
 forks every process of every pair, both sides alike, each of which becomes ``python -m pytest ...``.
 
 Run as a script (``python zygote.py LISTING RUN_PID``), never imported by it: this file imports nothing but the
-standard library, so that the parent holds no code of either side. ``LISTING`` is a JSON object: ``modules``,
-what to import, and ``roots``, the sides' trees, which are taken off the import path first (a library that
-imports a side's code is not imported). It answers ``ready`` (or ``unfit: WHY`` where it cannot fork safely: a
-thread started while importing), then reads one order per line on stdin (a JSON object: ``argv``, ``cwd``,
-``env``, ``status``, ``output``), forks a child per order and answers its pid. When a child ends it writes its
-exit status (minus the signal that ended it) into the order's ``status`` file. It ends once stdin is closed and
-every child has ended; it and each child end with their parent (``die_with_parent``). ``measure.forking`` is its
-other half, in the run.
+standard library, so that the parent holds no code of either side. ``LISTING`` is a JSON object: ``modules``, what
+to import, ``roots``, the sides' trees, which are taken off the import path first (a library that imports a side's
+code is not imported), and ``skipped``, top-level names never to import (``__main__``, ``conftest``, the names a
+root holds). It answers ``ready`` (or ``unfit: WHY`` where it cannot fork safely: a thread started while importing),
+then reads one order per line on stdin (a JSON object: ``argv``, ``cwd``, ``env``, ``status``, ``output``,
+``imported``, ``tree``), forks a child per order and answers its pid (or ``unfit: WHY``). When a child ends it
+writes its exit status (minus the signal that ended it) into the order's ``status`` file. It ends once stdin is
+closed and every child has ended; it and each child end with their parent (``die_with_parent``). ``measure.forking``
+is its other half, in the run.
+
+The parent also learns what the sides import as their tests run (a library a test imports in its body, a lazy
+submodule of one): each child writes the modules it imported into the order's ``imported`` file as it ends, and
+before the next fork with no child running (between two pairs), the parent imports those that a child of every
+``tree`` (each side's code) imported, by the same rules as the listing's. Both sides of every later pair then
+find them imported, as both found the listing's; a module that one side's code alone imports (a dependency a
+change added) stays that side's own to import.
 
 Must not import anything outside the standard library (it would be imported into both sides).
 """
@@ -17,6 +25,7 @@ Must not import anything outside the standard library (it would be imported into
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -29,7 +38,7 @@ import sys
 import sysconfig
 import threading
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -66,17 +75,84 @@ def side_code(path: Path, roots: Sequence[Path], libraries: Sequence[Path]) -> b
     return any(path.is_relative_to(r) for r in roots) and not any(path.is_relative_to(d) for d in libraries)
 
 
+def importable(
+    entries: Iterable[tuple[str, str | None]], roots: Sequence[Path], skipped: Iterable[str], libraries: Sequence[Path]
+) -> list[str]:
+    """The names of ``entries`` (each a module's name and file, in import order) that the parent may import: from
+    a file in ``libraries`` or outside every one of ``roots`` (resolved: the code of either side), and no name
+    whose top level is one of ``skipped``."""
+    skip = set(skipped)
+    out = []
+    for name, file in entries:
+        if not isinstance(file, str) or not file or name.split(".")[0] in skip:
+            continue
+        if not side_code(Path(file).resolve(), roots, libraries):
+            out.append(name)
+    return out
+
+
 def preload(names: Sequence[str]) -> None:
     """Import ``names`` in order; one that cannot be imported again (it needs the state of the run that first
-    imported it) is left to the side that needs it."""
+    imported it) is left to the side that needs it. Then move every object the parent holds out of the garbage
+    collector's sight (``gc.freeze``): a child's collections, pytest's at its end among them, then look only at
+    what the child made, and never touch (and so copy) the parent's pages."""
     for name in names:
         with contextlib.suppress(Exception):
             importlib.import_module(name)
+    gc.collect()
+    gc.freeze()
 
 
-def serve(answers: TextIO, base_path: Sequence[str]) -> None:
-    """Fork a side process per order on stdin, answering its pid on ``answers``; reap them as they end."""
-    children: dict[int, Path] = {}
+class Learned:
+    """What the children of each tree imported that the parent has not (``add``), and which of it the parent may
+    import now (``wanted``): what a child of every tree seen imported, importable by ``rules``."""
+
+    def __init__(self, rules: Callable[[Iterable[tuple[str, str | None]]], list[str]]) -> None:
+        self.rules = rules
+        self.files: dict[str, str | None] = {}
+        """Each module a child imported, and its file, in the order they were first imported."""
+        self.trees: dict[str, set[str]] = {}
+        self.tried: set[str] = set()
+
+    def seen(self, tree: str) -> None:
+        self.trees.setdefault(tree, set())
+
+    def add(self, tree: str, path: Path) -> None:
+        """What a child of ``tree`` wrote into ``path`` as it ended (nothing where it ended before it could)."""
+        try:
+            entries = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        names = self.trees.setdefault(tree, set())
+        for name, file in entries:
+            self.files.setdefault(str(name), file if isinstance(file, str) else None)
+            names.add(str(name))
+
+    def wanted(self) -> list[str]:
+        """The modules to import before the next fork (each asked once: one that fails to import stays the
+        sides')."""
+        if not self.trees:
+            return []
+        common = set.intersection(*self.trees.values())
+        known = self.tried | set(sys.modules)
+        entries = [(n, f) for n, f in self.files.items() if n in common and n not in known]
+        names = self.rules(entries)
+        self.tried.update(n for n, _ in entries)
+        return names
+
+
+def unfit(imported: str) -> str:
+    """Why this process may not fork after importing ``imported`` (a thread other than its own runs), or ``""``."""
+    if threading.active_count() == 1:
+        return ""
+    names = ", ".join(sorted(t.name for t in threading.enumerate() if t is not threading.current_thread()))
+    return f"importing {imported} started threads ({names}), so forking is unsafe"
+
+
+def serve(answers: TextIO, base_path: Sequence[str], learned: Learned) -> None:
+    """Fork a side process per order on stdin, answering its pid on ``answers``; reap them as they end, and
+    import what ``learned`` says the children of every tree imported before a fork with no child running."""
+    children: dict[int, tuple[Path, Path | None, str]] = {}
     reading = True
 
     def reap() -> None:
@@ -86,9 +162,12 @@ def serve(answers: TextIO, base_path: Sequence[str]) -> None:
                 return
             done = children.pop(pid, None)
             if done is not None:
-                part = done.with_name(done.name + ".part")
+                end, imported, tree = done
+                if imported is not None:
+                    learned.add(tree, imported)
+                part = end.with_name(end.name + ".part")
                 part.write_text(str(os.waitstatus_to_exitcode(status)), encoding="utf-8")
-                part.replace(done)
+                part.replace(end)
 
     while reading or children:
         if reading and select.select([sys.stdin], [], [], 0.02)[0]:
@@ -97,12 +176,22 @@ def serve(answers: TextIO, base_path: Sequence[str]) -> None:
                 reading = False
                 continue
             order = {**json.loads(line), "parent": os.getpid()}
+            tree = str(order.get("tree", ""))
+            learned.seen(tree)
+            if not children:  # between pairs: both sides of the next one find the same imported
+                preload(learned.wanted())
+                why = unfit("what the sides' tests imported")
+                if why:
+                    print(f"unfit: {why}", file=answers, flush=True)
+                    reading = False
+                    continue
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
                 answers.close()
                 side(order, base_path)
-            children[pid] = Path(order["status"])
+            imported = Path(order["imported"]) if order.get("imported") else None
+            children[pid] = (Path(order["status"]), imported, tree)
             print(pid, file=answers, flush=True)
         elif not reading:
             select.select([], [], [], 0.02)
@@ -113,6 +202,7 @@ def side(order: Mapping[str, Any], base_path: Sequence[str]) -> None:
     """In a forked child: become ``python ARGV`` (``-m pytest ...``, or ``-c CODE ...``) in the side's directory,
     environment and import path, its output into the order's file; never return."""
     code = 1
+    before = set(sys.modules)
     try:
         die_with_parent(order["parent"])  # and so with the run: the parent dies with it
         signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter has it
@@ -136,10 +226,28 @@ def side(order: Mapping[str, Any], base_path: Sequence[str]) -> None:
         traceback.print_exc()
     finally:
         try:
+            if order.get("imported"):
+                _write_imported(Path(order["imported"]), before)
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
             os._exit(int(code))
+
+
+def _write_imported(path: Path, before: set[str]) -> None:
+    """Write the modules imported since ``before`` (each name and file, in import order) into ``path``."""
+    entries = []
+    for name, module in list(sys.modules.items()):
+        if name not in before:
+            try:
+                file = module.__dict__.get("__file__")
+            except Exception:  # noqa: BLE001 (a module object of any kind: its file is unknown)
+                file = None
+            entries.append((name, file if isinstance(file, str) else None))
+    with contextlib.suppress(OSError):
+        part = path.with_name(path.name + ".part")
+        part.write_text(json.dumps(entries), encoding="utf-8")
+        part.replace(path)
 
 
 def _reseed() -> None:
@@ -180,13 +288,13 @@ def main(listing: Path, run_pid: int) -> None:
     roots, libraries = [Path(r).resolve() for r in asked["roots"]], library_dirs()
     sys.path[:] = [p for p in sys.path if not side_code(Path(p or ".").resolve(), roots, libraries)]
     preload(asked["modules"])
-    if threading.active_count() > 1:
-        names = ", ".join(sorted(t.name for t in threading.enumerate() if t is not threading.current_thread()))
-        print(f"unfit: importing the run's libraries started threads ({names}), so forking is unsafe", file=answers)
-        answers.flush()
+    why = unfit("the run's libraries")
+    if why:
+        print(f"unfit: {why}", file=answers, flush=True)
         return
     print("ready", file=answers, flush=True)
-    serve(answers, base_path)
+    skipped = [str(n) for n in asked.get("skipped", [])]
+    serve(answers, base_path, Learned(lambda entries: importable(entries, roots, skipped, libraries)))
 
 
 if __name__ == "__main__" and len(sys.argv) == 3:
