@@ -156,10 +156,12 @@ def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, int, s
 
 def named(record: dict[str, Any], condition: dict[str, Any]) -> bool:
     """Whether a failure flags the slowed thing: for ``node+10`` a node of the slowed module, a module that is or
-    holds it, or the op group of its type; for ``total+5`` anything."""
+    holds it, or the op group of its type; for ``total+5`` anything; where nothing was slowed, nothing."""
     if condition["condition"] == "total+5":
         return True
-    path = condition["path"]
+    path = condition.get("path")
+    if path is None:
+        return False
     for f in record.get("flagged", []):
         where = f.get("module", "") or f.get("name", "")
         if f.get("kind") == "op":
@@ -176,7 +178,7 @@ def verdicts(report: Path) -> dict[str, dict[str, Any]]:
     for p in data.get("profiles", []):
         name = p["test_id"].rsplit("[", 1)[-1].rstrip("]")
         flagged = [
-            {"kind": f.get("kind", ""), "name": f.get("name", ""), "module": f.get("module", "")}
+            {"kind": f.get("kind", ""), "name": f.get("name", ""), "module": f.get("module", ""), "ratio": f.get("ratio")}
             for f in p.get("flagged", [])
         ]
         flagged += [
@@ -223,6 +225,7 @@ def one_run(args: argparse.Namespace, names: tuple[str, ...], run: int, found: d
             "pairs": got.get("pairs"),
             "failed": failed,
             "named": failed and named(got, cond),
+            "flagged": got["flagged"] if failed else [],
         }
     return {
         "run": run,
