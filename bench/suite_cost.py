@@ -177,10 +177,7 @@ def verdicts(report: Path) -> dict[str, dict[str, Any]]:
     out = {}
     for p in data.get("profiles", []):
         name = p["test_id"].rsplit("[", 1)[-1].rstrip("]")
-        flagged = [
-            {"kind": f.get("kind", ""), "name": f.get("name", ""), "module": f.get("module", ""), "ratio": f.get("ratio")}
-            for f in p.get("flagged", [])
-        ]
+        flagged = [{k: f.get(k, "") for k in ("kind", "name", "module", "ratio")} for f in p.get("flagged", [])]
         flagged += [
             {"kind": "node", "name": led.get("name", ""), "module": led.get("module", "")}
             for f in p.get("flagged", [])

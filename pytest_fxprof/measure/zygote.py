@@ -178,8 +178,9 @@ def serve(answers: TextIO, base_path: Sequence[str], learned: Learned) -> None:
             order = {**json.loads(line), "parent": os.getpid()}
             tree = str(order.get("tree", ""))
             learned.seen(tree)
-            if not children:  # between pairs: both sides of the next one find the same imported
-                preload(learned.wanted())
+            wanted = learned.wanted() if not children else []  # between pairs: both sides of the next find them
+            if wanted:
+                preload(wanted)
                 why = unfit("what the sides' tests imported")
                 if why:
                     print(f"unfit: {why}", file=answers, flush=True)
