@@ -183,7 +183,13 @@ def verdicts(report: Path) -> dict[str, dict[str, Any]]:
             for f in p.get("flagged", [])
             for led in f.get("led_by", [])
         ]
-        out[name] = {"status": p.get("status"), "flagged": flagged, "pairs": p.get("pairs")}
+        total = p.get("total") or {}
+        out[name] = {
+            "status": p.get("status"),
+            "flagged": flagged,
+            "pairs": p.get("pairs"),
+            "total": {"ratio": total.get("ratio"), "ratios": total.get("ratios")},
+        }
     return out
 
 
@@ -223,6 +229,7 @@ def one_run(args: argparse.Namespace, names: tuple[str, ...], run: int, found: d
             "failed": failed,
             "named": failed and named(got, cond),
             "flagged": got["flagged"] if failed else [],
+            "total": got.get("total"),
         }
     return {
         "run": run,
