@@ -28,6 +28,7 @@ import contextlib
 import gc
 import importlib
 import json
+import mmap
 import os
 import random
 import runpy
@@ -220,6 +221,7 @@ def side(order: Mapping[str, Any], base_path: Sequence[str]) -> None:
         extra = [p for p in order["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
         sys.path[:] = [order["cwd"], *extra, *base_path]
         _reseed()
+        _shift_heap()
         code = _run(list(order["argv"]))
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -258,6 +260,22 @@ def _reseed() -> None:
     numpy_random = sys.modules.get("numpy.random")
     if numpy_random is not None:
         numpy_random.seed()
+
+
+_SHIFT: list[object] = []
+"""What ``_shift_heap`` allocated, held for the child's life."""
+
+
+def _shift_heap() -> None:
+    """Move where this child's later allocations land by a random amount: a random number of mapped pages, a
+    block of random size on the heap and a random number of small objects. A fresh interpreter's start moves them
+    by its own hash seed and imports; children forked from one state would otherwise place each side's tensors
+    alike in every pair of a check, and a difference that their placement makes between the two sides would be
+    the same in every pair, not sampled as the spread between processes."""
+    rng = random.Random(os.urandom(16))  # noqa: S311 (a placement, not a secret)
+    _SHIFT.append(mmap.mmap(-1, mmap.PAGESIZE * rng.randint(1, 512)))
+    _SHIFT.append(bytearray(rng.randint(1, 1 << 16)))
+    _SHIFT.extend(bytes(rng.randint(1, 200)) for _ in range(rng.randint(0, 4000)))
 
 
 def _run(argv: list[str]) -> int:
