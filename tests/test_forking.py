@@ -5,6 +5,7 @@ the run. The pairs served by forked sides (crashes, hangs, failures) are in ``te
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import random
 import signal
@@ -196,6 +197,36 @@ def test_a_forked_side_finds_the_parents_objects_out_of_the_collectors_sight(tmp
         forker.close()
     assert child.returncode == 0, child.output
     assert int((tmp_path / "frozen").read_text()) > 1000
+
+
+SHIFTED = """
+import sys
+shift = sys.modules["__main__"]._SHIFT  # the parent's script, whose function forked this child
+sizes = [len(shift[0]), len(shift[1]), len(shift) - 2]
+open(sys.argv[1], "w").write(" ".join(map(str, sizes)))
+"""
+
+
+def test_each_forked_side_moves_its_later_allocations_by_a_random_amount(tmp_path: Path) -> None:
+    """Forked from one state, each child first maps a random number of pages and allocates a block of random size
+    and a random number of small objects, so that where its tensors land is drawn anew, as in a fresh
+    interpreter."""
+    (tmp_path / "fork").mkdir()
+    relaunch = Relaunch(invocation_dir=tmp_path, rootdir=tmp_path, inifile=None)
+    forker = Forker([tmp_path / "root"], tmp_path / "fork", modules={})
+    shifted = []
+    try:
+        for k in range(3):
+            (tmp_path / str(k)).mkdir()
+            out = tmp_path / f"shifted{k}"
+            child = finish(forker.start(ScriptRelaunch(relaunch, SHIFTED, out), {"tests": []}, tmp_path / str(k)), None)
+            assert child.returncode == 0, child.output
+            shifted.append(tuple(int(n) for n in out.read_text().split()))
+    finally:
+        forker.close()
+    assert forker.forked == 3
+    assert all(pages >= mmap.PAGESIZE and block >= 1 for pages, block, _ in shifted)
+    assert len(set(shifted)) == 3
 
 
 def start_with_library(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str) -> tuple[Forker, bool]:
