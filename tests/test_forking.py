@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_fxprof.measure import forking
+from pytest_fxprof.measure import forking, zygote
 from pytest_fxprof.measure.forking import Forker, can_fork, preloadable
 from pytest_fxprof.measure.sampling import Relaunch, finish
 
@@ -152,6 +152,27 @@ def test_the_parent_imports_between_pairs_what_the_tests_of_both_sides_imported(
     assert forker.forked == 4
     assert not forker.problem
     assert seen == [("old", ""), ("new", ""), ("old", "shared_lib"), ("new", "shared_lib")]
+
+
+def test_the_parent_learns_only_what_every_side_imported_each_module_once(tmp_path: Path) -> None:
+    """What each child wrote as it ended: the parent imports what a child of every tree imported, by its rules,
+    in import order, and asks for none twice; a file that is unreadable or not a child's list teaches nothing."""
+    written = {
+        "old.json": [["shared_b", "/lib/b.py"], ["shared_a", "/lib/a.py"], ["old_only", "/lib/o.py"], ["frozen", None]],
+        "new.json": [["shared_a", "/lib/a.py"], ["frozen", None], ["shared_b", "/lib/b.py"], ["new_only", "/lib/n.py"]],
+        "dict.json": {"not": "a list"},
+        "numbers.json": [1, 2],
+    }
+    for name, content in written.items():
+        (tmp_path / name).write_text(json.dumps(content))
+    (tmp_path / "torn.json").write_text('[["shared_a", "/lib/')
+    learned = zygote.Learned(lambda entries: [n for n, f in entries if f])
+    for name in ("dict.json", "numbers.json", "torn.json", "missing.json"):
+        learned.add("new", tmp_path / name)
+    learned.add("old", tmp_path / "old.json")
+    learned.add("new", tmp_path / "new.json")
+    assert learned.wanted() == ["shared_b", "shared_a"]  # the first child's order; "frozen" has no file
+    assert learned.wanted() == []
 
 
 def test_a_library_the_tests_imported_that_starts_a_thread_leaves_the_later_processes_fresh(

@@ -121,9 +121,9 @@ class Forked:
 
 class Forker:
     """The parent of a check's side processes: started by the first ``start`` (with the modules the run has
-    imported by then, or ``modules``, but those under ``roots``), ended by ``close``. ``start``
-    is ``sampling.start``'s equal; where the parent could not start, it starts fresh processes (``problem`` says
-    why)."""
+    imported by then, or ``modules``, but those under ``roots``), ended by ``close``. ``start`` is
+    ``sampling.start``'s equal; where the parent could not start, or may no longer fork, it starts fresh processes
+    (``problem`` says why)."""
 
     def __init__(
         self,

@@ -121,13 +121,14 @@ class Learned:
     def add(self, tree: str, path: Path) -> None:
         """What a child of ``tree`` wrote into ``path`` as it ended (nothing where it ended before it could)."""
         try:
-            entries = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            written = json.loads(path.read_text(encoding="utf-8"))
+            entries = [(str(name), file if isinstance(file, str) else None) for name, file in written]
+        except (OSError, ValueError, TypeError):  # unreadable, or not the pairs a child writes: nothing learned
             return
         names = self.trees.setdefault(tree, set())
         for name, file in entries:
-            self.files.setdefault(str(name), file if isinstance(file, str) else None)
-            names.add(str(name))
+            self.files.setdefault(name, file)
+            names.add(name)
 
     def wanted(self) -> list[str]:
         """The modules to import before the next fork (each asked once: one that fails to import stays the
