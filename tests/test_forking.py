@@ -83,24 +83,31 @@ def test_a_forked_side_finds_the_runs_libraries_imported_and_neither_sides_code(
     assert request["parent"] != os.getpid()  # the side ends with the parent that forked it
 
 
-def test_each_forked_side_draws_its_own_random_numbers(tmp_path: Path) -> None:
-    numpy = pytest.importorskip("numpy")
+def forked_outputs(tmp_path: Path, script: str, count: int, modules: dict[str, types.ModuleType]) -> list[str]:
+    """What ``count`` children forked one after the other from a parent that imported ``modules`` wrote, each
+    running ``python -c SCRIPT OUT``."""
     (tmp_path / "fork").mkdir()
-    script = "import random, sys, numpy; open(sys.argv[1], 'w').write(f'{random.random()} {numpy.random.random()}')"
     relaunch = Relaunch(invocation_dir=tmp_path, rootdir=tmp_path, inifile=None)
-    preload = {"random": random, "numpy": numpy, "numpy.random": numpy.random}
-    forker = Forker([tmp_path / "root"], tmp_path / "fork", modules=preload)
-    drawn = []
+    forker = Forker([tmp_path / "root"], tmp_path / "fork", modules=modules)
+    written = []
     try:
-        for k in range(2):
+        for k in range(count):
             (tmp_path / str(k)).mkdir()
-            out = tmp_path / f"drawn{k}"
+            out = tmp_path / f"out{k}"
             child = finish(forker.start(ScriptRelaunch(relaunch, script, out), {"tests": []}, tmp_path / str(k)), None)
             assert child.returncode == 0, child.output
-            drawn.append(out.read_text().split())
+            written.append(out.read_text())
     finally:
         forker.close()
-    assert forker.forked == 2
+    assert forker.forked == count
+    return written
+
+
+def test_each_forked_side_draws_its_own_random_numbers(tmp_path: Path) -> None:
+    numpy = pytest.importorskip("numpy")
+    script = "import random, sys, numpy; open(sys.argv[1], 'w').write(f'{random.random()} {numpy.random.random()}')"
+    preload = {"random": random, "numpy": numpy, "numpy.random": numpy.random}
+    drawn = [text.split() for text in forked_outputs(tmp_path, script, 2, preload)]
     assert drawn[0][0] != drawn[1][0]
     assert drawn[0][1] != drawn[1][1]
 
@@ -206,18 +213,8 @@ def test_a_library_the_tests_imported_that_starts_a_thread_leaves_the_later_proc
 def test_a_forked_side_finds_the_parents_objects_out_of_the_collectors_sight(tmp_path: Path) -> None:
     """The parent freezes what it holds (``gc.freeze``): a side's collections, pytest's at its end among them, look
     only at what the side made."""
-    (tmp_path / "fork").mkdir()
     script = "import gc, sys; open(sys.argv[1], 'w').write(str(gc.get_freeze_count()))"
-    relaunch = Relaunch(invocation_dir=tmp_path, rootdir=tmp_path, inifile=None)
-    forker = Forker([tmp_path / "root"], tmp_path / "fork", modules={"json": json})
-    try:
-        child = finish(
-            forker.start(ScriptRelaunch(relaunch, script, tmp_path / "frozen"), {"tests": []}, tmp_path), None
-        )
-    finally:
-        forker.close()
-    assert child.returncode == 0, child.output
-    assert int((tmp_path / "frozen").read_text()) > 1000
+    assert int(forked_outputs(tmp_path, script, 1, {"json": json})[0]) > 1000
 
 
 SHIFTED = """
@@ -232,20 +229,7 @@ def test_each_forked_side_moves_its_later_allocations_by_a_random_amount(tmp_pat
     """Forked from one state, each child first maps a random number of pages and allocates a block of random size
     and a random number of small objects, so that where its tensors land is drawn anew, as in a fresh
     interpreter."""
-    (tmp_path / "fork").mkdir()
-    relaunch = Relaunch(invocation_dir=tmp_path, rootdir=tmp_path, inifile=None)
-    forker = Forker([tmp_path / "root"], tmp_path / "fork", modules={})
-    shifted = []
-    try:
-        for k in range(3):
-            (tmp_path / str(k)).mkdir()
-            out = tmp_path / f"shifted{k}"
-            child = finish(forker.start(ScriptRelaunch(relaunch, SHIFTED, out), {"tests": []}, tmp_path / str(k)), None)
-            assert child.returncode == 0, child.output
-            shifted.append(tuple(int(n) for n in out.read_text().split()))
-    finally:
-        forker.close()
-    assert forker.forked == 3
+    shifted = [tuple(int(n) for n in text.split()) for text in forked_outputs(tmp_path, SHIFTED, 3, {})]
     assert all(pages >= mmap.PAGESIZE and block >= 1 for pages, block, _ in shifted)
     assert len(set(shifted)) == 3
 
