@@ -36,7 +36,7 @@ from typing import Any
 
 from pytest_fxprof.measure import zygote
 from pytest_fxprof.measure.sampling import Process, Relaunch, child_env, start, tail, write_request
-from pytest_fxprof.measure.zygote import importable, library_dirs
+from pytest_fxprof.measure.zygote import importable, library_dirs, skipped
 
 READY_S = 300.0
 """How long the parent may take to import the run's libraries before the check gives up forking."""
@@ -61,21 +61,6 @@ def preloadable(modules: Mapping[str, Any], roots: Iterable[Path], libraries: It
     under = [r.resolve() for r in roots]
     entries = [(name, getattr(module, "__file__", None)) for name, module in list(modules.items())]
     return importable(entries, under, skipped(under), [d.resolve() for d in libraries])
-
-
-def skipped(roots: Iterable[Path]) -> set[str]:
-    """The top-level names the parent never imports: ``__main__``, ``conftest``, and each name that one of
-    ``roots`` holds."""
-    return {"__main__", "conftest"} | {n for r in roots for n in _top_level_names(r)}
-
-
-def _top_level_names(root: Path) -> set[str]:
-    """The modules and packages importable from directory ``root``."""
-    try:
-        entries = list(root.iterdir())
-    except OSError:
-        return set()
-    return {e.stem for e in entries if e.suffix == ".py"} | {e.name for e in entries if (e / "__init__.py").is_file()}
 
 
 class Forked:
@@ -138,17 +123,13 @@ class Forker:
         self.problem = ""
         self.forked = 0
 
-    def _begin(self, relaunch: Relaunch) -> subprocess.Popen[str] | None:
+    def _begin(self) -> subprocess.Popen[str] | None:
         if self.parent is not None or self.problem:
             return self.parent
         listing = self.directory / "preload.json"
         modules = sys.modules if self.modules is None else self.modules
         preload = preloadable(modules, self.roots, library_dirs())
-        roots = [str(r) for r in self.roots]
-        listing.write_text(
-            json.dumps({"modules": preload, "roots": roots, "skipped": sorted(skipped(self.roots))}),
-            encoding="utf-8",
-        )
+        listing.write_text(json.dumps({"modules": preload, "roots": [str(r) for r in self.roots]}), encoding="utf-8")
         cmd = [sys.executable, str(Path(zygote.__file__).resolve()), str(listing), str(os.getpid())]
         log = self.directory / "parent.log"  # what its imports print, never the run's terminal
         with log.open("w", encoding="utf-8") as err:
@@ -162,19 +143,15 @@ class Forker:
         if answer != "ready":
             self.close()
             said = tail(log.read_text(encoding="utf-8", errors="replace").strip())
-            self.problem = (
-                answer.removeprefix("unfit: ")
-                if answer.startswith("unfit: ")
-                else f"the parent of the side processes did not start (exit status {parent.poll()})"
-                + (f": {said}" if said else "")
-            )
+            ended = f"the parent of the side processes did not start (exit status {parent.poll()})"
+            self.problem = _refused(answer, ended + (f": {said}" if said else ""))
             return None
         return parent
 
     def start(self, relaunch: Relaunch, request: dict[str, Any], directory: Path) -> Process:
         """A side's process for ``request``: forked from the parent (started now if it is not yet), or fresh
         where the parent could not start."""
-        parent = self._begin(relaunch) if relaunch.python == sys.executable else None
+        parent = self._begin() if relaunch.python == sys.executable else None
         if parent is None or parent.poll() is not None:
             return start(relaunch, request, directory)
         assert parent.stdin is not None
@@ -199,11 +176,7 @@ class Forker:
             answer = parent.stdout.readline().strip()
             pid = int(answer)
         except (OSError, ValueError):  # the parent died or may not fork: this process and the later ones start fresh
-            self.problem = (
-                answer.removeprefix("unfit: ")
-                if answer.startswith("unfit: ")
-                else f"the parent of the side processes ended (exit status {parent.poll()})"
-            )
+            self.problem = _refused(answer, f"the parent of the side processes ended (exit status {parent.poll()})")
             self.close()
             return start(relaunch, request, directory)
         self.forked += 1
@@ -214,6 +187,11 @@ class Forker:
         if self.parent is not None:
             _end(self.parent)
             self.parent = None
+
+
+def _refused(answer: str, otherwise: str) -> str:
+    """Why the parent will not fork: the reason of its ``unfit: WHY`` answer, else ``otherwise`` (it ended)."""
+    return answer.removeprefix("unfit: ") if answer.startswith("unfit: ") else otherwise
 
 
 def _readable(stream: Any, timeout_s: float) -> bool:

@@ -3,14 +3,13 @@ forks every process of every pair, both sides alike, each of which becomes ``pyt
 
 Run as a script (``python zygote.py LISTING RUN_PID``), never imported by it: this file imports nothing but the
 standard library, so that the parent holds no code of either side. ``LISTING`` is a JSON object: ``modules``, what
-to import, ``roots``, the sides' trees, which are taken off the import path first (a library that imports a side's
-code is not imported), and ``skipped``, top-level names never to import (``__main__``, ``conftest``, the names a
-root holds). It answers ``ready`` (or ``unfit: WHY`` where it cannot fork safely: a thread started while importing),
-then reads one order per line on stdin (a JSON object: ``argv``, ``cwd``, ``env``, ``status``, ``output``,
-``imported``, ``tree``), forks a child per order and answers its pid (or ``unfit: WHY``). When a child ends it
-writes its exit status (minus the signal that ended it) into the order's ``status`` file. It ends once stdin is
-closed and every child has ended; it and each child end with their parent (``die_with_parent``). ``measure.forking``
-is its other half, in the run.
+to import, and ``roots``, the sides' trees, which are taken off the import path first (a library that imports a
+side's code is not imported), and whose top-level names it never imports (``skipped``). It answers ``ready`` (or
+``unfit: WHY`` where it cannot fork safely: a thread started while importing), then reads one order per line on
+stdin (a JSON object: ``argv``, ``cwd``, ``env``, ``status``, ``output``, ``imported``, ``tree``), forks a child per
+order and answers its pid (or ``unfit: WHY``). When a child ends it writes its exit status (minus the signal that
+ended it) into the order's ``status`` file. It ends once stdin is closed and every child has ended; it and each
+child end with their parent (``die_with_parent``). ``measure.forking`` is its other half, in the run.
 
 The parent also learns what the sides import as their tests run (a library a test imports in its body, a lazy
 submodule of one): each child writes the modules it imported into the order's ``imported`` file as it ends, and
@@ -74,6 +73,21 @@ def library_dirs() -> list[Path]:
 def side_code(path: Path, roots: Sequence[Path], libraries: Sequence[Path]) -> bool:
     """Whether ``path`` (resolved) is a side's code: under one of ``roots`` and in none of ``libraries``."""
     return any(path.is_relative_to(r) for r in roots) and not any(path.is_relative_to(d) for d in libraries)
+
+
+def skipped(roots: Iterable[Path]) -> set[str]:
+    """The top-level names the parent never imports: ``__main__``, ``conftest``, and each name that one of
+    ``roots`` holds (a side imports that from its tree, not an installed copy)."""
+    return {"__main__", "conftest"} | {n for r in roots for n in _top_level_names(r)}
+
+
+def _top_level_names(root: Path) -> set[str]:
+    """The modules and packages importable from directory ``root``."""
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return set()
+    return {e.stem for e in entries if e.suffix == ".py"} | {e.name for e in entries if (e / "__init__.py").is_file()}
 
 
 def importable(
@@ -313,8 +327,8 @@ def main(listing: Path, run_pid: int) -> None:
         print(f"unfit: {why}", file=answers, flush=True)
         return
     print("ready", file=answers, flush=True)
-    skipped = [str(n) for n in asked.get("skipped", [])]
-    serve(answers, base_path, Learned(lambda entries: importable(entries, roots, skipped, libraries)))
+    skip = skipped(roots)
+    serve(answers, base_path, Learned(lambda entries: importable(entries, roots, skip, libraries)))
 
 
 if __name__ == "__main__" and len(sys.argv) == 3:
