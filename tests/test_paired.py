@@ -14,6 +14,9 @@ from pytest_fxprof.judge.paired import (
     MIN_DECIDING_PAIRS,
     MIN_PAIRS,
     PAIR_SPREAD,
+    RESOLVE,
+    RESOLVE_CONFIDENCE,
+    Interval,
     PairedPolicy,
     can_decide,
     compare_pairs,
@@ -25,7 +28,7 @@ from pytest_fxprof.judge.paired import (
     undecided,
 )
 from pytest_fxprof.records.measurement import BaselineEntry, Capture, NodeInfo, Run, Setup, Tolerances
-from pytest_fxprof.records.verdicts import BandSource, Comparison, Kind, Status, Verdict
+from pytest_fxprof.records.verdicts import BandSource, Comparison, Judgement, Kind, Status, Verdict
 from tests.records_for_tests import CAPTURE, CNN, CNN_NS, ENV, PROTOCOL, node, scaled
 
 POLICY = PairedPolicy(node_tolerance=0.05, total_tolerance=0.03, floor_ns=20_000, floor_share=0.001)
@@ -466,6 +469,29 @@ def test_a_pair_out_of_line_is_left_out_of_the_call_and_counted() -> None:
     assert found is not None
     assert (len(found.old), len(found.new), found.out_of_line, found.left_out) == (5, 5, 1, 0)
     assert [e.runs[0] for e in found.new] == [r for p, r in enumerate(new.runs) if p != 2]
+
+
+def test_the_totals_resolve_asks_99_percent_not_the_false_alarms_999() -> None:
+    """A total is too noisy when the pairs could not tell +2 bands from none, judged at 99 %: four pairs spread
+    2 % decide an unchanged model (at 99.9 %, t = 10.2, they would not), four spread 3.5 % do not."""
+    band = 0.03
+    assert RESOLVE_CONFIDENCE == 0.99
+    old = [1_000_000.0] * 4
+
+    def total(step: float) -> Judgement:
+        new = [o * math.exp(step * z) for o, z in zip(old, (1.0, -1.0, 1.0, -1.0), strict=True)]
+        return judge_pairs(old, new, band, BandSource.TOLERANCE, resolve=True)
+
+    usual = total(0.017)  # log ratios spread 2.0 % (sample standard deviation)
+    assert usual.verdict is Verdict.OK
+    assert not undecided(usual)
+    logs = tuple(math.log(r) for r in usual.ratios)
+    assert Interval(logs, CONFIDENCE).half_width > math.log1p(RESOLVE * band)  # at 99.9 %: undecided
+    assert Interval(logs, RESOLVE_CONFIDENCE).half_width <= math.log1p(RESOLVE * band)
+    wide = total(0.03)  # 3.5 %
+    assert wide.verdict is Verdict.NOISY
+    assert "to tell a slowdown of +6% from none" in wide.reason
+    assert undecided(wide)
 
 
 def test_fewer_pairs_than_the_minimum_can_never_decide_a_usual_total() -> None:

@@ -351,9 +351,17 @@ def measure_tests(
     label = against.label
 
     def paired(asked: AskedTest) -> PairedTest:
+        seen: dict[int, dict[str, Comparison | None]] = {}
+
+        def judged(got: Pairs) -> dict[str, Comparison | None]:
+            """Each call's comparison over the pairs so far, judged once per pair for both questions."""
+            if len(got.old) not in seen:
+                seen.clear()
+                seen[len(got.old)] = _judged(got, _keys(asked, got), asked.policy, label)
+            return seen[len(got.old)]
+
         def undecided(got: Pairs) -> bool:
-            judged = _judged(got, _keys(asked, got), asked.policy, label)
-            return any(c is not None and needs_more(c) for c in judged.values())
+            return any(c is not None and needs_more(c) for c in judged(got).values())
 
         def moot(got: Pairs) -> bool:
             """After each pair: refuse an old side that ran the working tree's code, and stop when no call is left
@@ -361,11 +369,11 @@ def measure_tests(
             setup)."""
             try:
                 _refuse_foreign(got.old[-1], label)
-                judged = _judged(got, _keys(asked, got), asked.policy, label)
+                calls = judged(got)
             except AgainstError as exc:
                 got.error = str(exc)
                 return True
-            return all(c is None or c.status is Status.MISMATCH for c in judged.values())
+            return all(c is None or c.status is Status.MISMATCH for c in calls.values())
 
         request: dict[str, Any] = {"settings": asked.settings}
         if asked.keys is not None:

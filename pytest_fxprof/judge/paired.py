@@ -27,11 +27,11 @@ patterns and classes, as ``aggregates.plan`` lays them out over both sides' node
 4. *Too noisy to decide* when neither holds and the estimate lies beyond the band: the item looks slower, but
    its interval still reaches 1. More pairs are measured while an item that gates is undecided; one still
    undecided at the end is a warning, never a pass or a failure. The total, which speaks for the whole check,
-   is also too noisy when its interval's half-width exceeds ``RESOLVE`` bands: then the pairs could not tell
-   the model slowed by twice its band from unchanged, whatever its estimate. A node or aggregate whose
-   estimate lies within its band is within it however wide its interval (shown in its reason): a few
-   memory-bound items of most models spread this much between processes, and spending the pairs that would
-   narrow them on every check of unchanged code would double its time (BENCHMARKS.md).
+   is also too noisy when its interval's half-width at ``RESOLVE_CONFIDENCE`` (99 %) exceeds ``RESOLVE`` bands:
+   then the pairs could not tell the model slowed by twice its band from unchanged, whatever its estimate. A
+   node or aggregate whose estimate lies within its band is within it however wide its interval (shown in its
+   reason): a few memory-bound items of most models spread this much between processes, and spending the pairs
+   that would narrow them on every check of unchanged code would double its time (BENCHMARKS.md).
 5. A slowdown fails a test only from ``MIN_DECIDING_PAIRS`` pairs or more: where pairs were left out (their
    processes met two machines, or lost their lock-step) and fewer remain, it is too noisy to decide, and more pairs
    are measured. Three pairs that agree by chance make an interval that t, with two degrees of freedom, trusts: a
@@ -94,9 +94,18 @@ MIN_PAIRS = 2
 
 RESOLVE = 2.0
 """The slowdown of the whole model, in bands, that the pairs must be able to tell from none (+6 % at the
-total's +3 %): a total whose interval is wider than that on either side is too noisy to decide. A total
-decided this way sees a slowdown of twice its band beyond the band in all but a few checks in a thousand (its
-estimate's spread is at most ``RESOLVE / t`` bands), and more pairs then confirm it."""
+total's +3 %): a total whose interval at ``RESOLVE_CONFIDENCE`` is wider than that on either side is too noisy
+to decide. A total decided this way shows a slowdown of twice its band beyond the band in all but about one
+check in twenty at the widest spread it allows (its estimate's spread is then ``RESOLVE / t`` bands, t at 99 %),
+far more often at the usual spread, and more pairs then confirm it."""
+
+RESOLVE_CONFIDENCE = 0.99
+"""The confidence of the total's interval that ``RESOLVE`` bounds: how sure the pairs must be that they could see
+a slowdown, not that one is real, so not the false alarm's ``CONFIDENCE``: failing still takes an interval
+above 1 at 99.9 %. At 99.9 % (t = 10.2 with 4 pairs) half the unchanged tests of a 2-core runner's checks took
+more than 4 pairs for their total alone, and caught +5 % on the total about as often: over the pairs of 133
+recorded unchanged tests, resampled, 4.2 pairs a test on average against 5.0, and +5 % on the total caught in
+97.2 % of checks against 98.1-98.5 % (BENCHMARKS.md, "The total's resolve at 99 %"; ``bench/resolve_tradeoff.py``)."""
 
 
 PAIR_SPREAD = 0.01
@@ -181,16 +190,17 @@ class Interval:
     logs: tuple[float, ...]
     confidence: float
 
-    @property
+    @functools.cached_property
     def mean(self) -> float:
-        return statistics.fmean(self.logs) if self.logs else 0.0
+        return math.fsum(self.logs) / len(self.logs) if self.logs else 0.0
 
-    @property
+    @functools.cached_property
     def half_width(self) -> float:
-        if len(self.logs) < MIN_PAIRS:
-            return math.inf
         n = len(self.logs)
-        return t_quantile(self.confidence, n - 1) * statistics.stdev(self.logs) / math.sqrt(n)
+        if n < MIN_PAIRS:
+            return math.inf
+        spread = math.sqrt(math.fsum((x - self.mean) ** 2 for x in self.logs) / (n - 1))
+        return t_quantile(self.confidence, n - 1) * spread / math.sqrt(n)
 
     @property
     def low(self) -> float:
@@ -238,11 +248,19 @@ def judge_pairs(
             f"x{estimate:.2f} beyond {limit}{lost}, but the pairs disagree too much to confirm it ({span}); "
             "more pairs (--fxprof-pairs) or a quieter machine decide it",
         )
-    elif resolve and interval.half_width > math.log1p(RESOLVE * band):
+    elif resolve and Interval(interval.logs, min(confidence, RESOLVE_CONFIDENCE)).half_width > math.log1p(
+        RESOLVE * band
+    ):
         verdict, reason = (
             Verdict.NOISY,
             f"x{estimate:.2f}, but the pairs disagree too much to tell a slowdown of +{RESOLVE * band:.0%} "
             f"from none against {limit} ({span}); more pairs (--fxprof-pairs) or a quieter machine decide it",
+        )
+    elif resolve and len(ratios) < MIN_DECIDING_PAIRS:
+        verdict, reason = (
+            Verdict.NOISY,
+            f"x{estimate:.2f}, but the total needs {MIN_DECIDING_PAIRS} pairs to be decided ({span}): more pairs "
+            "decide it",
         )
     elif interval.mean < -edge:
         verdict, reason = Verdict.OK, f"x{estimate:.2f}, faster than {limit} but not confirmed ({span})"
