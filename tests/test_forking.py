@@ -234,6 +234,39 @@ def test_each_forked_side_moves_its_later_allocations_by_a_random_amount(tmp_pat
     assert len(set(shifted)) == 3
 
 
+def test_a_parent_launched_early_imports_what_the_run_imported_since_before_the_first_fork(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Launched as collection starts with what the run imported then and a library every run imports later (not
+    the side's module of that name), the parent is told at the first fork what the run imported since."""
+    root, libs = tmp_path / "root", tmp_path / "libs"
+    root.mkdir()
+    libs.mkdir()
+    for name in ("early_lib", "ahead_lib", "later_lib"):
+        (libs / f"{name}.py").write_text("")
+    (root / "own_code.py").write_text("")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(libs), str(root)]))
+    monkeypatch.syspath_prepend(str(libs))
+    monkeypatch.syspath_prepend(str(root))
+    (tmp_path / "fork").mkdir()
+    imported = {"early_lib": module(libs / "early_lib.py")}  # what the run has imported, as it grows
+    forker = Forker([root], tmp_path / "fork", modules=imported)
+    names = ("early_lib", "ahead_lib", "later_lib", "own_code")
+    script = f"import sys; open(sys.argv[1], 'w').write(' '.join(n for n in {names} if n in sys.modules))"
+    try:
+        forker.launch(("ahead_lib", "own_code", "no_such_module"))
+        assert forker.parent is not None
+        assert forker.listed == {"early_lib", "ahead_lib"}  # a side's module is never listed, nor a missing one
+        imported["later_lib"] = module(libs / "later_lib.py")  # collection imported it
+        relaunch = Relaunch(invocation_dir=root, rootdir=root, inifile=None)
+        child = finish(forker.start(ScriptRelaunch(relaunch, script, tmp_path / "seen"), {"tests": []}, tmp_path), None)
+    finally:
+        forker.close()
+    assert child.returncode == 0, child.output
+    assert forker.forked == 1
+    assert (tmp_path / "seen").read_text() == "early_lib ahead_lib later_lib"
+
+
 def start_with_library(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, source: str) -> tuple[Forker, bool]:
     """Ask a forker whose parent imports one library of ``source`` (on the run's PYTHONPATH) for a process; the
     forker, ended, and whether the process was started fresh instead."""

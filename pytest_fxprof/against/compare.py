@@ -343,10 +343,12 @@ def measure_tests(
     progress: Callable[[int, int, float], None] | None = None,
     spent: Spent | None = None,
     notice: Callable[[str], None] | None = None,
+    launched: Forker | None = None,
 ) -> dict[str, Pairs]:
     """Measure ``tests`` in pairs of old and new processes that serve them all (``against.rounds``), in the
     machine's measuring ``turn`` (``measure.turns``); per test what its pairs measured, for ``judge_test``.
-    ``notice`` is told why, where the processes were to be forked (``Against.fork``) but started fresh."""
+    ``notice`` is told why, where the processes were to be forked (``Against.fork``) but started fresh.
+    ``launched``: the parent to fork them from, started ahead by the caller (``early_forker``), who ends it."""
     old_side, new_side = against.sides(new)
     label = against.label
 
@@ -384,7 +386,7 @@ def measure_tests(
 
     deadline = max(PROCESS_DEADLINE_S, *(2 * a.budget_s for a in tests))
     forking = against.fork and duet and can_fork() and old_side.relaunch.python == sys.executable
-    with turn(), _forker(forking, (old_side, new_side)) as forker:
+    with turn(), _forker(forking, (old_side, new_side), launched) as forker:
         if forker is not None:
             old_side, new_side = replace(old_side, starter=forker.start), replace(new_side, starter=forker.start)
         try:
@@ -408,15 +410,42 @@ def measure_tests(
 
 
 @contextlib.contextmanager
-def _forker(forking: bool, sides: Sequence[Side]) -> Iterator[Forker | None]:
-    """The parent that forks the sides' processes (None where they start fresh), ended when the check ends."""
-    if not forking:
+def _forker(forking: bool, sides: Sequence[Side], launched: Forker | None = None) -> Iterator[Forker | None]:
+    """The parent that forks the sides' processes (None where they start fresh): ``launched``, else one started
+    now and ended when the check ends."""
+    if not forking or launched is not None:
+        yield launched if forking else None
+        return
+    with tempfile.TemporaryDirectory(prefix=f"{PREFIX}{os.getpid()}-fork-") as tmp:
+        forker = Forker(_roots(sides), Path(tmp))
+        try:
+            yield forker
+        finally:
+            forker.close()
+
+
+def _roots(sides: Sequence[Side]) -> list[Path]:
+    """Where the sides' own code lies: their root and invocation directories and import roots."""
+    return [d for s in sides for d in (s.relaunch.rootdir, s.relaunch.invocation_dir, *map(Path, s.relaunch.path))]
+
+
+AHEAD = ("torch",)
+"""What an early parent imports before the run has: every test of this plugin imports torch."""
+
+
+@contextlib.contextmanager
+def early_forker(against: Against, new: Relaunch) -> Iterator[Forker | None]:
+    """A parent for the sides' processes launched now, while the run collects its tests, so that its imports
+    (torch's, above all) overlap the run's; None where the sides would not fork. Pass it to ``measure_tests``;
+    it ends when the block does."""
+    old_side, new_side = against.sides(new)
+    if not (against.fork and can_fork() and old_side.relaunch.python == sys.executable):
         yield None
         return
-    roots = [d for s in sides for d in (s.relaunch.rootdir, s.relaunch.invocation_dir, *map(Path, s.relaunch.path))]
     with tempfile.TemporaryDirectory(prefix=f"{PREFIX}{os.getpid()}-fork-") as tmp:
-        forker = Forker(roots, Path(tmp))
+        forker = Forker(_roots((old_side, new_side)), Path(tmp))
         try:
+            forker.launch(AHEAD)
             yield forker
         finally:
             forker.close()

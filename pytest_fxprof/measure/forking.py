@@ -23,6 +23,7 @@ Must not import torch or pytest.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import select
@@ -105,8 +106,8 @@ class Forked:
 
 
 class Forker:
-    """The parent of a check's side processes: started by the first ``start`` (with the modules the run has
-    imported by then, or ``modules``, but those under ``roots``), ended by ``close``. ``start`` is
+    """The parent of a check's side processes: started by ``launch`` or the first ``start`` (with the modules the
+    run has imported by then, or ``modules``, but those under ``roots``), ended by ``close``. ``start`` is
     ``sampling.start``'s equal; where the parent could not start, or may no longer fork, it starts fresh processes
     (``problem`` says why)."""
 
@@ -122,30 +123,52 @@ class Forker:
         self.parent: subprocess.Popen[str] | None = None
         self.problem = ""
         self.forked = 0
+        self.listed: set[str] = set()
+        """The modules the parent was asked to import."""
+        self.ready = False
 
-    def _begin(self) -> subprocess.Popen[str] | None:
+    def launch(self, ahead: Sequence[str] = ()) -> None:
+        """Start the parent now, with the modules the run has imported so far and those of ``ahead`` that the rules
+        allow (a library every run imports later, such as torch), so that its imports overlap the run's own
+        (collecting the tests); the first ``start`` waits for it and has it import what the run imported since."""
         if self.parent is not None or self.problem:
-            return self.parent
-        listing = self.directory / "preload.json"
+            return
         modules = sys.modules if self.modules is None else self.modules
-        preload = preloadable(modules, self.roots, library_dirs())
+        roots = [r.resolve() for r in self.roots]
+        preload = preloadable(modules, roots, library_dirs())
+        preload += importable(_origins(n for n in ahead if n not in modules), roots, skipped(roots), library_dirs())
+        listing = self.directory / "preload.json"
         listing.write_text(json.dumps({"modules": preload, "roots": [str(r) for r in self.roots]}), encoding="utf-8")
         cmd = [sys.executable, str(Path(zygote.__file__).resolve()), str(listing), str(os.getpid())]
-        log = self.directory / "parent.log"  # what its imports print, never the run's terminal
-        with log.open("w", encoding="utf-8") as err:
-            self.parent = parent = subprocess.Popen(
-                cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True
-            )
+        with (self.directory / "parent.log").open("w", encoding="utf-8") as err:  # what its imports print
+            self.parent = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)
+        self.listed = set(preload)
+
+    def _begin(self) -> subprocess.Popen[str] | None:
+        self.launch()
+        parent = self.parent
+        if parent is None or self.ready:
+            return parent
+        assert parent.stdin is not None
         assert parent.stdout is not None
-        answer = ""
-        if _readable(parent.stdout, READY_S):
-            answer = parent.stdout.readline().strip()
+        answer = parent.stdout.readline().strip() if _readable(parent.stdout, READY_S) else ""
+        modules = sys.modules if self.modules is None else self.modules
+        since = [n for n in preloadable(modules, self.roots, library_dirs()) if n not in self.listed]
+        if answer == "ready" and since:  # what the run imported after it launched the parent
+            self.listed.update(since)
+            try:
+                parent.stdin.write(json.dumps({"import": since}) + "\n")
+                parent.stdin.flush()
+                answer = parent.stdout.readline().strip() if _readable(parent.stdout, READY_S) else ""
+            except OSError:
+                answer = ""
         if answer != "ready":
             self.close()
-            said = tail(log.read_text(encoding="utf-8", errors="replace").strip())
+            said = tail((self.directory / "parent.log").read_text(encoding="utf-8", errors="replace").strip())
             ended = f"the parent of the side processes did not start (exit status {parent.poll()})"
             self.problem = _refused(answer, ended + (f": {said}" if said else ""))
             return None
+        self.ready = True
         return parent
 
     def start(self, relaunch: Relaunch, request: dict[str, Any], directory: Path) -> Process:
@@ -187,6 +210,18 @@ class Forker:
         if self.parent is not None:
             _end(self.parent)
             self.parent = None
+
+
+def _origins(names: Iterable[str]) -> list[tuple[str, str | None]]:
+    """Each of ``names`` (top-level modules not imported yet) with the file it would be imported from, if any."""
+    out = []
+    for name in names:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        out.append((name, spec.origin if spec is not None else None))
+    return out
 
 
 def _refused(answer: str, otherwise: str) -> str:

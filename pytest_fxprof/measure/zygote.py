@@ -7,9 +7,11 @@ to import, and ``roots``, the sides' trees, which are taken off the import path 
 side's code is not imported), and whose top-level names it never imports (``skipped``). It answers ``ready`` (or
 ``unfit: WHY`` where it cannot fork safely: a thread started while importing), then reads one order per line on
 stdin (a JSON object: ``argv``, ``cwd``, ``env``, ``status``, ``output``, ``imported``, ``tree``), forks a child per
-order and answers its pid (or ``unfit: WHY``). When a child ends it writes its exit status (minus the signal that
-ended it) into the order's ``status`` file. It ends once stdin is closed and every child has ended; it and each
-child end with their parent (``die_with_parent``). ``measure.forking`` is its other half, in the run.
+order and answers its pid (or ``unfit: WHY``). An order ``{"import": [...]}`` before the first fork adds modules
+to the listing's (what the run imported after it started the parent) and is answered like the listing. When a
+child ends it writes its exit status (minus the signal that ended it) into the order's ``status`` file. It ends
+once stdin is closed and every child has ended; it and each child end with their parent (``die_with_parent``).
+``measure.forking`` is its other half, in the run.
 
 The parent also learns what the sides import as their tests run (a library a test imports in its body, a lazy
 submodule of one): each child writes the modules it imported into the order's ``imported`` file as it ends, and
@@ -192,6 +194,12 @@ def serve(answers: TextIO, base_path: Sequence[str], learned: Learned) -> None:
                 reading = False
                 continue
             order = {**json.loads(line), "parent": os.getpid()}
+            if "import" in order:  # what the run imported since it started this process (before any fork)
+                preload([str(name) for name in order["import"]])
+                why = unfit("the run's libraries")
+                print(f"unfit: {why}" if why else "ready", file=answers, flush=True)
+                reading = not why
+                continue
             tree = str(order.get("tree", ""))
             learned.seen(tree)
             wanted = learned.wanted() if not children else []  # between pairs: both sides of the next find them

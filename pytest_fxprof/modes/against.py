@@ -10,6 +10,7 @@ ends.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_fxprof.against.compare import Against, AskedTest, measure_tests
+from pytest_fxprof.against.compare import Against, AskedTest, early_forker, measure_tests
 from pytest_fxprof.measure.turns import TurnError
 from pytest_fxprof.modes.base import relaunch_of
 from pytest_fxprof.modes.gate import Gate, ahead_of_tests, fixture_tests, say
@@ -30,6 +31,7 @@ from pytest_fxprof.settings import Mode
 
 if TYPE_CHECKING:
     from pytest_fxprof.against.rounds import Pairs
+    from pytest_fxprof.measure.forking import Forker
     from pytest_fxprof.measure.sampling import Relaunch
     from pytest_fxprof.measure.turns import Turn
     from pytest_fxprof.session.run import RunState
@@ -50,16 +52,29 @@ class AgainstMode(Gate):
         self.ahead_error = ""
         """Why they could not (the machine's measuring lock): every test fails with it."""
         self.ahead_turns: list[Turn] = []
-        if not self.worker and config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None):
+        self.early = contextlib.ExitStack()
+        """Holds the parent of the sides' processes launched while the tests are collected (``early_forker``)."""
+        self.forker: Forker | None = None
+        config.add_cleanup(self.early.close)
+        self.xdist = config.pluginmanager.hasplugin("xdist") and bool(config.getoption("numprocesses", None))
+        if not self.worker and self.xdist:
             run.notes.append(
                 "under pytest-xdist each test was measured in pairs of processes of its own (a worker does not know "
                 "its tests ahead); without -n, one pair serves every test of the run, which costs far less"
             )
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection(self, session: pytest.Session) -> None:
+        """Launch the parent of the sides' processes as collection starts, where the tests will be measured ahead."""
+        if not self.worker and not self.xdist and not self.config.option.collectonly:
+            self.forker = self.early.enter_context(early_forker(self.against, relaunch_of(self.config)))
+
     @pytest.hookimpl(wrapper=True)
     def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
-        if ahead_of_tests(session, self.worker):
-            self.measure_ahead(session.items)
+        with self.early:  # the parent ends once the pairs did, or at once where there are none
+            if ahead_of_tests(session, self.worker):
+                self.measure_ahead(session.items)
+        self.forker = None
         return (yield)
 
     def measure_ahead(self, items: Sequence[pytest.Item]) -> None:
@@ -102,6 +117,7 @@ class AgainstMode(Gate):
                             progress=progress,
                             spent=self.run.spent,
                             notice=lambda message: say(config, message),
+                            launched=self.forker if duet else None,
                         )
                     )
         except TurnError as exc:
