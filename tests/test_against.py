@@ -703,6 +703,36 @@ def test_forked_sides_keep_a_strict_warnings_filter(
         assert json.loads(report.read_text())["time"]["forked"] == 2 * MIN_DECIDING_PAIRS
 
 
+SEEN_AT_COLLECTION = """
+
+def pytest_collection_finish(session):
+    import os
+    from pathlib import Path
+
+    mode = session.config.pluginmanager.get_plugin("fxprof-against")
+    if mode is not None:  # the run's own process, not a side's
+        parent = None if mode.forker is None else mode.forker.parent
+        Path(os.environ["SEEN"]).write_text("running" if parent is not None and parent.poll() is None else "none")
+"""
+
+
+def test_the_parent_of_the_forked_sides_starts_while_the_tests_are_collected(
+    pytester: pytest.Pytester, base: str, tmp_path: Path
+) -> None:
+    """The parent's imports overlap the run's collection: it is running when collection ends, and gone with the
+    run; a run that only collects starts none."""
+    commit(pytester, {"conftest.py": CLOCK_CONFTEST + SEEN_AT_COLLECTION}, "a conftest that looks")
+    seen, tmp = tmp_path / "seen", tmp_path / "tmp"
+    tmp.mkdir()
+    result = against(pytester, "HEAD~1", env={"SEEN": str(seen), "TMPDIR": str(tmp)})
+    assert result.ret == 0, result.stdout.str()
+    assert seen.read_text() == ("running" if can_fork() else "none")
+    assert left_trees(tmp) == []  # its directory went with it, as did the exported tree
+    collected = against(pytester, "HEAD~1", "--collect-only", env={"SEEN": str(seen), "TMPDIR": str(tmp)})
+    assert collected.ret == 0, collected.stdout.str()
+    assert seen.read_text() == "none"
+
+
 def test_fresh_side_processes_on_request(pytester: pytest.Pytester, base: str) -> None:
     commit(pytester, {"model.py": model("3_000_000")}, "slower")
     report = pytester.path / "report.json"
