@@ -385,7 +385,7 @@ def measure_tests(
         )
 
     deadline = max(PROCESS_DEADLINE_S, *(2 * a.budget_s for a in tests))
-    forking = against.fork and duet and can_fork() and old_side.relaunch.python == sys.executable
+    forking = duet and _forks(against, old_side)
     with turn(), _forker(forking, (old_side, new_side), launched) as forker:
         if forker is not None:
             old_side, new_side = replace(old_side, starter=forker.start), replace(new_side, starter=forker.start)
@@ -409,6 +409,12 @@ def measure_tests(
                     notice(f"the side processes started fresh: {forker.problem}")
 
 
+def _forks(against: Against, old_side: Side) -> bool:
+    """Whether the sides' processes of a duet are forked from one parent: asked for, on Linux, with this
+    interpreter on both sides."""
+    return against.fork and can_fork() and old_side.relaunch.python == sys.executable
+
+
 @contextlib.contextmanager
 def _forker(forking: bool, sides: Sequence[Side], launched: Forker | None = None) -> Iterator[Forker | None]:
     """The parent that forks the sides' processes (None where they start fresh): ``launched``, else one started
@@ -416,17 +422,22 @@ def _forker(forking: bool, sides: Sequence[Side], launched: Forker | None = None
     if not forking or launched is not None:
         yield launched if forking else None
         return
+    with _new_forker(sides) as forker:
+        yield forker
+
+
+@contextlib.contextmanager
+def _new_forker(sides: Sequence[Side]) -> Iterator[Forker]:
+    """A parent for the processes of ``sides``, its files in a directory of its own; ended, and the directory
+    removed, when the block ends. Its roots: where the sides' own code lies (their root and invocation
+    directories and import roots)."""
+    roots = [d for s in sides for d in (s.relaunch.rootdir, s.relaunch.invocation_dir, *map(Path, s.relaunch.path))]
     with tempfile.TemporaryDirectory(prefix=f"{PREFIX}{os.getpid()}-fork-") as tmp:
-        forker = Forker(_roots(sides), Path(tmp))
+        forker = Forker(roots, Path(tmp))
         try:
             yield forker
         finally:
             forker.close()
-
-
-def _roots(sides: Sequence[Side]) -> list[Path]:
-    """Where the sides' own code lies: their root and invocation directories and import roots."""
-    return [d for s in sides for d in (s.relaunch.rootdir, s.relaunch.invocation_dir, *map(Path, s.relaunch.path))]
 
 
 AHEAD = ("torch",)
@@ -438,17 +449,13 @@ def early_forker(against: Against, new: Relaunch) -> Iterator[Forker | None]:
     """A parent for the sides' processes launched now, while the run collects its tests, so that its imports
     (torch's, above all) overlap the run's; None where the sides would not fork. Pass it to ``measure_tests``;
     it ends when the block does."""
-    old_side, new_side = against.sides(new)
-    if not (against.fork and can_fork() and old_side.relaunch.python == sys.executable):
+    sides = against.sides(new)
+    if not _forks(against, sides[0]):
         yield None
         return
-    with tempfile.TemporaryDirectory(prefix=f"{PREFIX}{os.getpid()}-fork-") as tmp:
-        forker = Forker(_roots((old_side, new_side)), Path(tmp))
-        try:
-            forker.launch(AHEAD)
-            yield forker
-        finally:
-            forker.close()
+    with _new_forker(sides) as forker:
+        forker.launch(AHEAD)
+        yield forker
 
 
 def judge_test(

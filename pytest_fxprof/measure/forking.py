@@ -134,9 +134,9 @@ class Forker:
         if self.parent is not None or self.problem:
             return
         modules = sys.modules if self.modules is None else self.modules
-        roots = [r.resolve() for r in self.roots]
-        preload = preloadable(modules, roots, library_dirs())
-        preload += importable(_origins(n for n in ahead if n not in modules), roots, skipped(roots), library_dirs())
+        roots, libraries = [r.resolve() for r in self.roots], library_dirs()
+        preload = preloadable(modules, roots, libraries)
+        preload += importable(_origins(n for n in ahead if n not in modules), roots, skipped(roots), libraries)
         listing = self.directory / "preload.json"
         listing.write_text(json.dumps({"modules": preload, "roots": [str(r) for r in self.roots]}), encoding="utf-8")
         cmd = [sys.executable, str(Path(zygote.__file__).resolve()), str(listing), str(os.getpid())]
@@ -145,6 +145,7 @@ class Forker:
         self.listed = set(preload)
 
     def _begin(self) -> subprocess.Popen[str] | None:
+        early = self.parent is not None  # launched before: the run may have imported more since
         self.launch()
         parent = self.parent
         if parent is None or self.ready:
@@ -152,9 +153,11 @@ class Forker:
         assert parent.stdin is not None
         assert parent.stdout is not None
         answer = parent.stdout.readline().strip() if _readable(parent.stdout, READY_S) else ""
-        modules = sys.modules if self.modules is None else self.modules
-        since = [n for n in preloadable(modules, self.roots, library_dirs()) if n not in self.listed]
-        if answer == "ready" and since:  # what the run imported after it launched the parent
+        since = []
+        if early and answer == "ready":
+            modules = sys.modules if self.modules is None else self.modules
+            since = [n for n in preloadable(modules, self.roots, library_dirs()) if n not in self.listed]
+        if since:  # what the run imported after it launched the parent
             self.listed.update(since)
             try:
                 parent.stdin.write(json.dumps({"import": since}) + "\n")
