@@ -22,6 +22,8 @@ writes one JSON line: both wall times and their ratio, the check's exit status, 
 failure named and whether that is the slowed thing, and where the check's time went (the report's ``time``).
 ``--record`` also times a recording of the suite at the defaults (``pytest --fxprof-update``, 5 processes);
 ``--no-check`` then leaves the check out.
+``--keep DIR`` copies each check's whole JSON report into ``DIR`` (every item's ratio pair by pair, which
+``bench/item_replay.py`` replays).
 ``--code DIR`` runs the package of another checkout (its directory first on ``PYTHONPATH``), to compare with an
 earlier version side by side. ``--start fork`` or ``--start fresh`` passes ``--fxprof-against-start`` to the
 check: its side processes forked from one parent that imported the tests' libraries (the default), or each
@@ -216,6 +218,9 @@ def one_run(args: argparse.Namespace, names: tuple[str, ...], run: int, found: d
             if record_rc != 0:
                 raise SystemExit(f"the recording failed:\n{record_out[-3000:]}")
         tests = verdicts(report) if report.is_file() else {}
+        if args.keep is not None and report.is_file():  # the whole report, for bench/item_replay.py
+            args.keep.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(report, args.keep / f"{time.strftime('%Y%m%dT%H%M%S')}-run{run}.json")
         time_split = json.loads(report.read_text()).get("time") if report.is_file() else None
     rows = {}
     for name in names:
@@ -294,6 +299,7 @@ def main() -> None:
     parser.add_argument("--summary", action="store_true", help="print the table of what --out holds, run nothing")
     parser.add_argument("--record", action="store_true", help="also time one recording at the defaults")
     parser.add_argument("--no-check", action="store_true", help="leave the check out (with --record)")
+    parser.add_argument("--keep", type=Path, help="a folder that keeps each check's whole JSON report")
     parser.add_argument("--start", choices=("fork", "fresh"), help="how the check's side processes start")
     parser.add_argument("pytest_args", nargs="*", help="after --: more arguments of the check")
     args = parser.parse_args()
