@@ -67,10 +67,37 @@ def asked(test_id: str, *, pairs: int = 4, max_pairs: int = 18, budget_s: float 
 def test_every_test_takes_its_pairs_and_a_decided_one_leaves_the_later_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeClock()
     served = fake_pairs(monkeypatch, clock)
-    got = rounds.measure_pairs(OLD, NEW, [asked("a"), asked("b", open_until=6), asked("c", pairs=5)], clock=clock)
+    tests = [asked("a"), asked("b", open_until=6), asked("c", pairs=5)]
+    got = rounds.measure_pairs(OLD, NEW, tests, clock=clock, order=rounds.in_turn)
     assert served == [["a", "b", "c"]] * 4 + [["b", "c"], ["b"]]
     assert [len(got[t].old) for t in "abc"] == [4, 6, 5]
     assert all(got[t].stopped == "" for t in "abc")
+
+
+def test_pair_one_serves_the_tests_in_the_runs_order_and_each_later_pair_in_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = FakeClock()
+    served = fake_pairs(monkeypatch, clock)
+    names = [f"t{i}" for i in range(8)]
+    got = rounds.measure_pairs(OLD, NEW, [asked(n, pairs=6) for n in names], clock=clock, order=rounds.shuffled(1))
+    assert served[0] == names
+    assert all(sorted(pair) == names for pair in served)  # every pair serves every open test once
+    assert len({tuple(pair) for pair in served[1:]}) == 5  # five later pairs, five orders
+    assert all(len(got[n].old) == 6 for n in names)
+    again = fake_pairs(monkeypatch, FakeClock())
+    rounds.measure_pairs(OLD, NEW, [asked(n, pairs=6) for n in names], clock=FakeClock(), order=rounds.shuffled(1))
+    assert again == served  # one seed, one schedule
+
+
+def test_a_check_orders_its_pairs_afresh_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    orders = []
+    for _ in range(2):
+        served = fake_pairs(monkeypatch, FakeClock())
+        rounds.measure_pairs(OLD, NEW, [asked(f"t{i}", pairs=3) for i in range(10)], clock=FakeClock())
+        orders.append(served)
+    assert orders[0][0] == orders[1][0] == [f"t{i}" for i in range(10)]
+    assert orders[0][1:] != orders[1][1:]  # 10! orders a pair: two checks draw the same two by chance 1 in 10**13
 
 
 def test_an_undecided_test_stops_at_its_limit_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,8 +6,11 @@ enough) and ``measure_pairs`` (the schedule). The caller measures the pairs in t
 
 A pair is two fresh processes, one per side, each measuring every test still open, in the same order, so that
 a process's start (interpreter, imports, collection) is paid once per pair, not once per test, while every pair
-still samples the variance between processes. A pair is a duet (both processes at once, each test's passes in
-lock-step: ``measure.lockstep``) or one process after the other, in a balanced order: pair 1 runs old then
+still samples the variance between processes. Pair 1 serves the tests in the run's order, each later pair in an
+order of its own (``shuffled``): what a test meets in its process depends on the tests before it (where the
+allocator places its tensors), and the same order in every pair would make that the same in every pair, a
+difference between the sides that no pair's spread shows. A pair is a duet (both processes at once, each test's
+passes in lock-step: ``measure.lockstep``) or one process after the other, in a balanced order: pair 1 runs old then
 new, pair 2 new then old, and so on (ABBA...), so that a trend within a pair favours neither side.
 
 A test's first ``pairs`` pairs are always measured (within the run's budget); then its ``undecided`` says
@@ -26,6 +29,7 @@ Must not import torch or pytest.
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -113,6 +117,37 @@ class PairResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
+Order = Callable[[int, Sequence["PairedTest"]], list["PairedTest"]]
+"""The order in which pair ``number`` (from 1) serves its tests, given in the run's order."""
+
+
+def shuffled(seed: int | None = None) -> Order:
+    """Pair 1 in the run's order, each later pair in a random order (from ``seed``; fresh entropy by default).
+
+    A test's time depends on what ran before it in its process: where the allocator places its tensors turns on
+    every allocation before, and a memory-bound operation (a concatenation, a pooling) runs faster or slower by
+    where its input and output lie. Both sides of a pair run the same tests in the same order, but their
+    processes differ a little (each imports its own code, from its own directory), so the same order in every
+    pair can leave one side's placement worse in every pair: an unchanged model's concatenations measured 6-8 %
+    slower over 12 pairs in 3 of 4 checks of a 20-model suite, which no interval drawn from those pairs can
+    tell from a slowdown (BENCHMARKS.md, "Each pair in its own order"). An order per pair makes that part of the
+    spread between pairs, which the verdict sees."""
+    rng = random.Random(seed)  # noqa: S311 (an order, not a secret)
+
+    def order(number: int, tests: Sequence[PairedTest]) -> list[PairedTest]:
+        out = list(tests)
+        if number > 1:
+            rng.shuffle(out)
+        return out
+
+    return order
+
+
+def in_turn(number: int, tests: Sequence[PairedTest]) -> list[PairedTest]:
+    """Every pair in the run's order."""
+    return list(tests)
+
+
 def _sides_request(tests: Sequence[PairedTest]) -> list[str]:
     """The lock-step's tags of the calls the new side makes, in every test where they are known."""
     return [call_tag(k, t.test_id) for t in tests for k in t.request.get("calls", [])]
@@ -191,10 +226,13 @@ def measure_pairs(
     clock: Callable[[], float] = time.monotonic,
     progress: Callable[[int, int, float], None] | None = None,
     spent: Spent | None = None,
+    order: Order | None = None,
 ) -> dict[str, Pairs]:
     """Measure the pairs of ``tests`` (each to its ``pairs``, then more while its ``undecided`` and its budget and
     ``max_pairs`` allow, within ``run_budget_s`` in all, of which the run spent ``already_s`` before); per test
-    what they measured. ``progress(pair, tests, seconds)`` is told of each pair as it ends."""
+    what they measured. Each pair serves its tests in ``order`` (``shuffled()`` by default).
+    ``progress(pair, tests, seconds)`` is told of each pair as it ends."""
+    order = order or shuffled()
     got = {t.test_id: Pairs() for t in tests}
     done: set[str] = set()
     began = clock()
@@ -210,7 +248,8 @@ def measure_pairs(
                     got[t.test_id].stopped = f"the run's time budget of {run_budget_s:g} s"
                 break
         started = clock()
-        result = run_pair(old, new, chosen, number=number + 1, duet=duet, deadline_s=deadline_s, spent=spent)
+        served = order(number + 1, chosen)
+        result = run_pair(old, new, served, number=number + 1, duet=duet, deadline_s=deadline_s, spent=spent)
         number += 1
         took = clock() - started
         own = sum(result.seconds.values())
