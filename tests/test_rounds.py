@@ -68,7 +68,7 @@ def test_every_test_takes_its_pairs_and_a_decided_one_leaves_the_later_pairs(mon
     clock = FakeClock()
     served = fake_pairs(monkeypatch, clock)
     tests = [asked("a"), asked("b", open_until=6), asked("c", pairs=5)]
-    got = rounds.measure_pairs(OLD, NEW, tests, clock=clock, order=rounds.in_turn)
+    got = rounds.measure_pairs(OLD, NEW, tests, clock=clock, test_order=rounds.in_turn)
     assert served == [["a", "b", "c"]] * 4 + [["b", "c"], ["b"]]
     assert [len(got[t].old) for t in "abc"] == [4, 6, 5]
     assert all(got[t].stopped == "" for t in "abc")
@@ -80,13 +80,13 @@ def test_pair_one_serves_the_tests_in_the_runs_order_and_each_later_pair_in_its_
     clock = FakeClock()
     served = fake_pairs(monkeypatch, clock)
     names = [f"t{i}" for i in range(8)]
-    got = rounds.measure_pairs(OLD, NEW, [asked(n, pairs=6) for n in names], clock=clock, order=rounds.shuffled(1))
+    got = rounds.measure_pairs(OLD, NEW, [asked(n, pairs=6) for n in names], clock=clock, test_order=rounds.shuffled(1))
     assert served[0] == names
     assert all(sorted(pair) == names for pair in served)  # every pair serves every open test once
     assert len({tuple(pair) for pair in served[1:]}) == 5  # five later pairs, five orders
     assert all(len(got[n].old) == 6 for n in names)
     again = fake_pairs(monkeypatch, FakeClock())
-    rounds.measure_pairs(OLD, NEW, [asked(n, pairs=6) for n in names], clock=FakeClock(), order=rounds.shuffled(1))
+    rounds.measure_pairs(OLD, NEW, [asked(n, pairs=6) for n in names], clock=FakeClock(), test_order=rounds.shuffled(1))
     assert again == served  # one seed, one schedule
 
 
@@ -378,3 +378,18 @@ def test_a_round_removes_the_directories_of_its_kind_that_a_killed_run_left(
         assert other.exists()
         assert link.is_symlink()
     assert not Path(made).exists()
+
+
+def test_a_test_that_failed_a_side_in_a_later_pair_is_told_that_pair_had_its_own_order() -> None:
+    from pytest_fxprof.against.compare import _failure
+
+    child = Child(("python", "-m", "pytest"), 1, None, "E   KeyError: 'warm'\n")
+    first = str(_failure(rounds.SideFailedError(NEW, child, 1), "HEAD~1 (abc1234)", "t.py::test_b"))
+    later = str(_failure(rounds.SideFailedError(NEW, child, 3), "HEAD~1 (abc1234)", "t.py::test_b"))
+    assert "could not measure t.py::test_b (process 1: exited with status 1)" in first
+    assert "order" not in first
+    assert (
+        "(process 3: exited with status 1; pair 3 served its tests in an order of its own, so a test that passes "
+        "only after another ran in the same process can fail here)" in later
+    )
+    assert "KeyError: 'warm'" in later

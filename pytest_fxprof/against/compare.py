@@ -295,8 +295,14 @@ def _failure(err: SideFailedError, label: str, test_id: str) -> AgainstError:
     child = err.child
     who = f"the old side ({label})" if err.side.name == "old" else "the new side (the working tree)"
     what = child.problem or f"exited with status {child.returncode}"
+    order = (
+        f"; pair {err.number} served its tests in an order of its own, so a test that passes only after another ran "
+        "in the same process can fail here"
+        if err.number > 1
+        else ""
+    )
     return AgainstError(
-        f"{who} could not measure {test_id} (process {err.number}: {what}); its output follows, then its "
+        f"{who} could not measure {test_id} (process {err.number}: {what}{order}); its output follows, then its "
         f"command\n{'-' * 20} output of {who} {'-' * 20}\n{tail(child.output).rstrip()}\n{'-' * 60}\n"
         f"command: {' '.join(child.command)}"
     )

@@ -117,11 +117,11 @@ class PairResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-Order = Callable[[int, Sequence["PairedTest"]], list["PairedTest"]]
+TestOrder = Callable[[int, Sequence["PairedTest"]], list["PairedTest"]]
 """The order in which pair ``number`` (from 1) serves its tests, given in the run's order."""
 
 
-def shuffled(seed: int | None = None) -> Order:
+def shuffled(seed: int | None = None) -> TestOrder:
     """Pair 1 in the run's order, each later pair in a random order (from ``seed``; fresh entropy by default).
 
     A test's time depends on what ran before it in its process: where the allocator places its tensors turns on
@@ -129,18 +129,18 @@ def shuffled(seed: int | None = None) -> Order:
     where its input and output lie. Both sides of a pair run the same tests in the same order, but their
     processes differ a little (each imports its own code, from its own directory), so the same order in every
     pair can leave one side's placement worse in every pair: an unchanged model's concatenations measured 6-8 %
-    slower over 12 pairs in 3 of 4 checks of a 20-model suite, which no interval drawn from those pairs can
-    tell from a slowdown (BENCHMARKS.md, "Each pair in its own order"). An order per pair makes that part of the
-    spread between pairs, which the verdict sees."""
+    slower on the new side, in 10 or 11 of 12 pairs, and failed 3 of 4 checks of a 20-model suite: no interval
+    drawn from those pairs can tell that from a slowdown. An order per pair makes it part of the spread between
+    pairs, which the verdict weighs (BENCHMARKS.md, "Each pair in its own order")."""
     rng = random.Random(seed)  # noqa: S311 (an order, not a secret)
 
-    def order(number: int, tests: Sequence[PairedTest]) -> list[PairedTest]:
+    def arrange(number: int, tests: Sequence[PairedTest]) -> list[PairedTest]:
         out = list(tests)
         if number > 1:
             rng.shuffle(out)
         return out
 
-    return order
+    return arrange
 
 
 def in_turn(number: int, tests: Sequence[PairedTest]) -> list[PairedTest]:
@@ -226,13 +226,13 @@ def measure_pairs(
     clock: Callable[[], float] = time.monotonic,
     progress: Callable[[int, int, float], None] | None = None,
     spent: Spent | None = None,
-    order: Order | None = None,
+    test_order: TestOrder | None = None,
 ) -> dict[str, Pairs]:
     """Measure the pairs of ``tests`` (each to its ``pairs``, then more while its ``undecided`` and its budget and
     ``max_pairs`` allow, within ``run_budget_s`` in all, of which the run spent ``already_s`` before); per test
-    what they measured. Each pair serves its tests in ``order`` (``shuffled()`` by default).
+    what they measured. Each pair serves its tests in ``test_order`` (``shuffled()`` by default).
     ``progress(pair, tests, seconds)`` is told of each pair as it ends."""
-    order = order or shuffled()
+    arrange = test_order or shuffled()
     got = {t.test_id: Pairs() for t in tests}
     done: set[str] = set()
     began = clock()
@@ -248,7 +248,7 @@ def measure_pairs(
                     got[t.test_id].stopped = f"the run's time budget of {run_budget_s:g} s"
                 break
         started = clock()
-        served = order(number + 1, chosen)
+        served = arrange(number + 1, chosen)
         result = run_pair(old, new, served, number=number + 1, duet=duet, deadline_s=deadline_s, spent=spent)
         number += 1
         took = clock() - started
