@@ -2,14 +2,15 @@
 variants of the rule on the same pairs: how many pairs a test takes, how many end undecided or fail with nothing
 changed, and how often a planned slowdown is caught.
 
-    .venv/bin/python bench/item_replay.py REPORT_DIR [REPORT_DIR ...] --orders 20 --out bench/item_replay.json
+    .venv/bin/python bench/item_replay.py REPORTS [REPORTS ...] --orders 30 --out bench/item_replay.json
 
 The reports are the JSON reports (``--fxprof-report``) of checks whose tests were measured in many pairs
-(``bench/suite_cost.py --keep DIR -- --fxprof-pairs 12``): each item that gates (a node, an aggregate, the total)
-holds its ratio pair by pair. Each test is replayed in ``--orders`` random orders of its pairs, the same order
-for all its items: from 4 pairs (the plugin's start) one pair at a time, judging each item on the pairs so far
-with ``judge.paired.judge_pairs`` at the item's band, floor and corrected confidence, until no item is too noisy
-to decide (the test passes, or fails where an item is slower) or the pairs run out (undecided). The plugin's other
+(``bench/suite_cost.py --keep DIR -- --fxprof-pairs 12``): each node that gates, each aggregate and the total hold
+their ratio pair by pair. Each test is replayed in ``--orders`` random orders of its pairs, the same order for
+all its items: from 4 pairs (the plugin's start) one pair at a time, judging each item on the pairs so far with
+``judge.paired.judge_pairs`` at the item's band, floor and corrected confidence, until the test fails (an item
+is slower: a node that gates, any aggregate, the total), no item that gates is too noisy to decide (it passes),
+or the pairs run out (undecided). The plugin's other
 rules (pairs left out, a module held by its scope, code changed) do not apply to unchanged code and are left out.
 
 ``--slow node+10`` multiplies, in turn, each gating node of 1 ms or more by 1.10 (and each aggregate holding it,
@@ -17,7 +18,14 @@ and the total, by its share of them); ``total+5`` multiplies every item by 1.05.
 fails, and *named* (``node+10``) where the slowed node or an aggregate of which it is a fifth or more is slower.
 
 Variants (``VARIANTS``): ``mean``, the rule as it is; ``median``, an item whose mean lies beyond its band but
-whose median pair lies within it is within it, not too noisy to decide.
+whose median pair lies within it is within it, not too noisy to decide; ``moderated`` and ``trend``, each node's
+and aggregate's spread pooled with a prior fitted to the test's items (empirical Bayes, flat or as a function of
+the item's time); ``wider1.25`` and ``wider1.5``, a node's or aggregate's interval that much wider to confirm a
+slowdown; ``pass3`` (with ``--start 3``), a total resolved at 99 % and within its band passes from 3 pairs.
+
+    .venv/bin/python bench/item_replay.py /tmp/reports --condense bench/pairs12_20.json.gz
+    .venv/bin/python bench/item_replay.py bench/pairs12_20.json.gz --orders 30 --slow none node+10 total+5 \
+        --variants mean,median,moderated,trend,wider1.25,wider1.5 --out bench/item_replay_20.json
 """
 
 from __future__ import annotations
