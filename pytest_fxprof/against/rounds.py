@@ -129,9 +129,9 @@ def shuffled(seed: int | None = None) -> TestOrder:
     where its input and output lie. Both sides of a pair run the same tests in the same order, but their
     processes differ a little (each imports its own code, from its own directory), so the same order in every
     pair can leave one side's placement worse in every pair: an unchanged model's concatenations measured 6-8 %
-    slower on the new side, in 10 or 11 of 12 pairs, and failed 3 of 4 checks of a 20-model suite: no interval
-    drawn from those pairs can tell that from a slowdown. An order per pair makes it part of the spread between
-    pairs, which the verdict weighs (BENCHMARKS.md, "Each pair in its own order")."""
+    slower on the new side and failed 3 of 4 checks of a 20-model suite (slower in 10 and 11 of 12 pairs, where
+    12 were measured): no interval drawn from those pairs can tell that from a slowdown. An order per pair makes
+    it part of the spread between pairs, which the verdict weighs (BENCHMARKS.md, "Each pair in its own order")."""
     rng = random.Random(seed)  # noqa: S311 (an order, not a secret)
 
     def arrange(number: int, tests: Sequence[PairedTest]) -> list[PairedTest]:
