@@ -246,21 +246,20 @@ def fit_trend(variances: list[float], sizes: list[float], df: int) -> tuple[floa
     return d0, lambda size: math.exp(a + b * math.log(max(size, 1.0)) + shift)
 
 
-def rule_moderated(items: list[Item], pairs: list[list[float]]) -> list[Verdict]:
-    """Each node's and aggregate's spread moderated toward the test's (``judge.paired.moderated``), the total as
-    it is."""
+def _moderated(
+    items: list[Item], pairs: list[list[float]], d0: float, prior: Callable[[Item], float] | None
+) -> list[Verdict]:
+    """Each node's and aggregate's variance pooled with ``prior(item)`` of ``d0`` degrees of freedom (Smyth's
+    moderated t), the total as it is."""
     n = len(pairs[0])
-    logs = [[math.log(r) for r in rs] for rs in pairs]
-    spreads = [statistics.variance(x) for x in logs]
-    d0, s0 = fit_prior([v for i, v in zip(items, spreads, strict=True) if not i.total], n - 1)
     out = []
-    for i, x, v, rs in zip(items, logs, spreads, pairs, strict=True):
-        if i.total or not d0:
+    for i, rs in zip(items, pairs, strict=True):
+        if i.total or not d0 or prior is None:
             out.append(judged(i, rs).verdict)
             continue
-        mean = statistics.fmean(x)
-        df = n - 1 + d0
-        var = (d0 * s0 + (n - 1) * v) / df if math.isfinite(d0) else s0
+        x = [math.log(r) for r in rs]
+        mean, df = statistics.fmean(x), n - 1 + d0
+        var = (d0 * prior(i) + (n - 1) * statistics.variance(x)) / df if math.isfinite(d0) else prior(i)
         half = t_quantile(i.confidence, int(min(df, 1000))) * math.sqrt(var / n)
         edge = math.log1p(i.band)
         if mean - half > 0 and mean > edge:
@@ -270,45 +269,26 @@ def rule_moderated(items: list[Item], pairs: list[list[float]]) -> list[Verdict]
         else:
             out.append(Verdict.OK)
     return out
+
+
+def _spreads(items: list[Item], pairs: list[list[float]]) -> list[tuple[Item, float]]:
+    """The nodes' and aggregates' variances of their log ratios."""
+    return [
+        (i, statistics.variance(math.log(r) for r in rs)) for i, rs in zip(items, pairs, strict=True) if not i.total
+    ]
+
+
+def rule_moderated(items: list[Item], pairs: list[list[float]]) -> list[Verdict]:
+    """Each node's and aggregate's spread moderated toward one prior fitted to the test's items."""
+    d0, s0 = fit_prior([v for _, v in _spreads(items, pairs)], len(pairs[0]) - 1)
+    return _moderated(items, pairs, d0, lambda _: s0)
 
 
 def rule_trend(items: list[Item], pairs: list[list[float]]) -> list[Verdict]:
-    """As ``rule_moderated``, the test's spread as a function of an item's time (limma-trend)."""
-    n = len(pairs[0])
-    logs = [[math.log(r) for r in rs] for rs in pairs]
-    spreads = [statistics.variance(x) for x in logs]
-    gated = [(v, i.baseline_ns) for i, v in zip(items, spreads, strict=True) if not i.total]
-    d0, s0 = fit_trend([v for v, _ in gated], [b for _, b in gated], n - 1)
-    out = []
-    for i, x, v, rs in zip(items, logs, spreads, pairs, strict=True):
-        if i.total or not d0 or s0 is None:
-            out.append(judged(i, rs).verdict)
-            continue
-        mean = statistics.fmean(x)
-        df = n - 1 + d0
-        prior = s0(i.baseline_ns)
-        var = (d0 * prior + (n - 1) * v) / df if math.isfinite(d0) else prior
-        half = t_quantile(i.confidence, int(min(df, 1000))) * math.sqrt(var / n)
-        edge = math.log1p(i.band)
-        if mean - half > 0 and mean > edge:
-            out.append(Verdict.SLOWER)
-        elif mean > edge:
-            out.append(Verdict.NOISY)
-        else:
-            out.append(Verdict.OK)
-    return out
-
-
-def rule_trend_strict(items: list[Item], pairs: list[list[float]]) -> list[Verdict]:
-    """``rule_trend`` with the nodes tested as a level of their own (``LEVEL_ITEMS`` of the false-alarm rate)."""
-    nodes = sum(i.kind == "node" for i in items)
-    strict = [
-        Item(**{**vars(i), "confidence": corrected_confidence(CONFIDENCE, min(1.0, 10 / nodes))})
-        if i.kind == "node" and nodes
-        else i
-        for i in items
-    ]
-    return rule_trend(strict, pairs)
+    """As ``rule_moderated``, the prior's variance a function of the item's time (limma-trend)."""
+    spreads = _spreads(items, pairs)
+    d0, s0 = fit_trend([v for _, v in spreads], [i.baseline_ns for i, _ in spreads], len(pairs[0]) - 1)
+    return _moderated(items, pairs, d0, None if s0 is None else lambda i: s0(i.baseline_ns))
 
 
 def rule_pass3(items: list[Item], pairs: list[list[float]]) -> list[Verdict]:
@@ -356,7 +336,6 @@ VARIANTS: dict[str, Callable[[list[Item], list[list[float]]], list[Verdict]]] = 
     "median": per_item(rule_median),
     "moderated": rule_moderated,
     "trend": rule_trend,
-    "trend-strict": rule_trend_strict,
     "pass3": rule_pass3,
     "wider1.25": rule_wider(1.25),
     "wider1.5": rule_wider(1.5),
