@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_fxprof.judge.aggregates import corrected_confidence
+from pytest_fxprof.judge.aggregates import LEVEL_ITEMS, corrected_confidence
 from pytest_fxprof.judge.paired import (
     CONFIDENCE,
     MIN_DECIDING_PAIRS,
@@ -112,7 +112,7 @@ def load(paths: list[Path]) -> list[Test]:
             for a in p.get("aggregates", []):
                 if a.get("ratios"):  # a small aggregate fails a test when slower; only one that gates keeps it going
                     level = a.get("level_items") or 0
-                    strictness = min(1.0, 10 / level) if level else 1.0
+                    strictness = min(1.0, LEVEL_ITEMS / level) if level else 1.0  # as ``Group.strictness``
                     items.append(
                         Item(
                             f"{a['kind']}:{a.get('name', '')}",
@@ -298,9 +298,8 @@ def rule_pass3(items: list[Item], pairs: list[list[float]]) -> list[Verdict]:
     for i, rs in zip(items, pairs, strict=True):
         j = judged(i, rs)
         if i.total and j.verdict is Verdict.NOISY and len(rs) < MIN_DECIDING_PAIRS:
-            logs = tuple(math.log(r) for r in rs)
-            wide = Interval(logs, RESOLVE_CONFIDENCE).half_width > math.log1p(RESOLVE * i.band)
-            if not wide and math.fsum(logs) / len(logs) <= math.log1p(i.band):
+            interval = Interval(tuple(math.log(r) for r in rs), RESOLVE_CONFIDENCE)
+            if interval.half_width <= math.log1p(RESOLVE * i.band) and interval.mean <= math.log1p(i.band):
                 out.append(Verdict.OK)
                 continue
         out.append(j.verdict)
@@ -347,7 +346,7 @@ def slowed(test: Test, how: str) -> Iterator[tuple[str, list[Item]]]:
     if how == "none":
         yield "", test.items
     elif how == "total+5":
-        yield "total", [Item(**{**vars(i), "ratios": [r * 1.05 for r in i.ratios]}) for i in test.items]
+        yield "total", [dataclasses.replace(i, ratios=[r * 1.05 for r in i.ratios]) for i in test.items]
     elif how == "node+10":
         busy = sum(test.nodes.values()) or 1.0
         for key, ns in test.nodes.items():
@@ -363,7 +362,7 @@ def slowed(test: Test, how: str) -> Iterator[tuple[str, list[Item]]]:
                     factor = 1 + 0.10 * ns / max(i.baseline_ns, ns)
                 else:
                     factor = 1.0
-                out.append(Item(**{**vars(i), "ratios": [r * factor for r in i.ratios]}))
+                out.append(dataclasses.replace(i, ratios=[r * factor for r in i.ratios]))
             yield key, out
 
 
@@ -403,7 +402,7 @@ def main() -> None:
     parser.add_argument("--slow", choices=("none", "node+10", "total+5"), nargs="+", default=["none"])
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--start", type=int, default=MIN_DECIDING_PAIRS, help="the pairs a test starts with")
+    parser.add_argument("--start", type=int, default=START, help="the pairs a test starts with")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--condense", type=Path, help="write the reports' tests here (.json.gz) and stop")
     args = parser.parse_args()
