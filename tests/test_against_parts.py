@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -235,6 +236,72 @@ def test_the_twins_trade_their_cores_pass_by_pass(tmp_path: Path) -> None:
         t.join()
     assert placed["old"] == [[4], [5], [4], [4, 5]]  # even passes on the first core, odd on the second, then both
     assert placed["new"] == [[5], [4], [5], [4, 5]]
+
+
+def test_a_twin_moves_only_once_both_reached_the_pass_and_times_it_once_both_moved(tmp_path: Path) -> None:
+    """A twin that moved to its next core before the other finished its pass would wait on the core the other
+    still runs on; and one that timed its pass while the other was still moving would share its core."""
+    events: list[tuple[str, str, int]] = []
+    lock = threading.Lock()
+
+    def note(what: str, side: str, i: int) -> None:
+        with lock:
+            events.append((what, side, i))
+
+    def twin(side: str, other: str, slow: float) -> None:
+        spec = {"dir": str(tmp_path), "side": side, "other": other, "cores": [4, 5]}
+        i_now = [0]
+        barrier = lockstep_barrier(spec, "call0", place=lambda cores: note("moves", side, i_now[0]))
+        assert barrier is not None
+        for i in range(3):
+            note("reaches", side, i)
+            i_now[0] = i
+            barrier(i)
+            note("times", side, i)
+            time.sleep(slow)  # the pass
+        barrier(DONE)
+
+    threads = [threading.Thread(target=twin, args=sides) for sides in (("old", "new", 0.0), ("new", "old", 0.02))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in range(3):
+        for side, other in (("old", "new"), ("new", "old")):
+            assert events.index(("reaches", other, i)) < events.index(("moves", side, i))
+            assert events.index(("moves", other, i)) < events.index(("times", side, i))
+
+
+def test_twins_measure_passes_again_until_both_have_theirs(twins: tuple[Any, Any]) -> None:
+    """A side with its clean passes keeps its twin company while the twin measures a preempted pass again; both
+    stop before the same pass."""
+    a, b = twins
+    stopped: dict[str, int] = {}
+
+    def run(name: str, barrier: Any, needs: int) -> None:
+        for i in range(12):
+            barrier(i)
+            if i >= 4 and barrier.stop(i + 1, enough=i + 1 >= needs):
+                stopped[name] = i + 1
+                break
+        barrier(DONE)
+
+    threads = [threading.Thread(target=run, args=args) for args in (("old", a, 5), ("new", b, 8))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert stopped == {"old": 8, "new": 8}
+    assert a.alone_from is None
+    assert b.alone_from is None
+
+
+def test_a_twin_that_is_done_leaves_the_stop_to_this_side(twins: tuple[Any, Any]) -> None:
+    a, b = twins
+    b(DONE)
+    assert not a.stop(5, enough=False)  # it needs more: it runs them alone
+    assert a.alone_from == 5
+    assert a.stop(6, enough=True)
 
 
 def test_without_cores_a_twin_stays_where_the_system_put_it(tmp_path: Path) -> None:

@@ -125,26 +125,50 @@ class Barrier:
             if self.groups:
                 self.place(self.cores)
             return
+        met = self._meet(i, str(i))
         if self.groups:
+            # each moves once both reached the pass, and neither times it before both moved: a twin that waited on
+            # the core it ran the last pass on, and moved before the other arrived, would wait on the other's core
             self.place(self.groups[(i + self.first) % 2])
-        self._mark(self.me, str(i)).touch()
+            if met:
+                self._meet(i, f"{i}.placed")
+
+    def stop(self, i: int, *, enough: bool) -> bool:
+        """Whether to stop before pass ``i``, this side having the passes it needs (``enough``) or not. Twins in
+        lock-step stop together, once both have them: a side that measures a pass again (it was preempted) does so
+        beside its twin, as its other passes ran, not beside a twin gone on to its next test's capture."""
         if self.alone_from is not None:
-            return
+            return enough
+        self._mark(self.me, f"{i}.{'enough' if enough else 'more'}").touch()
+        theirs = self._await(i, (f"{i}.enough", f"{i}.more"))
+        return enough if theirs is None else enough and theirs == f"{i}.enough"
+
+    def _meet(self, i: int, what: str) -> bool:
+        """Mark ``what`` reached (in pass ``i``) and wait until the twin reached it too; False where it never will."""
+        self._mark(self.me, what).touch()
+        return self._await(i, (what,)) is not None
+
+    def _await(self, i: int, theirs: Sequence[str]) -> str | None:
+        """Which of the marks ``theirs`` the twin made first seen, waiting for one; None where the twin will make
+        none (it is done, ended, runs the call alone or waits on another: this side then runs the call alone from
+        pass ``i`` on)."""
+        if self.alone_from is not None:
+            return None
         waiting = self._waiting(self.me)
         waiting.write_text(f"{self.test} {self.tag}")
         deadline = time.monotonic() + LOCKSTEP_TIMEOUT_S
         try:
-            while not self._mark(self.other, str(i)).exists() or self._mark(self.other, "alone").exists():
+            while not self._mark(self.other, "alone").exists():
+                made = next((what for what in theirs if self._mark(self.other, what).exists()), None)
+                if made is not None:
+                    return made
                 gone = self._mark(self.other, "done").exists() or exited_mark(self.directory, self.other).exists()
-                if gone or self._mark(self.other, "alone").exists() or self._give_way():
-                    break
-                if time.monotonic() > deadline:
+                if gone or self._give_way() or time.monotonic() > deadline:
                     break
                 time.sleep(POLL_S)
-            else:
-                return
             self.alone_from = i
             self._mark(self.me, "alone").touch()
+            return None
         finally:
             waiting.write_text("")
 

@@ -46,6 +46,7 @@ from pytest_fxprof.measure.engine import (
 )
 from pytest_fxprof.measure.facts import count_flops, graph_facts
 from pytest_fxprof.measure.leaves import merge_leaves
+from pytest_fxprof.measure.lockstep import Barrier
 from pytest_fxprof.measure.machine import (
     ReferenceWorkload,
     clock_for,
@@ -137,7 +138,7 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     engine: str = "compiled",
     flops: bool = True,
     reference: bool = True,
-    barrier: Callable[[int], None] | None = None,
+    barrier: Barrier | None = None,
     step: Step | None = None,
     spent: dict[str, float] | None = None,
 ) -> Profile:
@@ -152,7 +153,8 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     operations in one more, untimed pass under torch's flop counter (not in an unmeasured profile): a
     warm-up pass of its own would leave the engine's code cold in the first kept pass. ``reference=False`` leaves
     the reference workload out of a measured profile (its total is then not divided by it). ``barrier(i)`` is called
-    before pass ``i`` and ``barrier(-1)`` after the last (a twin process in lock-step, ``measure.lockstep``).
+    before pass ``i`` and ``barrier(-1)`` after the last (a twin process in lock-step, ``measure.lockstep``); the
+    passes measured again for preemption end when both twins have theirs (``Barrier.stop``).
 
     A module compiled with ``torch.compile`` (or any module with ``capture="inductor"``) is compiled by Inductor and
     timed kernel by kernel (``capture.inductor``): its nodes are the kernels and library calls of the compiled code
@@ -249,7 +251,7 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
         i = 0
         phases = {"capture_s": time.perf_counter() - began, "warmup_s": 0.0, "measuring_s": 0.0}
         mark = time.perf_counter()
-        while i < budget and not (i >= warmup + passes and samples.enough(passes)):
+        while i < budget and not (i >= warmup + passes and _stop(barrier, i, samples.enough(passes))):
             keep = i >= warmup
             if barrier is not None:
                 barrier(i)
@@ -439,6 +441,12 @@ def off_cpu_share(cpu_ns: int, wall_ns: int) -> float:
     """The share of a pass's wall time its thread spent off the CPU (0 when under ``PREEMPTED_NS``)."""
     off = wall_ns - cpu_ns
     return off / wall_ns if off > PREEMPTED_NS and wall_ns > 0 else 0.0
+
+
+def _stop(barrier: Barrier | None, i: int, enough: bool) -> bool:
+    """Whether to stop before pass ``i``, with the passes needed (``enough``) or not: at once alone, with the twin
+    in lock-step (``Barrier.stop``)."""
+    return enough if barrier is None else barrier.stop(i, enough=enough)
 
 
 def chosen_passes(off_cpu: Sequence[float], wanted: int) -> list[int]:
