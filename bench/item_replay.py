@@ -7,7 +7,7 @@ changed, and how often a planned slowdown is caught.
 The reports are the JSON reports (``--fxprof-report``) of checks whose tests were measured in many pairs
 (``bench/suite_cost.py --keep DIR -- --fxprof-pairs 12``): each node that gates, each aggregate and the total hold
 their ratio pair by pair. Each test is replayed in ``--orders`` random orders of its pairs, the same order for
-all its items: from 4 pairs (the plugin's start) one pair at a time, judging each item on the pairs so far with
+all its items: from 3 pairs (the plugin's start) one pair at a time, judging each item on the pairs so far with
 ``judge.paired.judge_pairs`` at the item's band, floor and corrected confidence, until the test fails (an item
 is slower: a node that gates, any aggregate, the total), no item that gates is too noisy to decide (it passes),
 or the pairs run out (undecided). The plugin's other
@@ -21,7 +21,7 @@ Variants (``VARIANTS``): ``mean``, the rule as it is; ``median``, an item whose 
 whose median pair lies within it is within it, not too noisy to decide; ``moderated`` and ``trend``, each node's
 and aggregate's spread pooled with a prior fitted to the test's items (empirical Bayes, flat or as a function of
 the item's time); ``wider1.25`` and ``wider1.5``, a node's or aggregate's interval that much wider to confirm a
-slowdown; ``pass3`` (with ``--start 3``), a total resolved at 99 % and within its band passes from 3 pairs.
+slowdown.
 
     .venv/bin/python bench/item_replay.py /tmp/reports --condense bench/pairs12_20.json.gz
     .venv/bin/python bench/item_replay.py bench/pairs12_20.json.gz --orders 30 --slow none node+10 total+5 \
@@ -46,17 +46,16 @@ from typing import Any
 from pytest_fxprof.judge.aggregates import LEVEL_ITEMS, corrected_confidence
 from pytest_fxprof.judge.paired import (
     CONFIDENCE,
-    MIN_DECIDING_PAIRS,
-    RESOLVE,
-    RESOLVE_CONFIDENCE,
+    MIN_PASSING_PAIRS,
     Interval,
     judge_pairs,
     t_quantile,
 )
 from pytest_fxprof.records.verdicts import BandSource, Judgement, Verdict
 
-START = MIN_DECIDING_PAIRS
-"""The pairs a test starts with in the plugin (``--start`` replays another start)."""
+START = MIN_PASSING_PAIRS
+"""The pairs a test starts with in the plugin (``--start`` replays another start: ``--start 4``, the start before
+a total resolved and within its band passed from 3 pairs, which the variant ``pass3`` replayed then)."""
 MIN_PAIRS_KEPT = 4
 """A test measured in fewer pairs than this is left out: its pairs could not be reordered."""
 SCALE = 1e9
@@ -291,21 +290,6 @@ def rule_trend(items: list[Item], pairs: list[list[float]]) -> list[Verdict]:
     return _moderated(items, pairs, d0, None if s0 is None else lambda i: s0(i.baseline_ns))
 
 
-def rule_pass3(items: list[Item], pairs: list[list[float]]) -> list[Verdict]:
-    """The rule as it is, but a total whose pairs resolve it at ``RESOLVE_CONFIDENCE`` and whose estimate lies within
-    its band is within it from 3 pairs (failing still takes ``MIN_DECIDING_PAIRS``)."""
-    out = []
-    for i, rs in zip(items, pairs, strict=True):
-        j = judged(i, rs)
-        if i.total and j.verdict is Verdict.NOISY and len(rs) < MIN_DECIDING_PAIRS:
-            interval = Interval(tuple(math.log(r) for r in rs), RESOLVE_CONFIDENCE)
-            if interval.half_width <= math.log1p(RESOLVE * i.band) and interval.mean <= math.log1p(i.band):
-                out.append(Verdict.OK)
-                continue
-        out.append(j.verdict)
-    return out
-
-
 def rule_wider(factor: float) -> Callable[[list[Item], list[list[float]]], list[Verdict]]:
     """The rule as it is, but a node's or aggregate's interval ``factor`` times as wide to confirm a slowdown: room
     for a part of the noise that every pair of a check shares (``bench/check_spread.py``)."""
@@ -335,7 +319,6 @@ VARIANTS: dict[str, Callable[[list[Item], list[list[float]]], list[Verdict]]] = 
     "median": per_item(rule_median),
     "moderated": rule_moderated,
     "trend": rule_trend,
-    "pass3": rule_pass3,
     "wider1.25": rule_wider(1.25),
     "wider1.5": rule_wider(1.5),
 }

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_fxprof.judge.paired import MIN_DECIDING_PAIRS
+from pytest_fxprof.judge.paired import MIN_DECIDING_PAIRS, MIN_PASSING_PAIRS
 from pytest_fxprof.measure.forking import can_fork
 from tests.test_plugin import CLOCK_CONFTEST, FAKE_CLOCK
 
@@ -193,9 +193,9 @@ def test_pairs_that_stop_undecided_fail_the_test_as_undecided_in_every_view(
 
 
 def test_fewer_pairs_than_can_decide_is_a_usage_error_naming_the_minimum(pytester: pytest.Pytester, base: str) -> None:
-    result = against(pytester, "HEAD", "--fxprof-pairs", str(MIN_DECIDING_PAIRS - 1))
+    result = against(pytester, "HEAD", "--fxprof-pairs", str(MIN_PASSING_PAIRS - 1))
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert f"pairs must be at least {MIN_DECIDING_PAIRS}, not '{MIN_DECIDING_PAIRS - 1}': fewer pairs cannot" in (
+    assert f"pairs must be at least {MIN_PASSING_PAIRS}, not '{MIN_PASSING_PAIRS - 1}': fewer pairs cannot pass" in (
         result.stderr.str()
     )
 

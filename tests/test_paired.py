@@ -13,6 +13,7 @@ from pytest_fxprof.judge.paired import (
     CONFIDENCE,
     MIN_DECIDING_PAIRS,
     MIN_PAIRS,
+    MIN_PASSING_PAIRS,
     PAIR_SPREAD,
     RESOLVE,
     RESOLVE_CONFIDENCE,
@@ -494,16 +495,36 @@ def test_the_totals_resolve_asks_99_percent_not_the_false_alarms_999() -> None:
     assert undecided(wide)
 
 
-def test_fewer_pairs_than_the_minimum_can_never_decide_a_usual_total() -> None:
-    """The minimum of --fxprof-pairs: the fewest pairs whose interval, at the gate's confidence, can decide the
-    total of a check whose pairs spread as usual; one fewer cannot, however the pairs fall."""
+def test_a_slowdown_takes_the_fewest_pairs_that_decide_a_usual_total_at_the_gates_confidence() -> None:
+    """The fewest pairs a slowdown fails a test on: the fewest whose interval, at the gate's confidence, can decide
+    the total of a check whose pairs spread as usual; one fewer cannot, however the pairs fall."""
     assert can_decide(MIN_DECIDING_PAIRS)
     assert not can_decide(MIN_DECIDING_PAIRS - 1)
     assert not can_decide(2, spread=0.001)  # with 2 pairs (t = 318), even pairs agreeing within 0.1 % decide nothing
-    # an unchanged model whose pairs spread as usual, measured in one pair fewer than the minimum: undecided
-    spread = [math.exp(PAIR_SPREAD * z) for z in (1.0, -1.0, 0.0)][: MIN_DECIDING_PAIRS - 1]
-    old = [1_000_000.0] * len(spread)
-    total = judge_pairs(
-        old, [o * r for o, r in zip(old, spread, strict=True)], 0.03, BandSource.TOLERANCE, resolve=True
-    )
-    assert total.verdict is Verdict.NOISY
+
+
+def _total(ratios: Sequence[float]) -> Judgement:
+    old = [1_000_000.0] * len(ratios)
+    return judge_pairs(old, [o * r for o, r in zip(old, ratios, strict=True)], 0.03, BandSource.TOLERANCE, resolve=True)
+
+
+def test_a_test_passes_from_the_fewest_pairs_that_resolve_a_usual_total() -> None:
+    """The minimum of --fxprof-pairs, where a check starts: the fewest pairs whose interval at the total's resolve
+    confidence can tell a usual check's total from one twice its band slower; one fewer cannot. A total so resolved
+    and within its band passes there; one that looks slower takes more pairs, since failing takes more."""
+    assert MIN_PASSING_PAIRS == 3 < MIN_DECIDING_PAIRS
+    assert can_decide(MIN_PASSING_PAIRS, confidence=RESOLVE_CONFIDENCE)
+    assert not can_decide(MIN_PASSING_PAIRS - 1, confidence=RESOLVE_CONFIDENCE)
+    usual = [math.exp(PAIR_SPREAD * z) for z in (1.0, -1.0, 0.0)]
+    assert _total(usual).verdict is Verdict.OK
+    assert "within band +3% (tolerance) (3 pairs" in _total(usual).reason
+    assert _total(usual[:2]).verdict is Verdict.NOISY  # two pairs spread as usual cannot resolve it
+    alike = _total([1.001, 1.001])  # two that agree within a hair still do not decide it
+    assert alike.verdict is Verdict.NOISY
+    assert "the total needs 3 pairs to be decided" in alike.reason
+    slower = _total([1.08, 1.081, 1.079])  # three that agree on +8 %: a failure takes a fourth
+    assert slower.verdict is Verdict.NOISY
+    assert "a slowdown needs 4 pairs to fail a test" in slower.reason
+    wide = _total([1.05, 0.96, 1.0])  # within its band, but too wide to tell +6 % from none: more pairs
+    assert wide.verdict is Verdict.NOISY
+    assert "disagree too much to tell a slowdown of +6%" in wide.reason

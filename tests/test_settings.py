@@ -51,11 +51,11 @@ def test_tolerances_left_unset_take_the_modes_defaults() -> None:
 
 def test_pairs_and_their_budget() -> None:
     s = apply(Settings(), {"pairs": "4", "budget_s": 30, "schedule": "alternate"}, "marker")
-    assert (s.pairs, s.max_pairs, s.budget_s, s.schedule) == (4, 18, 30.0, "alternate")
-    assert (Settings().pairs, Settings().max_pairs) == (4, 18)
+    assert (s.pairs, s.max_pairs, s.budget_s, s.schedule) == (4, 19, 30.0, "alternate")
+    assert (Settings().pairs, Settings().max_pairs) == (3, 18)
     assert Settings().schedule == "auto"
-    with pytest.raises(SettingsError, match=r"pairs must be at least 4, not 3: fewer pairs cannot decide"):
-        apply(Settings(), {"pairs": 3}, "marker")
+    with pytest.raises(SettingsError, match=r"pairs must be at least 3, not 2: fewer pairs cannot pass"):
+        apply(Settings(), {"pairs": 2}, "marker")
 
 
 @pytest.mark.parametrize(("name", "good"), [("engine", "interpreter"), ("capture", "dynamo"), ("capture", "inductor")])
@@ -224,7 +224,7 @@ def test_json_round_trip() -> None:
         "floor_us": 2.5,
         "engine": "compiled",
         "capture": "auto",
-        "pairs": 4,
+        "pairs": 3,
         "budget_s": 150.0,
         "schedule": "auto",
         "history": 5,
