@@ -191,7 +191,7 @@ whose estimate is within its band is within it, as is any other item within its 
 ``MIN_DECIDING_PAIRS``, so a test with an item that looks slower takes more pairs. Replayed over the recorded pairs
 of unchanged suites (``bench/item_replay.py --start 3``), a test took about a tenth fewer pairs (4.16 against 4.59 on
 five models, 4.56 against 4.98 on twenty) and +10 % on a node was named in 0.4 points fewer replays, +5 % on the
-total caught in 0.1-0.4 fewer (BENCHMARKS.md, "Starting at 3 pairs")."""
+total caught in 0.1-0.4 fewer (BENCHMARKS.md, "Each pair in its own order" and "a start at 3 pairs")."""
 
 
 @dataclass(frozen=True)
