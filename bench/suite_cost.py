@@ -191,6 +191,7 @@ def verdicts(report: Path) -> dict[str, dict[str, Any]]:
             "flagged": flagged,
             "pairs": p.get("pairs"),
             "total": {"ratio": total.get("ratio"), "ratios": total.get("ratios")},
+            "sets": p.get("sets"),
         }
     return out
 
@@ -235,6 +236,7 @@ def one_run(args: argparse.Namespace, names: tuple[str, ...], run: int, found: d
             "named": failed and named(got, cond),
             "flagged": got["flagged"] if failed else [],
             "total": got.get("total"),
+            "sets": got.get("sets"),
         }
     return {
         "run": run,
@@ -285,7 +287,11 @@ def summary(path: Path) -> None:
     for cond, rows in sorted(by.items()):
         failed = sum(r["failed"] for r in rows)
         named_ = sum(r["named"] for r in rows)
-        print(f"  {cond:8} {len(rows):3} checks: failed {failed}, named {named_}")
+        undecided = sum(r["status"] == "undecided" for r in rows)
+        # where a second set of pairs measured the test: what the first set alone would have said
+        first = [r["sets"][0]["status"] if r.get("sets") else r["status"] for r in rows]
+        alone = f"; the first set alone: {first.count('regression')} failed, {first.count('undecided')} undecided"
+        print(f"  {cond:8} {len(rows):3} checks: failed {failed}, named {named_}, undecided {undecided}{alone}")
 
 
 def main() -> None:

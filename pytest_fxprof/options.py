@@ -96,7 +96,9 @@ REACTIONS: dict[str, tuple[type[StrEnum], str]] = {
     "confirm": (
         Confirm,
         "A profile that looks slower is measured again before it fails: in a fresh process, in this one (same), "
-        "or not at all (default fresh)",
+        "or not at all (off); against a revision, a test whose pairs find it slower or undecided is measured again "
+        "in a second, independent set of pairs (fresh processes, the revision exported afresh) and fails only "
+        "where both find it slower, unless off (default fresh)",
     ),
 }
 """What the gate does with each way a check can end: the option, its choices and its help."""

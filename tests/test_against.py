@@ -126,6 +126,8 @@ def test_a_slowdown_committed_on_top_of_the_base_fails_naming_the_node_and_the_r
     assert f"got slower than HEAD~1 ({base[:7]}) ({PAIRS} pairs of old and new processes)" in out
     assert "slower node: slow (call_module Slow in slow, model.py:" in out  # the source line
     assert "per pair x1.50, x1.50, x1.50, x1.50" in out
+    # measured again before it failed, in a second set of fresh processes from a fresh export of the revision
+    assert f"confirmed by a second, independent set of {PAIRS} pairs (fresh processes, the revision exported" in out
     report = json.loads((pytester.path / "r.json").read_text())
     # the commit it was checked against, for fxprof merge to compare shards by
     assert report["against"] == {"label": f"HEAD~1 ({base[:7]})", "ref": "HEAD~1", "commit": base, "python": ""}
@@ -133,6 +135,7 @@ def test_a_slowdown_committed_on_top_of_the_base_fails_naming_the_node_and_the_r
     assert profile["status"] == "regression"
     assert profile["against"] == f"HEAD~1 ({base[:7]})"
     assert profile["pairs"] == MIN_DECIDING_PAIRS
+    assert profile["sets"] == [{"status": "regression", "pairs": MIN_DECIDING_PAIRS}] * 2
     slow = next(n for n in profile["nodes"] if n["name"] == "slow")
     assert slow["ratios"] == pytest.approx([1.5] * MIN_DECIDING_PAIRS, abs=1e-3)
     assert slow["verdict"] == "slower"
@@ -184,12 +187,57 @@ def test_pairs_that_stop_undecided_fail_the_test_as_undecided_in_every_view(
     assert "too noisy to decide: node slow: x1.22 beyond band +5%" in out
     assert f"{PAIRS} pairs measured, when the time budget of 0.001 s per test ended them; more pairs decide it" in out
     assert "1 profile(s) undecided, too noisy to decide" in out  # the terminal summary counts it
+    # its budget spent, it was not measured again: what the first pairs found stands, and says so
+    assert "not measured again in a second set of pairs: the time budget of 0.001 s per test left no time" in out
     (profile,) = json.loads((pytester.path / "r.json").read_text())["profiles"]
     assert profile["status"] == "undecided"
     assert "node slow: x1.22" in profile["noisy"]
     assert "1 undecided" in (pytester.path / "r.md").read_text().splitlines()[0]
     props = {p.get("name"): p.get("value") for p in ET.parse(pytester.path / "j.xml").iter("property")}
     assert props["fxprof[call0].status"] == "undecided"
+
+
+ONCE = f"""
+import os
+from pathlib import Path
+
+_seen = Path(os.environ["ONCE_DIR"]) / "count"
+_n = int(_seen.read_text()) if _seen.exists() else 0
+_seen.write_text(str(_n + 1))
+# this run's process (it collects the test) and the first set's {PAIRS} new processes read 3 ms, later ones 2 ms
+SLOW_NS = 3_000_000 if _n <= {PAIRS} else 2_000_000
+"""
+
+
+@pytest.mark.parametrize("confirm", ["fresh", "off"])
+def test_a_slowdown_that_a_second_set_of_pairs_does_not_find_passes_unless_confirming_is_off(
+    pytester: pytest.Pytester, base: str, tmp_path_factory: pytest.TempPathFactory, confirm: str
+) -> None:
+    """Every pair of the first set finds the node x1.5 slower, every pair of the second the same as at the base:
+    what the pairs of one check shared, which a second set does not, fails no test."""
+    commit(pytester, {"once.py": ONCE, "model.py": model('__import__("once").SLOW_NS')}, "slower in one set")
+    tmp = tmp_path_factory.mktemp("tmpdir")
+    env = {"ONCE_DIR": str(tmp_path_factory.mktemp("once")), "TMPDIR": str(tmp)}
+    result = against(pytester, "HEAD~1", "--fxprof-confirm", confirm, "--fxprof-report", "r.json", "-v", env=env)
+    out = result.stdout.str()
+    (profile,) = json.loads((pytester.path / "r.json").read_text())["profiles"]
+    if confirm == "off":
+        assert result.ret == 1, out
+        assert "slower node: slow" in out
+        assert "sets" not in profile
+        return
+    assert result.ret == 0, out
+    assert "1 test(s) found slower or undecided, measured again in a second, independent set of pairs" in out
+    assert profile["status"] == "pass"
+    assert profile["pairs"] == MIN_DECIDING_PAIRS  # the set that decides: the second
+    assert profile["sets"] == [
+        {"status": "regression", "pairs": MIN_DECIDING_PAIRS},
+        {"status": "pass", "pairs": MIN_DECIDING_PAIRS},
+    ]
+    first = f"a first set of {PAIRS} pairs found it slower (total x1."
+    (said,) = [n for n in profile["notices"] if n.startswith(first)]
+    assert "did not, and decides: within its bands (total x1.000)" in said
+    assert left_trees(tmp) == []  # both exports are gone
 
 
 def test_fewer_pairs_than_can_decide_is_a_usage_error_naming_the_minimum(pytester: pytest.Pytester, base: str) -> None:
@@ -740,7 +788,7 @@ def test_fresh_side_processes_on_request(pytester: pytest.Pytester, base: str) -
     assert result.ret == 1, result.stdout.str()
     assert "per pair x1.50, x1.50" in result.stdout.str()
     spent = json.loads(report.read_text())["time"]
-    assert spent["processes"] == 2 * MIN_DECIDING_PAIRS
+    assert spent["processes"] == 2 * 2 * MIN_DECIDING_PAIRS  # two sets of pairs: the slowdown was confirmed
     assert spent["forked"] == 0
     assert "of them forked" not in result.stdout.str()
     bad = against(pytester, "HEAD~1", "-o", "fxprof_against_start=spawn")

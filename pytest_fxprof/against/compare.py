@@ -15,14 +15,15 @@ import contextlib
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pytest_fxprof.against.revision import PREFIX, Revision
-from pytest_fxprof.against.rounds import PairedTest, Pairs, Side, SideFailedError, measure_pairs
+from pytest_fxprof.against.revision import PREFIX, Revision, RevisionError, materialise, remove
+from pytest_fxprof.against.rounds import RUN_BUDGET, PairedTest, Pairs, Side, SideFailedError, measure_pairs
 from pytest_fxprof.judge.paired import MIN_PAIRS, PairedPolicy, compare_pairs, needs_more, out_of_line
 from pytest_fxprof.measure.forking import Forker, can_fork
 from pytest_fxprof.measure.sampling import Child, Relaunch, tail
@@ -162,6 +163,12 @@ class CallOutcome:
     kept_out_of_step: int = 0
     out_of_line: int = 0
     """How many pairs met different machines in this call and were left out (``judge.paired.out_of_line``)."""
+    pairs: int = 0
+    """How many pairs the comparison stands on (those of one set: ``Pairs.confirmed``)."""
+    confirmation: str = ""
+    """What a second set of pairs found where the first found the call slower or undecided (or why none did)."""
+    sets: tuple[tuple[str, int], ...] = ()
+    """Where a second set was measured: each set's verdict and pairs, the first set first."""
 
 
 @dataclass(frozen=True)
@@ -174,6 +181,7 @@ class TestOutcome:
     absent: bool
     calls: dict[str, CallOutcome]
     pairs: int = 0
+    """How many pairs were measured, in every set."""
     seconds: float = 0.0
     skipped: str = ""
 
@@ -350,11 +358,71 @@ def measure_tests(
     spent: Spent | None = None,
     notice: Callable[[str], None] | None = None,
     launched: Forker | None = None,
+    confirm: bool = False,
+    clock: Callable[[], float] = time.monotonic,
 ) -> dict[str, Pairs]:
     """Measure ``tests`` in pairs of old and new processes that serve them all (``against.rounds``), in the
     machine's measuring ``turn`` (``measure.turns``); per test what its pairs measured, for ``judge_test``.
     ``notice`` is told why, where the processes were to be forked (``Against.fork``) but started fresh.
-    ``launched``: the parent to fork them from, started ahead by the caller (``early_forker``), who ends it."""
+    ``launched``: the parent to fork them from, started ahead by the caller (``early_forker``), who ends it.
+
+    ``confirm``: a test whose pairs end with a call slower or undecided is then measured in a second, independent
+    set of pairs (``Pairs.confirmed``), from a fresh export of the revision and a fresh parent, within its budget
+    and the run's; ``judge_test`` fails it only where both sets find it slower. The pairs of one check share what
+    their run holds fixed (the parent, the exported tree, the minutes they ran in), and an unchanged test can read
+    a few percent slower in every pair of one check and not in the next: no interval over those pairs tells that
+    from a slowdown, but a second set that does not share them does (BENCHMARKS.md, "a failure confirmed")."""
+    began = clock()
+
+    def one_set(side: Against, asked: Sequence[AskedTest], launched: Forker | None = None) -> dict[str, Pairs]:
+        already = already_s + clock() - began
+        return _measure_set(
+            side,
+            new,
+            asked,
+            duet=duet,
+            run_budget_s=run_budget_s,
+            already_s=already,
+            progress=progress,
+            spent=spent,
+            notice=notice,
+            launched=launched,
+        )
+
+    with turn():
+        got = one_set(against, tests, launched)
+        if not confirm:
+            return got
+        doubtful = [a for a in tests if _doubtful(got[a.test_id], a, against.label)]
+        fitting = _fitting(doubtful, got, run_budget_s, already_s + clock() - began)
+        if not fitting:
+            return got
+        if notice is not None:
+            notice(
+                f"{len(fitting)} test(s) found slower or undecided, measured again in a second, independent set of "
+                f"pairs before they fail: {', '.join(a.test_id for a in fitting)}"
+            )
+        with _fresh_export(against, notice) as again:
+            second = one_set(again, fitting)
+        for a in fitting:
+            got[a.test_id].confirmed = second[a.test_id]
+    return got
+
+
+def _measure_set(
+    against: Against,
+    new: Relaunch,
+    tests: Sequence[AskedTest],
+    *,
+    duet: bool,
+    run_budget_s: float | None,
+    already_s: float,
+    progress: Callable[[int, int, float], None] | None,
+    spent: Spent | None,
+    notice: Callable[[str], None] | None,
+    launched: Forker | None = None,
+) -> dict[str, Pairs]:
+    """One set of pairs of ``tests`` (``measure_tests``), forked from ``launched`` or a parent of its own."""
     old_side, new_side = against.sides(new)
     label = against.label
 
@@ -392,7 +460,7 @@ def measure_tests(
 
     deadline = max(PROCESS_DEADLINE_S, *(2 * a.budget_s for a in tests))
     forking = duet and _forks(against, old_side)
-    with turn(), _forker(forking, (old_side, new_side), launched) as forker:
+    with _forker(forking, (old_side, new_side), launched) as forker:
         if forker is not None:
             old_side, new_side = replace(old_side, starter=forker.start), replace(new_side, starter=forker.start)
         try:
@@ -413,6 +481,67 @@ def measure_tests(
                     spent.forked += forker.forked
                 if forker.problem and notice is not None:
                     notice(f"the side processes started fresh: {forker.problem}")
+
+
+TO_CONFIRM = (Status.REGRESSION, Status.UNDECIDED)
+"""The verdicts of a set of pairs that a second set confirms before they stand (``measure_tests``)."""
+
+
+def _doubtful(got: Pairs, asked: AskedTest, label: str) -> bool:
+    """Whether a test's pairs ended with a call slower or undecided, and a second set could say otherwise: not
+    where a side failed, lacked or skipped the test, nor where the run's budget ended its pairs."""
+    if got.failed is not None or got.ended is not None or got.error or not got.old:
+        return False
+    if got.stopped.startswith(RUN_BUDGET):
+        return False
+    try:
+        calls = _judged(got, _keys(asked, got), asked.policy, label)
+    except AgainstError:  # judge_test says why
+        return False
+    return any(c is not None and c.status in TO_CONFIRM for c in calls.values())
+
+
+def _fitting(
+    doubtful: Sequence[AskedTest], got: dict[str, Pairs], run_budget_s: float | None, spent_s: float
+) -> list[AskedTest]:
+    """The tests of ``doubtful`` whose second set of pairs fits their own budget (what the first left of it) and,
+    all together, the run's (at the first set's cost a pair); each test of the others says why it was not
+    confirmed (``Pairs.unconfirmed``). A test takes its second set with the calls its first found."""
+    out: list[AskedTest] = []
+    left = None if run_budget_s is None else run_budget_s - spent_s
+    for a in doubtful:
+        g = got[a.test_id]
+        cost = a.pairs * g.seconds / len(g.old)
+        if g.seconds + cost > a.budget_s:
+            g.unconfirmed = f"the time budget of {a.budget_s:g} s per test"
+        elif left is not None and cost > left:
+            g.unconfirmed = f"{RUN_BUDGET} of {run_budget_s:g} s"
+        else:
+            out.append(replace(a, budget_s=a.budget_s - g.seconds, keys=tuple(_keys(a, g))))
+            left = None if left is None else left - cost
+    return out
+
+
+@contextlib.contextmanager
+def _fresh_export(against: Against, notice: Callable[[str], None] | None) -> Iterator[Against]:
+    """``against`` with its revision exported afresh (removed when the block ends), so that a second set of pairs
+    shares no file with the first; the same where it has no revision, or where the export fails (then ``notice``
+    says so)."""
+    rev = against.revision
+    if rev is None:
+        yield against
+        return
+    try:
+        fresh = replace(materialise(rev.sha, rev.repo), ref=rev.ref)
+    except RevisionError as exc:
+        if notice is not None:
+            notice(f"the second set of pairs runs the revision's first export: {exc}")
+        yield against
+        return
+    try:
+        yield replace(against, revision=fresh)
+    finally:
+        remove(fresh)
 
 
 def _forks(against: Against, old_side: Side) -> bool:
@@ -468,7 +597,62 @@ def judge_test(
     against: Against, test_id: str, got: Pairs, profiles: dict[str, Profile], policy: PairedPolicy
 ) -> TestOutcome:
     """Judge each call of ``profiles`` (this process's unmeasured profiles of the test's calls, keyed as the calls
-    are) on what the test's pairs measured (``measure_tests``) with the paired rule."""
+    are) on what the test's pairs measured (``measure_tests``) with the paired rule; where a second set confirmed
+    them (``Pairs.confirmed``), a call fails only where both sets find it slower (``settled``)."""
+    first = _judge_set(against, test_id, got, profiles, policy)
+    if got.confirmed is None:
+        if not got.unconfirmed:
+            return first
+        why = f"not measured again in a second set of pairs: {got.unconfirmed} left no time for it"
+        calls = {
+            k: replace(c, confirmation=why) if c.comparison is not None and c.comparison.status in TO_CONFIRM else c
+            for k, c in first.calls.items()
+        }
+        return replace(first, calls=calls)
+    second = _judge_set(against, test_id, got.confirmed, profiles, policy)
+    if second.absent or second.skipped:  # it ran in the first set: what the first found stands
+        return first
+    calls = {k: settled(c, second.calls.get(k)) for k, c in first.calls.items()}
+    return replace(first, calls=calls, pairs=first.pairs + second.pairs, seconds=first.seconds + second.seconds)
+
+
+def settled(first: CallOutcome, second: CallOutcome | None) -> CallOutcome:
+    """A call's outcome from two independent sets of pairs, where the first found it slower or undecided: slower
+    where both do; a pass where the second passes it; undecided otherwise, as where the first was undecided and the
+    second finds it slower (neither set alone decides a failure). A second set that a budget cut short leaves the
+    first's verdict standing."""
+    a = first.comparison
+    b = second.comparison if second is not None else None
+    if second is None or a is None or b is None or a.status not in TO_CONFIRM or b.status is Status.MISMATCH:
+        return first
+    sets = ((a.status.value, first.pairs), (b.status.value, second.pairs))
+    first, second = replace(first, sets=sets), replace(second, sets=sets)
+    found = f"a first set of {first.pairs} pairs found it {_found(a)}"
+    again = f"a second, independent set of {second.pairs} pairs (fresh processes, the revision exported afresh)"
+    if b.status is Status.UNDECIDED and "budget" in second.stopped:
+        return replace(first, confirmation=f"{again} was cut short by {second.stopped} undecided: {found}")
+    if a.status is Status.REGRESSION and b.status is Status.REGRESSION:
+        return replace(first, confirmation=f"confirmed by {again}: {_found(b)}")
+    if b.status is Status.PASS:
+        return replace(second, confirmation=f"{found}; {again} did not, and decides: {_found(b)}")
+    if a.status is Status.UNDECIDED and b.status is Status.UNDECIDED:
+        return replace(first, confirmation=f"{again} could not decide it either: {_found(b)}")
+    if a.status is Status.UNDECIDED:
+        return replace(first, confirmation=f"{again} found it {_found(b)}; neither set alone fails it")
+    return replace(second, confirmation=f"{found}; {again} found it {_found(b)}; neither set alone fails it")
+
+
+def _found(c: Comparison) -> str:
+    """A set's verdict in a few words: ``slower (total x1.062)``."""
+    word = {Status.REGRESSION: "slower", Status.UNDECIDED: "undecided", Status.PASS: "within its bands"}
+    total = f" (total x{c.total.ratio:.3f})" if c.total is not None else ""
+    return word.get(c.status, c.status.value) + total
+
+
+def _judge_set(
+    against: Against, test_id: str, got: Pairs, profiles: dict[str, Profile], policy: PairedPolicy
+) -> TestOutcome:
+    """Each call judged on one set of pairs (``judge_test``)."""
     label = against.label
     if got.failed is not None:
         raise _failure(got.failed, label, test_id)
@@ -496,7 +680,13 @@ def judge_test(
         stopped = got.stopped if comparison is not None and needs_more(comparison) else ""
         found = found or PairedEntries([], [])
         calls[key] = CallOutcome(
-            comparison, profile, stopped, found.left_out, found.kept_out_of_step, found.out_of_line
+            comparison,
+            profile,
+            stopped,
+            found.left_out,
+            found.kept_out_of_step,
+            found.out_of_line,
+            pairs=len(got.old),
         )
     return TestOutcome(absent=False, calls=calls, pairs=len(got.old), seconds=got.seconds)
 
@@ -515,12 +705,14 @@ def check_test(
     schedule: str = "auto",
     turn: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
     spent: Spent | None = None,
+    confirm: bool = False,
 ) -> TestOutcome:
     """Measure ``test_id`` alone in pairs of old and new processes and judge each call of ``profiles``, on
-    ``schedule`` (``settings.SCHEDULES``): what a test that no earlier measuring served gets (``judge_test``)."""
+    ``schedule`` (``settings.SCHEDULES``): what a test that no earlier measuring served gets (``judge_test``);
+    ``confirm`` as ``measure_tests`` takes it."""
     asked = AskedTest(test_id, settings, policy, pairs, max_pairs, budget_s, keys=tuple(profiles))
     duet = duet_for(schedule, profiles.values())
-    got = measure_tests(against, new, [asked], duet=duet, turn=turn, spent=spent)[test_id]
+    got = measure_tests(against, new, [asked], duet=duet, turn=turn, spent=spent, confirm=confirm)[test_id]
     return judge_test(against, test_id, got, profiles, policy)
 
 

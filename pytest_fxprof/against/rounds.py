@@ -55,6 +55,10 @@ class Side:
     """How its processes start: fresh interpreters, or forked (``measure.forking``)."""
 
 
+RUN_BUDGET = "the run's time budget"
+"""How ``Pairs.stopped`` begins where the run's budget ended a test's pairs."""
+
+
 def _never(got: Pairs) -> bool:
     return False
 
@@ -90,6 +94,11 @@ class Pairs:
     """A side that could not measure the test (it failed, crashed or hung there): its rounds ended there."""
     error: str = ""
     """Why the caller's ``moot`` ended its rounds with an error (the old side ran the working tree's code)."""
+    confirmed: Pairs | None = None
+    """A second, independent set of pairs of the test, measured after these where they ended with a call slower or
+    undecided (``against.compare.measure_tests``): what its verdict must agree with."""
+    unconfirmed: str = ""
+    """Why these pairs' verdict was to be confirmed but was not (a budget spent)."""
 
 
 class SideFailedError(Exception):
@@ -245,7 +254,7 @@ def measure_pairs(
             ahead = sum(got[t.test_id].seconds / max(1, len(got[t.test_id].old)) for t in chosen)
             if already_s + clock() - began + ahead > run_budget_s:
                 for t in chosen:
-                    got[t.test_id].stopped = f"the run's time budget of {run_budget_s:g} s"
+                    got[t.test_id].stopped = f"{RUN_BUDGET} of {run_budget_s:g} s"
                 break
         started = clock()
         served = arrange(number + 1, chosen)

@@ -22,11 +22,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_fxprof.against.compare import Against, AskedTest, early_forker, measure_tests
+from pytest_fxprof.against.rounds import RUN_BUDGET
 from pytest_fxprof.measure.turns import TurnError
 from pytest_fxprof.modes.base import relaunch_of
 from pytest_fxprof.modes.gate import Gate, ahead_of_tests, fixture_tests, say
-from pytest_fxprof.options import against_forks, against_options, run_budget
+from pytest_fxprof.options import against_forks, against_options, reactions_of, run_budget
 from pytest_fxprof.session.against import AgainstCalls
+from pytest_fxprof.session.reactions import Confirm
 from pytest_fxprof.settings import Mode
 
 if TYPE_CHECKING:
@@ -118,16 +120,24 @@ class AgainstMode(Gate):
                             spent=self.run.spent,
                             notice=lambda message: say(config, message),
                             launched=self.forker if duet else None,
+                            confirm=reactions_of(config).confirm is not Confirm.OFF,
                         )
                     )
         except TurnError as exc:
             self.ahead_error = str(exc)
         self.run.spent.waiting_s += sum(t.waited_s for t in self.ahead_turns)
-        undecided = [t for t, got in self.ahead.items() if got.stopped.startswith("the run's")]
+        undecided = [t for t, got in self.ahead.items() if got.stopped.startswith(RUN_BUDGET)]
         if undecided:
             say(
                 config,
                 f"{len(undecided)} test(s) still undecided when the run's time budget ended: {', '.join(undecided)}",
+            )
+        unconfirmed = [t for t, got in self.ahead.items() if got.unconfirmed.startswith(RUN_BUDGET)]
+        if unconfirmed:
+            say(
+                config,
+                f"{len(unconfirmed)} test(s) found slower or undecided were not measured again (the run's time "
+                f"budget was spent), their first verdict stands: {', '.join(unconfirmed)}",
             )
 
     def against_json(self) -> AgainstJSON | None:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from pytest_fxprof.against.rounds import Pairs
     from pytest_fxprof.measure.turns import Turn
     from pytest_fxprof.session.run import RunState
+    from pytest_fxprof.views.report import ProfileReportJSON
 
 
 class AgainstCalls(Calls):
@@ -46,8 +47,15 @@ class AgainstCalls(Calls):
         self.ahead = ahead
         """What the run's pairs measured of this test before the tests ran (None: it is measured as it ends)."""
         self.ahead_error = ahead_error
+        self.sets: dict[str, tuple[tuple[str, int], ...]] = {}
+        """Per call confirmed by a second set of pairs: each set's verdict and pairs (``CallOutcome.sets``)."""
         if ahead is not None and ahead_turns:
             self.taken[""] = list(ahead_turns)  # the turn its pairs measured in, shared with the run's other tests
+
+    def extend_report(self, key: str, report: ProfileReportJSON) -> None:
+        """Where a second set of pairs confirmed the call: each set's verdict and pairs."""
+        if key in self.sets:
+            report["sets"] = [{"status": status, "pairs": pairs} for status, pairs in self.sets[key]]
 
     def waited(self) -> tuple[int, float]:
         """The turns this test took and waited for: not the one its pairs measured in before the tests ran, which
@@ -102,7 +110,7 @@ class AgainstCalls(Calls):
             assert measured is not None  # both sides made the call
             judged = ProfileResult.of(replace(measured, comparison=call.comparison, seconds=tested.seconds))
             self.results[key] = judged
-            ended = f"{tested.pairs} pairs measured" + (f", when {call.stopped} ended them" if call.stopped else "")
+            ended = f"{call.pairs} pairs measured" + (f", when {call.stopped} ended them" if call.stopped else "")
             end = ending(
                 self.label(key),
                 self.test_id,
@@ -110,23 +118,26 @@ class AgainstCalls(Calls):
                 self.reactions,
                 directory=self.store.directory,
                 stopped=ended,
+                confirmation=call.confirmation,
             )
+            if call.sets:
+                self.sets[key] = call.sets
             outcome.add(end.outcome)
             self.notices[key] = end.notices
             if call.out_of_line:  # asks nothing of the user: the pairs that met one machine decided
                 self.notices[key].append(
-                    f"{call.out_of_line} of {tested.pairs} pairs left out: in each, the typical node's ratio lay more "
+                    f"{call.out_of_line} of {call.pairs} pairs left out: in each, the typical node's ratio lay more "
                     f"than {OUT_OF_LINE:.0%} from the other pairs' (other work on the machine hit one of its processes)"
                 )
             if call.left_out:
                 outcome.warnings.append(
-                    f"fxprof: {self.label(key)}: {call.left_out} of {tested.pairs} pairs left out, their processes "
+                    f"fxprof: {self.label(key)}: {call.left_out} of {call.pairs} pairs left out, their processes "
                     "out of lock-step in this call (one side's test makes calls the other's does not, or a process "
                     "ended early)"
                 )
             if call.kept_out_of_step:
                 outcome.warnings.append(
-                    f"fxprof: {self.label(key)}: {call.kept_out_of_step} of {tested.pairs} pairs ran out of "
+                    f"fxprof: {self.label(key)}: {call.kept_out_of_step} of {call.pairs} pairs ran out of "
                     "lock-step in this call and were kept, as fewer than two held it (one side's test makes calls "
                     "the other's does not, or a process ended early): their ratios carry more of the machine's noise"
                 )

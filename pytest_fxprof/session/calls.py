@@ -21,7 +21,7 @@ from pytest_fxprof.records.measurement import capture_difference
 from pytest_fxprof.records.profile import Profile
 from pytest_fxprof.records.verdicts import JUDGED, Status
 from pytest_fxprof.result import ProfileResult
-from pytest_fxprof.session.reactions import Outcome, Reactions, UsageError
+from pytest_fxprof.session.reactions import Confirm, Outcome, Reactions, UsageError
 from pytest_fxprof.settings import Mode, Settings
 from pytest_fxprof.store.baseline import BaselineStore
 from pytest_fxprof.views.render import capture_notices, summary_line
@@ -232,7 +232,8 @@ class Calls:
     def measure_pairs(self, against: Against, profiles: dict[str, Profile]) -> TestOutcome:
         """The test measured alone in pairs of old and new processes against ``against`` (at this test's pairs,
         budget and schedule, in the machine's measuring turn), each call of ``profiles`` judged by the paired
-        rule (``against.compare.check_test``)."""
+        rule (``against.compare.check_test``); a call slower or undecided is confirmed by a second set of pairs
+        unless ``--fxprof-confirm off``."""
         assert self.relaunch is not None
         return check_test(
             against,
@@ -247,6 +248,7 @@ class Calls:
             schedule=self.settings.schedule,
             turn=lambda: self.turns.turn("pairs", self.taken.setdefault("", [])),
             spent=self.processes_spent,
+            confirm=self.reactions.confirm is not Confirm.OFF,
         )
 
     def waited(self) -> tuple[int, float]:

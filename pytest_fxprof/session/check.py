@@ -221,7 +221,7 @@ class CheckCalls(Calls):
                 continue
             assert tested is not None
             self.revision_checks[key] = RevisionCheck(
-                sha, call.comparison, call.profile, tested.pairs, call.stopped if call.stopped else ""
+                sha, call.comparison, call.profile, call.pairs, call.stopped if call.stopped else ""
             )
 
     def extend_report(self, key: str, report: ProfileReportJSON) -> None:

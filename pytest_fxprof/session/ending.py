@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pytest_fxprof.against.rounds import RUN_BUDGET
 from pytest_fxprof.records.verdicts import Comparison, Status
 from pytest_fxprof.session.reactions import (
     OnFaster,
@@ -54,11 +55,13 @@ def ending(
     weak: str = "",
     stopped: str = "",
     baseline: bool = False,
+    confirmation: str = "",
 ) -> Ending:
     """How the comparison ``c`` of the call ``label`` of ``test_id`` ends the test. ``directory``: where its
     baseline was looked for; ``weak``: the warning of a baseline recorded on a busy machine; ``stopped``: how a
     revision's pairs ended; ``baseline``: a comparison against a revision that stands for a baseline (the
-    revision it was recorded at), which a refreshed baseline accepts, as a baseline's does."""
+    revision it was recorded at), which a refreshed baseline accepts, as a baseline's does; ``confirmation``: what a
+    second set of pairs found (a line of a failure, else a notice)."""
     outcome = Outcome()
     refresh = c is not None and (not c.against or baseline)
     if c is not None and not c.against and weak:  # a baseline recorded on a busy machine says so in every check
@@ -78,17 +81,18 @@ def ending(
         msg += "\nstill compared: matched nodes, each module over both graphs' nodes, and the total"
         msg += f"; {if_intended(test_id)}" if refresh else ""
         (outcome.failures if reactions.graph_change is OnGraphChange.FAIL else outcome.warnings).append(msg)
+    confirmed = f"\n  {confirmation}" if confirmation else ""
     if c.status is Status.REGRESSION:
         advice = f"\n  {if_intended(test_id)}" if refresh else ""
-        outcome.failures.append(regression_message(label, c) + advice)
+        outcome.failures.append(regression_message(label, c) + confirmed + advice)
     if c.status is Status.UNDECIDED:
-        budget = "--fxprof-run-budget-s" if "the run's time budget" in stopped else "--fxprof-budget-s"
+        budget = "--fxprof-run-budget-s" if RUN_BUDGET in stopped else "--fxprof-budget-s"
         fix = (
             f"{stopped}; more pairs decide it (raise {budget} or --fxprof-pairs), or a quieter runner"
             if c.against
             else wide_bands(test_id, c)
         )
-        _undecided(outcome, reactions, undecided_message(label, c, fix))
+        _undecided(outcome, reactions, undecided_message(label, c, fix) + confirmed)
     improved = improvement_lines(c)
     if improved and reactions.faster is not OnFaster.IGNORE:
         msg = "\n".join([f"fxprof: {label} got faster than {c.reference}", *improved])
@@ -97,7 +101,10 @@ def ending(
         (outcome.failures if reactions.faster is OnFaster.FAIL else outcome.warnings).append(msg)
     # what asks nothing of the user (a flag its confirmation cleared, a small node its aggregates gate, an item
     # too noisy to decide beside a failure) is no warning: the summary counts it, -v and the reports list it
-    return Ending(c.status, outcome, notice_lines(c))
+    notices = notice_lines(c)
+    if confirmation and c.status not in (Status.REGRESSION, Status.UNDECIDED):
+        notices.append(confirmation)
+    return Ending(c.status, outcome, notices)
 
 
 def _mismatch_message(label: str, test_id: str, c: Comparison) -> str:

@@ -273,12 +273,21 @@ class CodeChangedJSON(TypedDict):
     why: str
 
 
+class SetJSON(TypedDict):
+    """One set of pairs of a call against a revision that a second set confirmed (``sets``): its verdict and
+    pairs."""
+
+    status: str
+    pairs: int
+
+
 class ProfileReportJSON(TypedDict):
     """The report of one ``fxprof`` call (``profile_report``), an element of the JSON report's ``profiles`` and
     what every view reads. The keys from ``speed_factor`` to ``warned`` are present where the profile was compared
     (``noisy`` where it is undecided, ``against`` and ``pairs`` against a revision); ``measuring`` and ``notices``
     are added by the run that made it, ``busy_processes`` by a recording whose processes stayed busy, ``code_changed``
-    by a check whose model's code changed since its baseline was recorded."""
+    by a check whose model's code changed since its baseline was recorded, ``sets`` against a revision where a second
+    set of pairs confirmed what the first found."""
 
     test_id: str
     key: str
@@ -315,6 +324,7 @@ class ProfileReportJSON(TypedDict):
     notices: NotRequired[list[str]]
     busy_processes: NotRequired[int]
     code_changed: NotRequired[CodeChangedJSON]
+    sets: NotRequired[list[SetJSON]]
 
 
 JudgedJSON = NodeJSON | AggregateJSON | TotalJSON
