@@ -871,6 +871,8 @@ def check(repo: Repo, mode: str, c: Change, repeat: int, *, reports: Path, extra
         "expected": expected_item(profile, c),
         "warned": [f"{w.get('kind')} {w.get('name')}" for w in profile.get("warned", [])],
         "pairs": profile.get("pairs"),
+        # against a revision, where a second set of pairs measured it again: each set's verdict and pairs
+        "sets": profile.get("sets"),
         # against a baseline, where the model's code changed since the recording: what the pairs against the
         # revision it was recorded at found (the report's ``code_changed``)
         "against_recording": profile.get("code_changed"),
