@@ -11,6 +11,7 @@ import pytest
 
 from pytest_fxprof.against import compare, rounds
 from pytest_fxprof.against.compare import AskedTest, CallOutcome, settled
+from pytest_fxprof.against.revision import Revision
 from pytest_fxprof.judge.paired import PairedPolicy
 from pytest_fxprof.measure.sampling import Child, Relaunch
 from pytest_fxprof.records.verdicts import Comparison, Status
@@ -113,13 +114,13 @@ def test_only_a_test_found_slower_or_undecided_is_measured_again(monkeypatch: py
 
     def materialise(ref: str, cwd: Path) -> Any:
         exported.append(ref)
-        return compare.Revision("sha", "sha", cwd, cwd / "fresh")
+        return Revision("sha", "sha", cwd, cwd / "fresh")
 
     monkeypatch.setattr(compare, "_measure_set", first_set)
     monkeypatch.setattr(compare, "_judged", judged)
     monkeypatch.setattr(compare, "materialise", materialise)
     monkeypatch.setattr(compare, "remove", lambda revision: exported.append(f"removed {revision.tree.name}"))
-    revision = compare.Revision("HEAD~1", "sha", Path("/repo"), Path("/repo-old"))
+    revision = Revision("HEAD~1", "sha", Path("/repo"), Path("/repo-old"))
     against = compare.Against(revision)
     tests = [asked(t) for t in verdicts]
     relaunch = Relaunch(Path(), Path(), None)
