@@ -371,7 +371,7 @@ def measure_tests(
     and the run's; ``judge_test`` fails it only where both sets find it slower. The pairs of one check share what
     their run holds fixed (the parent, the exported tree, the minutes they ran in), and an unchanged test can read
     a few percent slower in every pair of one check and not in the next: no interval over those pairs tells that
-    from a slowdown, but a second set that does not share them does (BENCHMARKS.md, "a failure confirmed")."""
+    from a slowdown, but a second set that does not share them does (BENCHMARKS.md, "a failure measured again")."""
     began = clock()
 
     def one_set(side: Against, asked: Sequence[AskedTest], launched: Forker | None = None) -> dict[str, Pairs]:
