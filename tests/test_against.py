@@ -733,6 +733,70 @@ def test_one_pair_of_processes_serves_every_test_and_the_run_says_where_the_time
         assert f"({2 * MIN_DECIDING_PAIRS}, {2 * MIN_DECIDING_PAIRS} of them forked)" in out
 
 
+KEPT_WHOLE = """
+import os
+
+import torch
+from torch import nn
+
+from fakeclock import CLOCK
+
+
+class Branchy(nn.Module):
+    def forward(self, x):
+        if isinstance(x, torch.fx.Proxy):  # traced into: the try that fails
+            open(os.path.join(os.environ["STAMP_DIR"], f"traced-{os.getpid()}"), "a").close()
+        if x.sum() > 0:  # a Python branch on a value: symbolic tracing fails here, and auto keeps it whole
+            x = x * 1
+        CLOCK.advance(2_000_000)
+        return x
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.branchy = Branchy()
+        self.fc2 = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(self.branchy(self.fc1(x)))
+"""
+
+KEPT_WHOLE_TEST = """
+import os
+
+import torch
+
+from model import Net
+
+
+def test_net(fxprof):
+    if fxprof.mode == "sample":
+        open(os.path.join(os.environ["STAMP_DIR"], f"side-{os.getpid()}"), "w").close()
+    fxprof(Net().eval(), torch.randn(4, 8))
+"""
+
+
+def test_the_later_pairs_capture_as_each_sides_first_did_without_its_failed_tries(
+    pytester: pytest.Pytester, base: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A submodule that breaks symbolic tracing is traced into (and kept whole) only by the first pair's two
+    processes; every later one captures it whole straight away, and the report's capture is the first pair's."""
+    commit(pytester, {"model.py": KEPT_WHOLE, "test_net.py": KEPT_WHOLE_TEST}, "a module kept whole")
+    stamps = tmp_path_factory.mktemp("stamps")
+    report = pytester.path / "report.json"
+    result = against(pytester, "HEAD", f"--fxprof-report={report}", env={"STAMP_DIR": str(stamps)})
+    assert result.ret == 0, result.stdout.str()
+    sides = {f.name.split("-")[1] for f in stamps.glob("side-*")}
+    traced = {f.name.split("-")[1] for f in stamps.glob("traced-*")}
+    assert len(sides) >= 2 * MIN_PASSING_PAIRS
+    assert len(traced & sides) == 2  # pair 1's old and new
+    (call,) = json.loads(report.read_text())["profiles"]
+    assert call["capture"]["leaf_modules"] == ["branchy"]
+    assert "symbolic_trace failed in 'branchy' (Branchy)" in call["capture"]["detail"]
+
+
 def test_forked_sides_keep_a_strict_warnings_filter(
     pytester: pytest.Pytester, base: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

@@ -19,6 +19,7 @@ from pytest_fxprof.capture.errors import CaptureError, ProfileError
 from pytest_fxprof.capture.graphs import Captured, plain_runners
 from pytest_fxprof.capture.nodes import describe_nodes, normalise_module_path
 from pytest_fxprof.capture.verify import output_difference
+from pytest_fxprof.records.measurement import Capture
 from tests.test_profiler import ParamMutator
 
 MODES = ("symbolic", "export", "dynamo", "auto")
@@ -797,3 +798,149 @@ def test_symbolic_tracing_leaves_torchs_compiler_stack_unimported() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+class _Recursive(nn.Module):
+    """Makes nodes from a function that calls itself: the same frame repeats on the stack, which a stack trace
+    folds ("[Previous line repeated ...]")."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _deeper(self.fc(x), 6)
+
+
+def _deeper(x: torch.Tensor, n: int) -> torch.Tensor:
+    return _deeper(x + 1, n - 1) if n else x * 2
+
+
+def _uncached_forward_stack() -> str:
+    """The stack as ``forward_stack`` formats it, every frame read and formatted afresh (``traceback``'s own)."""
+    import sys
+    import traceback
+    import types
+
+    from pytest_fxprof.capture import symbolic
+
+    frames = []
+    frame: types.FrameType | None = sys._getframe(2)
+    while frame is not None and frame.f_code is not symbolic._TRACE:
+        frames.append(frame)
+        frame = frame.f_back
+    if frame is None:
+        return ""
+    frames.reverse()
+    first = next((i for i, f in enumerate(frames) if f.f_code.co_name == "forward"), None)
+    if first is None:
+        return ""
+    return "".join(traceback.StackSummary.extract((f, f.f_lineno) for f in frames[first:]).format()).strip()
+
+
+@pytest.mark.parametrize("model", [_Sourced(), _Recursive(), Net()])
+def test_each_frames_text_is_read_once_and_the_stack_is_what_traceback_formats(
+    model: nn.Module, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_fxprof.capture import symbolic
+
+    def stacks() -> list[str]:
+        gm, _ = symbolic.trace_symbolic(model)
+        return [n.stack_trace or "" for n in gm.graph.nodes]
+
+    symbolic._FRAME_LINES.clear()
+    cold, warm = stacks(), stacks()
+    with monkeypatch.context() as patched:
+        patched.setattr(symbolic, "forward_stack", _uncached_forward_stack)
+        expected = stacks()
+    assert cold == warm == expected
+    assert any("in forward" in s for s in expected)
+    if isinstance(model, _Recursive):
+        assert any("[Previous line repeated" in s for s in expected)
+    assert symbolic._FRAME_LINES  # read once, kept for the process
+
+
+# A capture known from an earlier process ---------------------------------------------------------------------
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
+    """Each symbolic trace's leaf list, as it is tried."""
+    from pytest_fxprof.capture import symbolic
+
+    tried: list[tuple[str, ...]] = []
+    real = symbolic.capture
+
+    def counted(module: nn.Module, leaf_modules: Any, tracer: Any) -> Captured:
+        tried.append(tuple(symbolic.leaf_names(leaf_modules)))
+        return real(module, leaf_modules, tracer)
+
+    monkeypatch.setattr(symbolic, "capture", counted)
+    return tried
+
+
+def test_a_known_capture_is_made_again_without_the_tries_that_failed(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, x = net(branch=True), image()
+    first = capture(model, x)
+    tried = _counting(monkeypatch)
+    again = capture(model, x, options={"known": first.capture})
+    assert tried == [("layer.0", "layer.1")]  # one trace, with both blocks whole at once
+    assert again.capture == first.capture
+    assert again.capture.detail == first.capture.detail  # why auto chose it, as the first process found
+    assert paths(again) == paths(first)
+    assert_runs_like(model, again, x)
+    tried.clear()
+    capture(model, x)
+    assert len(tried) == 3  # auto alone: fails in layer.0, then in layer.1, then traces
+
+
+def test_a_known_capture_keeps_the_users_leaf_modules(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, x = net(branch=True), image()
+    first = capture(model, x, options={"leaf_modules": [Block]})
+    tried = _counting(monkeypatch)
+    again = capture(model, x, options={"leaf_modules": [Block], "known": first.capture})
+    assert again.capture == first.capture
+    assert tried == [(f"{Block.__module__}.{Block.__qualname__}",)]
+
+
+def test_a_known_export_skips_symbolic_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    model, x = ShapeBranch().eval(), torch.randn(3, 4)
+    first = capture(model, x)
+    assert first.capture.method == "export"
+    tried = _counting(monkeypatch)
+    again = capture(model, x, options={"known": first.capture})
+    assert tried == []
+    assert (again.capture.method, again.capture.detail) == ("export", first.capture.detail)
+    assert_runs_like(model, again, x)
+
+
+@pytest.mark.parametrize(
+    "known",
+    [
+        Capture(method="symbolic_trace", leaf_modules=(), detail="traced whole"),  # layer.0 breaks the trace
+        Capture(method="symbolic_trace", leaf_modules=("layer.0",), detail="one block whole"),  # layer.1 does
+        Capture(method="inductor", detail="not a way auto takes for a forward"),
+        Capture(method="tracer:Mine", detail="a user's tracer, not given here"),
+    ],
+)
+def test_a_known_capture_that_no_longer_fits_is_tried_and_auto_decides_as_ever(known: Capture) -> None:
+    model, x = net(branch=True), image()
+    got = capture(model, x, options={"known": known})
+    assert got.capture == capture(model, x).capture
+    assert got.capture.leaf_modules == ("layer.0", "layer.1")
+    assert got.capture.detail.endswith("kept it whole")
+    assert_runs_like(model, got, x)
+
+
+def test_a_known_symbolic_graph_that_runs_unlike_the_module_is_not_taken() -> None:
+    x = torch.randn(2, 4)
+    model = NotATensorWhileTraced().eval()
+    got = capture(model, x, options={"known": Capture(method="symbolic_trace", detail="")})
+    assert got.capture.method == "export"
+    assert "output differs" in got.capture.detail
+    assert_runs_like(model, got, x)
+
+
+def test_a_known_capture_of_a_module_that_fails_on_its_inputs_is_refused_as_ever() -> None:
+    with pytest.raises(ProfileError, match="itself fails on these inputs"):
+        capture(net(), torch.randn(2, 5, 8, 8), options={"known": Capture(method="symbolic_trace")})

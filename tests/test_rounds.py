@@ -173,6 +173,63 @@ def test_the_new_sides_calls_are_learnt_from_the_first_pair(monkeypatch: pytest.
     assert test.request["calls"] == ["first", "second"]
 
 
+def entry(method: str, leaves: list[str], detail: str) -> dict[str, Any]:
+    capture = {"method": method, "leaf_modules": leaves, "graphs": 1, "detail": detail, "classes": {"": "Net"}}
+    return {"entry": {"capture": capture, "nodes": []}}
+
+
+def test_each_sides_captures_are_learnt_from_its_first_pair_and_asked_of_its_later_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each side's later pairs are told how its own first pair captured each call: the record's method, kept
+    submodules and detail, nothing else of the entry; a call whose entry holds no capture record is left out."""
+    clock = FakeClock()
+    told: list[dict[str, Any]] = []
+
+    def run_pair(old: rounds.Side, new: rounds.Side, tests: list[rounds.PairedTest], **kw: Any) -> rounds.PairResult:
+        told.append({side: tests[0].asked(side) for side in ("old", "new")})
+        clock.now += 10
+        result = rounds.PairResult()
+        old_calls = {
+            "call0": entry("symbolic_trace", ["blocks.0.mixer"], "symbolic_trace failed in ...; kept it whole")
+        }
+        new_calls = {"call0": entry("export", [], "symbolic_trace failed ...; captured with export"), "odd": {}}
+        result.measured["a"] = (Child((), 0, {"calls": old_calls}, ""), Child((), 0, {"calls": new_calls}, ""))
+        result.seconds["a"] = 10
+        return result
+
+    monkeypatch.setattr(rounds, "run_pair", run_pair)
+    rounds.measure_pairs(OLD, NEW, [asked("a", pairs=3)], clock=clock)
+    assert len(told) == 3
+    assert "captured" not in told[0]["old"]
+    assert "captured" not in told[0]["new"]
+    for later in told[1:]:
+        assert later["old"]["captured"] == {
+            "call0": {
+                "method": "symbolic_trace",
+                "leaf_modules": ["blocks.0.mixer"],
+                "detail": "symbolic_trace failed in ...; kept it whole",
+            }
+        }
+        assert later["new"]["captured"] == {
+            "call0": {
+                "method": "export",
+                "leaf_modules": [],
+                "detail": "symbolic_trace failed ...; captured with export",
+            }
+        }
+        assert later["old"]["settings"] == {}  # the rest of the test's request as it was
+
+
+def test_captured_by_reads_only_capture_records() -> None:
+    calls = {"a": entry("symbolic_trace", [], ""), "b": {"entry": {"capture": "not a record"}}, "c": "junk"}
+    assert rounds.captured_by(Child((), 0, {"calls": calls}, "")) == {
+        "a": {"method": "symbolic_trace", "leaf_modules": [], "detail": ""}
+    }
+    assert rounds.captured_by(Child((), 0, None, "")) == {}
+    assert rounds.captured_by(Child((), 0, {"calls": ["not", "a", "dict"]}, "")) == {}
+
+
 # A pair's processes: scripts that serve the tests as pytest would ----------------------------------------
 
 SERVE = """
@@ -353,6 +410,25 @@ def test_each_process_is_asked_its_tests_in_order_with_the_new_sides_calls(
     assert first["lockstep"]["new_calls"] == [call_tag("call0", "a")]
     assert first["entry"] is True
     assert {"progress", "timing"} <= set(first)
+    assert all("captured" not in t for t in first["tests"])  # none learnt yet
+
+
+def test_each_side_is_asked_its_own_captures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: dict[str, dict[str, Any]] = {}
+
+    def launch(self: serving.Served) -> None:
+        asked[self.name] = json.loads(json.dumps(self.request))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(serving.Served, "launch", launch)
+    old, new = sides(tmp_path)
+    tests = paired_tests("a")
+    tests[0].captured = {"old": {"call0": {"method": "export"}}, "new": {"call0": {"method": "dynamo"}}}
+    for number in (1, 2):  # one after the other: old first in pair 1, new first in pair 2
+        with pytest.raises(KeyboardInterrupt):
+            rounds.run_pair(old, new, tests, number=number, duet=False, cores=[])
+    assert asked["old"]["tests"][0]["captured"] == {"call0": {"method": "export"}}
+    assert asked["new"]["tests"][0]["captured"] == {"call0": {"method": "dynamo"}}
 
 
 def test_a_round_removes_the_directories_of_its_kind_that_a_killed_run_left(

@@ -75,6 +75,14 @@ class PairedTest:
     budget_s: float
     undecided: Callable[[Pairs], bool] = _never
     moot: Callable[[Pairs], bool] = _never
+    captured: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per side, how the side's first pair captured each call (``captured_by``): its later pairs capture the same way
+    straight away, without the tries that failed before it (``capture.choose.capture_module``'s ``known``)."""
+
+    def asked(self, side: str) -> dict[str, Any]:
+        """What ``side``'s process is asked of this test."""
+        known = self.captured.get(side)
+        return {**self.request, "captured": known} if known else self.request
 
 
 @dataclass
@@ -200,7 +208,7 @@ def run_pair(
                         "cores": list(cores or []),
                     }
                     extra["lockstep"]["new_calls"] = _sides_request(remaining)
-                asked = [(t.test_id, t.request) for t in remaining]
+                asked = [(t.test_id, t.asked(side.name)) for t in remaining]
                 served.append(Served(side.name, side.relaunch, asked, directory, extra, starter=side.starter))
             if duet:
                 run(served, deadline_s, [exited_mark(base, s.name) for s in served])
@@ -282,11 +290,25 @@ def measure_pairs(
             g.new.append(pair[1])
             if "calls" not in t.request:  # the new side's calls, for the lock-step of the next pairs
                 t.request["calls"] = sorted((pair[1].data or {}).get("calls", {}))
+            if not t.captured:
+                t.captured = {"old": captured_by(pair[0]), "new": captured_by(pair[1])}
             if t.moot(g):
                 done.add(t.test_id)
         if progress is not None:
             progress(number, len(chosen), took)
     return got
+
+
+def captured_by(child: Child) -> dict[str, dict[str, Any]]:
+    """How a side's process captured each call of its test: each entry's capture record (method, the submodules
+    kept whole, and why auto chose the method)."""
+    calls = (child.data or {}).get("calls")
+    out: dict[str, dict[str, Any]] = {}
+    for key, call in (calls if isinstance(calls, dict) else {}).items():
+        capture = call.get("entry", {}).get("capture") if isinstance(call, dict) else None
+        if isinstance(capture, dict):
+            out[key] = {k: capture[k] for k in ("method", "leaf_modules", "detail") if k in capture}
+    return out
 
 
 def _open(t: PairedTest, g: Pairs, done: set[str]) -> bool:

@@ -29,6 +29,7 @@ from pytest_fxprof.capture.graphs import Captured, LeafSpec
 from pytest_fxprof.capture.state import kept_as_is
 from pytest_fxprof.capture.symbolic import SymbolicTraceError
 from pytest_fxprof.capture.verify import Checker
+from pytest_fxprof.records.measurement import Capture
 
 MAX_LEAF_RETRIES = 8
 """How many submodules ``auto`` keeps whole, one per failed symbolic trace, before it tries ``export``."""
@@ -42,6 +43,7 @@ def capture_module(
     mode: str = "auto",
     leaf_modules: Sequence[LeafSpec] = (),
     tracer: torch.fx.Tracer | None = None,
+    known: Capture | None = None,
 ) -> Captured:
     """Capture ``module`` called with ``args`` and ``kwargs`` (used as examples, never changed) by ``mode``.
 
@@ -53,6 +55,10 @@ def capture_module(
     (a ``tracer`` beside ``leaf_modules``, or either with ``export`` or ``dynamo``, is refused before trying).
     Every capture but an explicit ``symbolic`` one is checked against the module's own output. The module
     is left as it was (modes, buffers, attributes) and so is torch's random state.
+
+    ``known``: how ``auto`` captured the same module in an earlier process (its ``Capture`` record: the method and
+    every submodule kept whole). ``auto`` without a tracer then captures that way first, checked as ever, and keeps
+    the record's ``detail``; only where that fails does it try every way again (``_known``).
     """
     if mode not in methods.MODES:
         raise CaptureError(f"unknown capture mode {mode!r}; choose one of {', '.join(methods.MODES)}")
@@ -62,6 +68,10 @@ def capture_module(
             return symbolic.capture(module, leaf_modules, tracer)
         checker = Checker(module, args, kwargs, kept)
         if mode == "auto":
+            if known is not None and tracer is None:
+                captured = _known(module, args, kwargs, known, leaf_modules=leaf_modules, checker=checker)
+                if captured is not None:
+                    return captured
             return _auto(module, args, kwargs, leaf_modules=leaf_modules, tracer=tracer, checker=checker)
         captured = _capture_by(mode, module, args, kwargs, checker)
         problem = checker.problem(captured)
@@ -192,6 +202,40 @@ def _auto(
         'that handles it, or make the failing code run under torch.compile and pick capture="dynamo".'
     )
     raise CaptureError("\n".join(lines))
+
+
+def _known(
+    module: torch.nn.Module,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    known: Capture,
+    *,
+    leaf_modules: Sequence[LeafSpec],
+    checker: Checker,
+) -> Captured | None:
+    """The capture ``known`` records, made again without the tries that failed before it (symbolic tracing with the
+    submodules ``auto`` kept whole, or export or dynamo straight away) and checked against the module; ``None``
+    where it fails or differs from the module, or records a way ``auto`` does not take.
+
+    The pairs against a revision serve each test in many processes of the same code: only the first tries every
+    way (EfficientViT's 6 traces that fail before the seventh, BERT's before export)."""
+    checker.expected()  # as _auto: a module that fails on its inputs is refused before any capture is blamed
+    try:
+        if known.method == "symbolic_trace":
+            given = set(symbolic.leaf_names(leaf_modules))
+            added = [name for name in known.leaf_modules if name not in given]
+            captured = symbolic.capture(module, [*leaf_modules, *added], None)
+        elif known.method in methods.BY_NAME:
+            captured = _capture_by(known.method, module, args, kwargs, checker)
+        else:
+            return None
+        if captured.capture.leaf_modules != known.leaf_modules or checker.problem(captured):
+            return None
+    except ProfileError:
+        raise
+    except Exception:  # noqa: BLE001 - auto tries every way again, and says why each failed
+        return None
+    return dataclasses.replace(captured, capture=dataclasses.replace(captured.capture, detail=known.detail))
 
 
 def _auto_symbolic(

@@ -58,7 +58,7 @@ from pytest_fxprof.measure.machine import (
 from pytest_fxprof.measure.signature import setup_of
 from pytest_fxprof.records.disturbance import OFF_CPU_LIMIT as OFF_CPU_LIMIT  # noqa: PLC0414 - re-exported
 from pytest_fxprof.records.disturbance import disturbance_of
-from pytest_fxprof.records.measurement import NodeInfo, NodeStats, Protocol, iqr_int, median_int
+from pytest_fxprof.records.measurement import Capture, NodeInfo, NodeStats, Protocol, iqr_int, median_int
 from pytest_fxprof.records.profile import Profile
 
 
@@ -141,6 +141,7 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     barrier: Barrier | None = None,
     step: Step | None = None,
     spent: dict[str, float] | None = None,
+    known: Capture | None = None,
 ) -> Profile:
     """Capture ``module``, run ``protocol.warmup`` discarded and ``protocol.passes`` kept passes.
 
@@ -166,7 +167,7 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
 
     ``spent``, where given, gets the seconds this took added to its ``capture_s`` (the capture, its checks and the
     flop count: all before the first pass), ``warmup_s`` and ``measuring_s`` (the kept passes and those measured
-    again).
+    again). ``known``: how an earlier process captured this forward (``capture.choose.capture_module``).
     """
     began = time.perf_counter()
     check_module(module, args, kwargs)
@@ -210,7 +211,9 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
             plain = _plain_kernels(kernels, args, kwargs)
         else:
             stack.enter_context(preserved(module, protocol.threads))
-            captured = capture_module(module, args, kwargs, mode=capture, leaf_modules=leaf_modules, tracer=tracer)
+            captured = capture_module(
+                module, args, kwargs, mode=capture, leaf_modules=leaf_modules, tracer=tracer, known=known
+            )
             after = _nothing
             plain = _plain_forward(module, args, kwargs)
         if kernels is None:

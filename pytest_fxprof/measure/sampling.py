@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, NotRequired, Protocol, TypedDict
 
 from pytest_fxprof.records.disturbance import Disturbance, DisturbanceJSON, disturbance_from_json, least_disturbed
-from pytest_fxprof.records.measurement import Run, capture_difference
+from pytest_fxprof.records.measurement import Capture, Run, capture_difference
 from pytest_fxprof.store.baseline import RunJSON, run_from_json
 from pytest_fxprof.store.files import loads
 
@@ -52,6 +52,22 @@ class TestRequest(TypedDict):
     """Where it writes what it measured of this test."""
     calls: NotRequired[list[str]]
     """A side against a revision: the keys of the calls the new side made in this test, where known."""
+    captured: NotRequired[dict[str, dict[str, Any]]]
+    """A side against a revision, after its first pair: how that pair's process captured each call (its capture
+    record: ``method``, ``leaf_modules``, ``detail``), for ``capture_module``'s ``known``."""
+
+
+def capture_from_request(raw: Any) -> Capture | None:
+    """A ``TestRequest.captured`` entry as the capture record it was written from; None where there is none or it
+    is not one (the call is then captured as ever)."""
+    if not isinstance(raw, Mapping):
+        return None
+    method, leaves, detail = raw.get("method"), raw.get("leaf_modules", []), raw.get("detail", "")
+    if not (isinstance(method, str) and isinstance(leaves, list) and isinstance(detail, str)):
+        return None
+    if not all(isinstance(leaf, str) for leaf in leaves):
+        return None
+    return Capture(method=method, leaf_modules=tuple(leaves), detail=detail)
 
 
 class SampleRequest(TypedDict):

@@ -65,6 +65,7 @@ class ChildMode(RunMode):
         if asked is not None:
             index, test = asked
             request["calls"] = list(test.get("calls", []))
+            request["captured"] = dict(test.get("captured", {}))
             if "lockstep" in self.request:
                 request["lockstep"] = {**self.request["lockstep"], "test": index}
         run = self.run

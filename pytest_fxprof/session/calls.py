@@ -17,7 +17,7 @@ from pytest_fxprof.measure.sampling import BUSY_RETRIES, Relaunch, SamplingError
 from pytest_fxprof.measure.serving import Spent
 from pytest_fxprof.measure.turns import Turn, Turns
 from pytest_fxprof.records.disturbance import least_disturbed
-from pytest_fxprof.records.measurement import capture_difference
+from pytest_fxprof.records.measurement import Capture, capture_difference
 from pytest_fxprof.records.profile import Profile
 from pytest_fxprof.records.verdicts import JUDGED, Status
 from pytest_fxprof.result import ProfileResult
@@ -132,6 +132,7 @@ class Calls:
                 engine=self.settings.engine,
                 step=step,
                 spent=self.spent,
+                known=self.known_capture(key),
             )
             return ProfileResult.of(profiled)
 
@@ -157,6 +158,11 @@ class Calls:
     def flops(self) -> bool:
         """Whether a profile counts each node's floating-point operations."""
         return True
+
+    def known_capture(self, key: str) -> Capture | None:
+        """How an earlier process captured the call's forward, where this process was told (``capture_module``'s
+        ``known``): None, but in a later pair's side against a revision."""
+        return None
 
     @property
     def reference(self) -> bool:

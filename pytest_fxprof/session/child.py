@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_fxprof.against.origin import foreign_modules
 from pytest_fxprof.measure.lockstep import Barrier, lockstep_barrier
-from pytest_fxprof.measure.sampling import SampleJSON, SampleRequest, write_samples
+from pytest_fxprof.measure.sampling import SampleJSON, SampleRequest, capture_from_request, write_samples
 from pytest_fxprof.records.disturbance import disturbance_to_json
+from pytest_fxprof.records.measurement import Capture
 from pytest_fxprof.session.calls import Calls
 from pytest_fxprof.session.reactions import Outcome
 from pytest_fxprof.settings import Mode, Settings
@@ -47,6 +48,11 @@ class ChildCalls(Calls):
     @property
     def flops(self) -> bool:
         return self.side and self.request.get("flops", True)
+
+    def known_capture(self, key: str) -> Capture | None:
+        """How this side's first pair captured the call's forward (``TestRequest.captured``), where it was told."""
+        captured = self.request.get("captured")
+        return capture_from_request(captured.get(key) if isinstance(captured, dict) else None)
 
     @property
     def reference(self) -> bool:
