@@ -782,19 +782,16 @@ def test_the_later_pairs_capture_as_each_sides_first_did_without_its_failed_trie
     pytester: pytest.Pytester, base: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """A submodule that breaks symbolic tracing is traced into (and kept whole) only by the first pair's two
-    processes; every later one captures it whole straight away, and the report's capture is the first pair's."""
+    processes; every later one captures it whole straight away, and the check judges their graphs as one."""
     commit(pytester, {"model.py": KEPT_WHOLE, "test_net.py": KEPT_WHOLE_TEST}, "a module kept whole")
     stamps = tmp_path_factory.mktemp("stamps")
-    report = pytester.path / "report.json"
-    result = against(pytester, "HEAD", f"--fxprof-report={report}", env={"STAMP_DIR": str(stamps)})
+    result = against(pytester, "HEAD", env={"STAMP_DIR": str(stamps)})
     assert result.ret == 0, result.stdout.str()
+    assert "test_net.py::test_net [call0]: pass" in result.stdout.str()
     sides = {f.name.split("-")[1] for f in stamps.glob("side-*")}
     traced = {f.name.split("-")[1] for f in stamps.glob("traced-*")}
     assert len(sides) >= 2 * MIN_PASSING_PAIRS
     assert len(traced & sides) == 2  # pair 1's old and new
-    (call,) = json.loads(report.read_text())["profiles"]
-    assert call["capture"]["leaf_modules"] == ["branchy"]
-    assert "symbolic_trace failed in 'branchy' (Branchy)" in call["capture"]["detail"]
 
 
 def test_forked_sides_keep_a_strict_warnings_filter(

@@ -800,66 +800,6 @@ def test_symbolic_tracing_leaves_torchs_compiler_stack_unimported() -> None:
     assert done.stdout.strip() == "[]"
 
 
-class _Recursive(nn.Module):
-    """Makes nodes from a function that calls itself: the same frame repeats on the stack, which a stack trace
-    folds ("[Previous line repeated ...]")."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(4, 4)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _deeper(self.fc(x), 6)
-
-
-def _deeper(x: torch.Tensor, n: int) -> torch.Tensor:
-    return _deeper(x + 1, n - 1) if n else x * 2
-
-
-def _uncached_forward_stack() -> str:
-    """The stack as ``forward_stack`` formats it, every frame read and formatted afresh (``traceback``'s own)."""
-    import sys
-    import traceback
-    import types
-
-    from pytest_fxprof.capture import symbolic
-
-    frames = []
-    frame: types.FrameType | None = sys._getframe(2)
-    while frame is not None and frame.f_code is not symbolic._TRACE:
-        frames.append(frame)
-        frame = frame.f_back
-    if frame is None:
-        return ""
-    frames.reverse()
-    first = next((i for i, f in enumerate(frames) if f.f_code.co_name == "forward"), None)
-    if first is None:
-        return ""
-    return "".join(traceback.StackSummary.extract((f, f.f_lineno) for f in frames[first:]).format()).strip()
-
-
-@pytest.mark.parametrize("model", [_Sourced(), _Recursive(), Net()])
-def test_each_frames_text_is_read_once_and_the_stack_is_what_traceback_formats(
-    model: nn.Module, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from pytest_fxprof.capture import symbolic
-
-    def stacks() -> list[str]:
-        gm, _ = symbolic.trace_symbolic(model)
-        return [n.stack_trace or "" for n in gm.graph.nodes]
-
-    symbolic._FRAME_LINES.clear()
-    cold, warm = stacks(), stacks()
-    with monkeypatch.context() as patched:
-        patched.setattr(symbolic, "forward_stack", _uncached_forward_stack)
-        expected = stacks()
-    assert cold == warm == expected
-    assert any("in forward" in s for s in expected)
-    if isinstance(model, _Recursive):
-        assert any("[Previous line repeated" in s for s in expected)
-    assert symbolic._FRAME_LINES  # read once, kept for the process
-
-
 # A capture known from an earlier process ---------------------------------------------------------------------
 
 
@@ -902,6 +842,19 @@ def test_a_known_capture_keeps_the_users_leaf_modules(monkeypatch: pytest.Monkey
     assert tried == [(f"{Block.__module__}.{Block.__qualname__}",)]
 
 
+def test_a_known_capture_tells_the_users_leaf_classes_from_the_submodules_auto_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model, x = net(branch=True), image()
+    first = capture(model, x, options={"leaf_modules": [nn.BatchNorm2d]})
+    batchnorm = f"{nn.BatchNorm2d.__module__}.{nn.BatchNorm2d.__qualname__}"
+    assert first.capture.leaf_modules == tuple(sorted([batchnorm, "layer.0", "layer.1"]))
+    tried = _counting(monkeypatch)
+    again = capture(model, x, options={"leaf_modules": [nn.BatchNorm2d], "known": first.capture})
+    assert tried == [(batchnorm, "layer.0", "layer.1")]
+    assert again.capture == first.capture
+
+
 def test_a_known_export_skips_symbolic_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
     torch.manual_seed(0)
     model, x = ShapeBranch().eval(), torch.randn(3, 4)
@@ -914,10 +867,29 @@ def test_a_known_export_skips_symbolic_tracing(monkeypatch: pytest.MonkeyPatch) 
     assert_runs_like(model, again, x)
 
 
+def test_a_known_dynamo_capture_tries_nothing_before_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    model, x = RootBranch().eval(), torch.randn(2, 4)
+    first = capture(model, x)
+    assert first.capture.method == "dynamo"
+    tried = _counting(monkeypatch)
+    exported: list[str] = []
+    monkeypatch.setattr("pytest_fxprof.capture.export.capture", lambda *a, **k: exported.append("export"))
+    again = capture(model, x, options={"known": first.capture})
+    assert (tried, exported) == ([], [])
+    assert (again.capture.method, again.capture.graphs, again.capture.detail) == (
+        "dynamo",
+        first.capture.graphs,
+        first.capture.detail,
+    )
+    assert_runs_like(model, again, x)
+
+
 @pytest.mark.parametrize(
     "known",
     [
         Capture(method="symbolic_trace", leaf_modules=(), detail="traced whole"),  # layer.0 breaks the trace
+        Capture(method="symbolic_trace", leaf_modules=("layer.0", "layer.1", "layer.9"), detail="no layer.9 here"),
         Capture(method="symbolic_trace", leaf_modules=("layer.0",), detail="one block whole"),  # layer.1 does
         Capture(method="inductor", detail="not a way auto takes for a forward"),
         Capture(method="tracer:Mine", detail="a user's tracer, not given here"),

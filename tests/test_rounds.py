@@ -222,12 +222,36 @@ def test_each_sides_captures_are_learnt_from_its_first_pair_and_asked_of_its_lat
 
 
 def test_captured_by_reads_only_capture_records() -> None:
-    calls = {"a": entry("symbolic_trace", [], ""), "b": {"entry": {"capture": "not a record"}}, "c": "junk"}
+    calls = {
+        "a": entry("symbolic_trace", [], ""),
+        "b": {"entry": {"capture": "not a record"}},
+        "c": "junk",
+        "d": {"entry": None},
+    }
     assert rounds.captured_by(Child((), 0, {"calls": calls}, "")) == {
         "a": {"method": "symbolic_trace", "leaf_modules": [], "detail": ""}
     }
     assert rounds.captured_by(Child((), 0, None, "")) == {}
     assert rounds.captured_by(Child((), 0, {"calls": ["not", "a", "dict"]}, "")) == {}
+
+
+def test_a_capture_record_in_a_request_is_read_back_or_left_out() -> None:
+    from pytest_fxprof.measure.sampling import capture_from_request
+    from pytest_fxprof.records.measurement import Capture
+
+    raw = {"method": "symbolic_trace", "leaf_modules": ["a.b"], "detail": "kept it whole"}
+    assert capture_from_request(raw) == Capture(method="symbolic_trace", leaf_modules=("a.b",), detail="kept it whole")
+    assert capture_from_request({"method": "export"}) == Capture(method="export")
+    for bad in (
+        None,
+        "export",
+        {},
+        {"method": 1},
+        {"method": "x", "leaf_modules": "a"},
+        {"method": "x", "leaf_modules": [1]},
+    ):
+        assert capture_from_request(bad) is None
+    assert capture_from_request({"method": "x", "detail": None}) is None
 
 
 # A pair's processes: scripts that serve the tests as pytest would ----------------------------------------

@@ -305,7 +305,8 @@ def captured_by(child: Child) -> dict[str, dict[str, Any]]:
     calls = (child.data or {}).get("calls")
     out: dict[str, dict[str, Any]] = {}
     for key, call in (calls if isinstance(calls, dict) else {}).items():
-        capture = call.get("entry", {}).get("capture") if isinstance(call, dict) else None
+        entry = call.get("entry") if isinstance(call, dict) else None
+        capture = entry.get("capture") if isinstance(entry, dict) else None
         if isinstance(capture, dict):
             out[key] = {k: capture[k] for k in ("method", "leaf_modules", "detail") if k in capture}
     return out

@@ -220,20 +220,27 @@ def _known(
     The pairs against a revision serve each test in many processes of the same code: only the first tries every
     way (EfficientViT's 6 traces that fail before the seventh, BERT's before export)."""
     checker.expected()  # as _auto: a module that fails on its inputs is refused before any capture is blamed
-    try:
-        if known.method == "symbolic_trace":
-            given = set(symbolic.leaf_names(leaf_modules))
-            added = [name for name in known.leaf_modules if name not in given]
+    if known.method == "symbolic_trace":
+        given = set(symbolic.leaf_names(leaf_modules))
+        added = [name for name in known.leaf_modules if name not in given]
+        if not set(added) <= set(dict(module.named_modules())):  # kept whole: submodules of this module only
+            return None
+        try:
             captured = symbolic.capture(module, [*leaf_modules, *added], None)
-        elif known.method in methods.BY_NAME:
+            differs = captured.capture.leaf_modules != known.leaf_modules or checker.problem(captured)
+        except ProfileError:  # as _auto_symbolic: the module's own fault, which no other capture mends
+            raise
+        except Exception:  # noqa: BLE001 - auto tries every way again, and says why each failed
+            return None
+    elif known.method in methods.BY_NAME:
+        try:  # as _auto: any failure of these modes is a try that failed
             captured = _capture_by(known.method, module, args, kwargs, checker)
-        else:
+            differs = captured.capture.leaf_modules != known.leaf_modules or checker.problem(captured)
+        except Exception:  # noqa: BLE001
             return None
-        if captured.capture.leaf_modules != known.leaf_modules or checker.problem(captured):
-            return None
-    except ProfileError:
-        raise
-    except Exception:  # noqa: BLE001 - auto tries every way again, and says why each failed
+    else:
+        return None
+    if differs:
         return None
     return dataclasses.replace(captured, capture=dataclasses.replace(captured.capture, detail=known.detail))
 

@@ -11,7 +11,6 @@ Must not import pytest.
 from __future__ import annotations
 
 import inspect
-import itertools
 import sys
 import traceback
 import types
@@ -112,25 +111,8 @@ def forward_stack() -> str:
     first = next((i for i, f in enumerate(frames) if f.f_code.co_name == "forward"), None)
     if first is None:
         return ""
-    frames = frames[first:]
-    keys = [(f.f_code.co_filename, f.f_lineno, f.f_code.co_name) for f in frames]
-    if any(a == b for a, b in itertools.pairwise(keys)):  # a frame that repeats: traceback's own folding
-        return "".join(traceback.StackSummary.extract((f, f.f_lineno) for f in frames).format()).strip()
-    return "".join(_frame_line(f, key) for f, key in zip(frames, keys, strict=True)).strip()
-
-
-_FRAME_LINES: dict[tuple[str, int, str], str] = {}
-"""Each ``(file, line number, function)`` formatted as a stack trace shows it (``File "...", line N, in f`` and
-its source line). A trace formats the frames of every ``forward`` it is in again for each node: reading and
-formatting each once per process makes symbolic tracing cheaper (``bench/capture_cost.py``)."""
-
-
-def _frame_line(frame: types.FrameType, key: tuple[str, int, str]) -> str:
-    line = _FRAME_LINES.get(key)
-    if line is None:
-        line = "".join(traceback.StackSummary.extract([(frame, frame.f_lineno)]).format())
-        _FRAME_LINES[key] = line
-    return line
+    summary = traceback.StackSummary.extract((f, f.f_lineno) for f in frames[first:])
+    return "".join(summary.format()).strip()
 
 
 def trace_symbolic(
