@@ -855,30 +855,23 @@ def test_a_known_capture_tells_the_users_leaf_classes_from_the_submodules_auto_k
     assert again.capture == first.capture
 
 
-def test_a_known_export_skips_symbolic_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("make", "rows", "method"), [(ShapeBranch, 3, "export"), (RootBranch, 2, "dynamo")])
+def test_a_known_export_or_dynamo_capture_tries_nothing_before_it(
+    make: type[nn.Module], rows: int, method: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     torch.manual_seed(0)
-    model, x = ShapeBranch().eval(), torch.randn(3, 4)
+    model, x = make().eval(), torch.randn(rows, 4)
     first = capture(model, x)
-    assert first.capture.method == "export"
+    assert first.capture.method == method
     tried = _counting(monkeypatch)
+    others: list[str] = []
+    for m in methods.GRAPH_METHODS:
+        if m.name != method:
+            monkeypatch.setattr(f"{m.module}.capture", lambda *a, _name=m.name, **k: others.append(_name))
     again = capture(model, x, options={"known": first.capture})
-    assert tried == []
-    assert (again.capture.method, again.capture.detail) == ("export", first.capture.detail)
-    assert_runs_like(model, again, x)
-
-
-def test_a_known_dynamo_capture_tries_nothing_before_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    torch.manual_seed(0)
-    model, x = RootBranch().eval(), torch.randn(2, 4)
-    first = capture(model, x)
-    assert first.capture.method == "dynamo"
-    tried = _counting(monkeypatch)
-    exported: list[str] = []
-    monkeypatch.setattr("pytest_fxprof.capture.export.capture", lambda *a, **k: exported.append("export"))
-    again = capture(model, x, options={"known": first.capture})
-    assert (tried, exported) == ([], [])
+    assert (tried, others) == ([], [])
     assert (again.capture.method, again.capture.graphs, again.capture.detail) == (
-        "dynamo",
+        method,
         first.capture.graphs,
         first.capture.detail,
     )
