@@ -845,7 +845,9 @@ def test_the_parent_of_the_forked_sides_starts_while_the_tests_are_collected(
 def test_fresh_side_processes_on_request(pytester: pytest.Pytester, base: str) -> None:
     commit(pytester, {"model.py": model("3_000_000")}, "slower")
     report = pytester.path / "report.json"
-    result = against(pytester, "HEAD~1", "--fxprof-against-start=fresh", f"--fxprof-report={report}")
+    # a budget no loaded machine spends: the second set must fit whatever the first cost here
+    budget = "--fxprof-budget-s=100000"
+    result = against(pytester, "HEAD~1", "--fxprof-against-start=fresh", budget, f"--fxprof-report={report}")
     assert result.ret == 1, result.stdout.str()
     assert "per pair x1.50, x1.50" in result.stdout.str()
     spent = json.loads(report.read_text())["time"]
