@@ -37,6 +37,8 @@ from pytest_fxprof.store.baseline import (
     BaselineFile,
     BaselineStore,
     as_file,
+    capture_from_json,
+    capture_to_json,
     entry_from_json,
     entry_to_json,
     file_name,
@@ -829,7 +831,7 @@ def test_negative_tolerance_is_rejected() -> None:
         parse(dumps(raw), PATH)
 
 
-# entry_from_json / run_from_json ------------------------------------------------------------------
+# entry_from_json / run_from_json / capture_from_json ----------------------------------------------
 
 
 def test_entry_and_run_from_json() -> None:
@@ -843,6 +845,11 @@ def test_entry_and_run_from_json() -> None:
         entry_from_json(bad)
     with pytest.raises(ValueError, match=r"^run\.node_ns should be 2"):
         run_from_json(bad["runs"][0], "run", 2)
+    assert capture_from_json(capture_to_json(entry.capture), "capture") == entry.capture
+    with pytest.raises(ValueError, match=r"^captured\.leaf_modules is missing"):
+        capture_from_json({"method": "export"}, "captured")
+    with pytest.raises(ValueError, match=r"^captured should be an object"):
+        capture_from_json(["export"], "captured")
 
 
 # Atomic writes ------------------------------------------------------------------------------------

@@ -181,8 +181,8 @@ def entry(method: str, leaves: list[str], detail: str) -> dict[str, Any]:
 def test_each_sides_captures_are_learnt_from_its_first_pair_and_asked_of_its_later_ones(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Each side's later pairs are told how its own first pair captured each call: the record's method, kept
-    submodules and detail, nothing else of the entry; a call whose entry holds no capture record is left out."""
+    """Each side's later pairs are told how its own first pair captured each call: the entry's capture record,
+    nothing else of the entry; a call whose entry holds no capture record is left out."""
     clock = FakeClock()
     told: list[dict[str, Any]] = []
 
@@ -205,18 +205,12 @@ def test_each_sides_captures_are_learnt_from_its_first_pair_and_asked_of_its_lat
     assert "captured" not in told[0]["new"]
     for later in told[1:]:
         assert later["old"]["captured"] == {
-            "call0": {
-                "method": "symbolic_trace",
-                "leaf_modules": ["blocks.0.mixer"],
-                "detail": "symbolic_trace failed in ...; kept it whole",
-            }
+            "call0": entry("symbolic_trace", ["blocks.0.mixer"], "symbolic_trace failed in ...; kept it whole")[
+                "entry"
+            ]["capture"]
         }
         assert later["new"]["captured"] == {
-            "call0": {
-                "method": "export",
-                "leaf_modules": [],
-                "detail": "symbolic_trace failed ...; captured with export",
-            }
+            "call0": entry("export", [], "symbolic_trace failed ...; captured with export")["entry"]["capture"]
         }
         assert later["old"]["settings"] == {}  # the rest of the test's request as it was
 
@@ -229,7 +223,7 @@ def test_captured_by_reads_only_capture_records() -> None:
         "d": {"entry": None},
     }
     assert rounds.captured_by(Child((), 0, {"calls": calls}, "")) == {
-        "a": {"method": "symbolic_trace", "leaf_modules": [], "detail": ""}
+        "a": entry("symbolic_trace", [], "")["entry"]["capture"]
     }
     assert rounds.captured_by(Child((), 0, None, "")) == {}
     assert rounds.captured_by(Child((), 0, {"calls": ["not", "a", "dict"]}, "")) == {}
@@ -239,19 +233,23 @@ def test_a_capture_record_in_a_request_is_read_back_or_left_out() -> None:
     from pytest_fxprof.measure.sampling import capture_from_request
     from pytest_fxprof.records.measurement import Capture
 
-    raw = {"method": "symbolic_trace", "leaf_modules": ["a.b"], "detail": "kept it whole"}
-    assert capture_from_request(raw) == Capture(method="symbolic_trace", leaf_modules=("a.b",), detail="kept it whole")
-    assert capture_from_request({"method": "export"}) == Capture(method="export")
+    raw = entry("symbolic_trace", ["a.b"], "kept it whole")["entry"]["capture"]
+    assert capture_from_request(raw) == Capture(
+        method="symbolic_trace", leaf_modules=("a.b",), detail="kept it whole", classes=(("", "Net"),)
+    )
+    assert capture_from_request({"method": "export", "leaf_modules": []}) == Capture(method="export")
     for bad in (
         None,
         "export",
         {},
-        {"method": 1},
+        {"method": "export"},
+        {"method": 1, "leaf_modules": []},
         {"method": "x", "leaf_modules": "a"},
         {"method": "x", "leaf_modules": [1]},
+        {"method": "x", "leaf_modules": [], "detail": None},
+        {"method": "x", "leaf_modules": [], "graphs": 0},
     ):
         assert capture_from_request(bad) is None
-    assert capture_from_request({"method": "x", "detail": None}) is None
 
 
 # A pair's processes: scripts that serve the tests as pytest would ----------------------------------------

@@ -300,15 +300,15 @@ def measure_pairs(
 
 
 def captured_by(child: Child) -> dict[str, dict[str, Any]]:
-    """How a side's process captured each call of its test: each entry's capture record (method, the submodules
-    kept whole, and why auto chose the method)."""
+    """How a side's process captured each call of its test: each entry's capture record as the entry holds it
+    (method, the submodules kept whole, why auto chose the method, ...)."""
     calls = (child.data or {}).get("calls")
     out: dict[str, dict[str, Any]] = {}
     for key, call in (calls if isinstance(calls, dict) else {}).items():
         entry = call.get("entry") if isinstance(call, dict) else None
         capture = entry.get("capture") if isinstance(entry, dict) else None
         if isinstance(capture, dict):
-            out[key] = {k: capture[k] for k in ("method", "leaf_modules", "detail") if k in capture}
+            out[key] = capture
     return out
 
 

@@ -23,7 +23,7 @@ from typing import Any, NotRequired, Protocol, TypedDict
 
 from pytest_fxprof.records.disturbance import Disturbance, DisturbanceJSON, disturbance_from_json, least_disturbed
 from pytest_fxprof.records.measurement import Capture, Run, capture_difference
-from pytest_fxprof.store.baseline import RunJSON, run_from_json
+from pytest_fxprof.store.baseline import RunJSON, capture_from_json, run_from_json
 from pytest_fxprof.store.files import loads
 
 OUTPUT_TAIL = 3000
@@ -54,20 +54,16 @@ class TestRequest(TypedDict):
     """A side against a revision: the keys of the calls the new side made in this test, where known."""
     captured: NotRequired[dict[str, dict[str, Any]]]
     """A side against a revision, after its first pair: how that pair's process captured each call (its capture
-    record: ``method``, ``leaf_modules``, ``detail``), for ``capture_module``'s ``known``."""
+    record as its entry wrote it, ``store.baseline.capture_to_json``), for ``capture_module``'s ``known``."""
 
 
 def capture_from_request(raw: Any) -> Capture | None:
     """A ``TestRequest.captured`` entry as the capture record it was written from; None where there is none or it
     is not one (the call is then captured as ever)."""
-    if not isinstance(raw, Mapping):
+    try:
+        return capture_from_json(raw, "captured")
+    except ValueError:
         return None
-    method, leaves, detail = raw.get("method"), raw.get("leaf_modules", []), raw.get("detail", "")
-    if not (isinstance(method, str) and isinstance(leaves, list) and isinstance(detail, str)):
-        return None
-    if not all(isinstance(leaf, str) for leaf in leaves):
-        return None
-    return Capture(method=method, leaf_modules=tuple(leaves), detail=detail)
 
 
 class SampleRequest(TypedDict):

@@ -357,6 +357,18 @@ def _history_from_json(raw: object, where: str, count: int) -> tuple[Recording, 
     return tuple(out)
 
 
+def _capture_from_json(cap: object, where: str) -> Capture:
+    if not isinstance(cap, dict):
+        raise _ShapeError(f"{where} should be an object")
+    return Capture(
+        method=_get(cap, "method", str, where),
+        leaf_modules=_strings(cap, "leaf_modules", where),
+        graphs=_count(cap, "graphs", where, minimum=1) if "graphs" in cap else 1,  # older files: one symbolic graph
+        detail=_get(cap, "detail", str, where) if "detail" in cap else "",
+        classes=_classes(cap, where),
+    )
+
+
 def _entry_from_json(raw: object, where: str) -> BaselineEntry:
     cap = _get(raw, "capture", dict, where)
     environment = _environment_from_json(raw, where)
@@ -387,14 +399,7 @@ def _entry_from_json(raw: object, where: str) -> BaselineEntry:
     if revision and not _SHA.fullmatch(revision):
         raise _ShapeError(f"{where}.revision is {revision[:80]!r}, not a git commit's full hexadecimal name")
     return BaselineEntry(
-        capture=Capture(
-            method=_get(cap, "method", str, f"{where}.capture"),
-            leaf_modules=_strings(cap, "leaf_modules", f"{where}.capture"),
-            # older files: one symbolic graph
-            graphs=_count(cap, "graphs", f"{where}.capture", minimum=1) if "graphs" in cap else 1,
-            detail=_get(cap, "detail", str, f"{where}.capture") if "detail" in cap else "",
-            classes=_classes(cap, f"{where}.capture"),
-        ),
+        capture=_capture_from_json(cap, f"{where}.capture"),
         environment=environment,
         protocol=protocol,
         tolerances=Tolerances(
@@ -569,6 +574,14 @@ def entry_from_json(raw: object, where: str = "entry") -> BaselineEntry:
     """Validate and build an entry sent from another process; ``ValueError`` names the bad field."""
     try:
         return _entry_from_json(raw, where)
+    except _ShapeError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def capture_from_json(raw: object, where: str) -> Capture:
+    """Validate and build a capture record as ``capture_to_json`` writes it; ``ValueError`` names the bad field."""
+    try:
+        return _capture_from_json(raw, where)
     except _ShapeError as exc:
         raise ValueError(str(exc)) from None
 
