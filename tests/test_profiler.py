@@ -136,6 +136,70 @@ def test_plain_forward_is_timed_in_one_kept_pass_of_plain_every(
     assert result.overhead is not None
 
 
+def test_a_profile_without_the_plain_forward_times_only_instrumented_passes() -> None:
+    """``plain=False`` (a later pair's side against a revision): no plain forward in any pass, so no plain total
+    and no overhead; the instrumented passes as ever."""
+    from pytest_fxprof.measure.profiler import profile_module
+    from pytest_fxprof.records.measurement import Protocol
+
+    seen: list[int] = []
+
+    class Count(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(1)
+            return x
+
+    result = profile_module(
+        nn.Sequential(Count()),
+        (torch.ones(1),),
+        {},
+        name="call0",
+        protocol=Protocol(warmup=4, passes=12, threads=1, processes=1),
+        leaf_modules=[Count],
+        capture="symbolic",
+        engine="interpreter",
+        plain=False,
+    )
+    assert len(seen) == 1 + 4 + 12  # one to count FLOPs, warm-up and kept passes instrumented, none plain
+    assert result.total_samples_ns == ()
+    assert len(result.instrumented_samples_ns) == 12
+    assert result.overhead is None
+    assert result.total_ns == result.instrumented_ns
+
+
+def test_a_sides_plain_total_comes_from_the_processes_that_timed_it() -> None:
+    """A side's process that timed no plain forward writes its run's plain total as 0 (not timed); the new side's
+    profile takes its plain total and overhead from the processes that timed it, its node times from all."""
+    from pytest_fxprof.against.compare import merged, side_profile
+    from pytest_fxprof.measure.profiler import profile_module
+    from pytest_fxprof.records.measurement import Protocol, Tolerances
+    from pytest_fxprof.session.child import _side_entry
+    from pytest_fxprof.store.baseline import entry_from_json, entry_to_json
+
+    net, x = Net(), (torch.randn(2, 3, 8, 8),)
+    protocol = Protocol(warmup=1, passes=4, threads=1, processes=1)
+    tolerances = Tolerances(node=0.05, total=0.03)
+
+    def side(plain: bool) -> Any:
+        got = profile_module(net, x, {}, name="call0", protocol=protocol, plain=plain, reference=False)
+        return entry_from_json(entry_to_json(_side_entry(ProfileResult.of(got), tolerances)))  # as the file holds it
+
+    first, later = side(plain=True), side(plain=False)
+    assert first.runs[0].total_ns > 0
+    assert later.runs[0].total_ns == 0
+    assert later.runs[0].instrumented_ns > 0
+    base = profile_module(net, x, {}, name="call0", protocol=protocol, measured=False)
+    got = side_profile(base, merged([first, later, later]))
+    assert got.total_samples_ns == (first.runs[0].total_ns,)
+    assert len(got.instrumented_samples_ns) == 3
+    assert all(len(n.samples_ns) == 3 for n in got.nodes)
+    assert got.overhead is not None
+    alone = side_profile(base, merged([later, later]))  # no process timed it: the instrumented pass stands in
+    assert alone.total_samples_ns == ()
+    assert alone.overhead is None
+    assert alone.total_ns == alone.instrumented_ns
+
+
 def test_table_and_dataframe_views() -> None:
     result = profile(Net(), torch.randn(2, 3, 8, 8), warmup=0, passes=2)
     table = result.table(limit=3)

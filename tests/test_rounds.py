@@ -238,7 +238,7 @@ def test_a_capture_record_in_a_request_is_read_back_or_left_out() -> None:
         method="symbolic_trace", leaf_modules=("a.b",), detail="kept it whole", classes=(("", "Net"),)
     )
     assert capture_from_request({"method": "export", "leaf_modules": []}) == Capture(method="export")
-    for bad in (
+    bad_records: tuple[Any, ...] = (
         None,
         "export",
         {},
@@ -248,7 +248,8 @@ def test_a_capture_record_in_a_request_is_read_back_or_left_out() -> None:
         {"method": "x", "leaf_modules": [1]},
         {"method": "x", "leaf_modules": [], "detail": None},
         {"method": "x", "leaf_modules": [], "graphs": 0},
-    ):
+    )
+    for bad in bad_records:
         assert capture_from_request(bad) is None
 
 
@@ -410,8 +411,8 @@ def test_each_process_is_asked_its_tests_in_order_with_the_new_sides_calls(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What a side's process is asked: its tests in the pair's order, each with its settings and the new side's
-    calls, the first pair counting flops and the later not, the duet's lock-step with those calls' tags, and where
-    to say which test runs and how long each took."""
+    calls, the first pair counting flops and timing the plain forward and the later not, the duet's lock-step with
+    those calls' tags, and where to say which test runs and how long each took."""
     asked: list[dict[str, Any]] = []
 
     def launch(self: serving.Served) -> None:
@@ -429,6 +430,7 @@ def test_each_process_is_asked_its_tests_in_order_with_the_new_sides_calls(
     assert [t["test_id"] for t in first["tests"]] == ["a", "b"]
     assert first["tests"][0]["calls"] == ["call0"]
     assert (first["flops"], later["flops"]) == (True, False)
+    assert (first["plain"], later["plain"]) == (True, False)  # the report's plain total: the first pair's alone
     assert first["lockstep"]["new_calls"] == [call_tag("call0", "a")]
     assert first["entry"] is True
     assert {"progress", "timing"} <= set(first)

@@ -290,7 +290,7 @@ def side_profile(base: Profile, entry: BaselineEntry) -> Profile:
     return replace(
         base,
         nodes=nodes,
-        total_samples_ns=tuple(r.total_ns for r in entry.runs),
+        total_samples_ns=tuple(r.total_ns for r in entry.runs if r.total_ns),  # 0: the process timed none
         instrumented_samples_ns=tuple(r.instrumented_ns for r in entry.runs),
         reference_samples_ns=tuple(r.reference_ns for r in entry.runs),
         environment=entry.environment,

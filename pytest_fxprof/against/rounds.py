@@ -198,8 +198,11 @@ def run_pair(
             for side, other in ((old, new), (new, old)):
                 directory = base / side.name
                 directory.mkdir()
-                # what the untimed counting pass finds (flops, shapes) is the same in every pair: the first counts it
-                extra: dict[str, Any] = {**side.request, "entry": True, "flops": number == 1}
+                # what the untimed counting pass finds (flops, shapes) is the same in every pair: the first counts it;
+                # the plain forward is timed for the report (the paired rule judges the instrumented pass): the
+                # first pair's processes time it
+                once = number == 1
+                extra: dict[str, Any] = {**side.request, "entry": True, "flops": once, "plain": once}
                 if duet:
                     extra["lockstep"] = {
                         "dir": str(base),

@@ -138,6 +138,7 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     engine: str = "compiled",
     flops: bool = True,
     reference: bool = True,
+    plain: bool = True,
     barrier: Barrier | None = None,
     step: Step | None = None,
     spent: dict[str, float] | None = None,
@@ -153,9 +154,11 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     instrumented and cold, and nothing else is timed. ``flops`` counts each node's floating-point
     operations in one more, untimed pass under torch's flop counter (not in an unmeasured profile): a
     warm-up pass of its own would leave the engine's code cold in the first kept pass. ``reference=False`` leaves
-    the reference workload out of a measured profile (its total is then not divided by it). ``barrier(i)`` is called
-    before pass ``i`` and ``barrier(-1)`` after the last (a twin process in lock-step, ``measure.lockstep``); the
-    passes measured again for preemption end when both twins have theirs (``Barrier.stop``).
+    the reference workload out of a measured profile (its total is then not divided by it); ``plain=False`` the
+    plain forward (the profile then has no plain total and no overhead: ``total_samples_ns`` is empty).
+    ``barrier(i)`` is called before pass ``i`` and ``barrier(-1)`` after the last (a twin process in lock-step,
+    ``measure.lockstep``); the passes measured again for preemption end when both twins have theirs
+    (``Barrier.stop``).
 
     A module compiled with ``torch.compile`` (or any module with ``capture="inductor"``) is compiled by Inductor and
     timed kernel by kernel (``capture.inductor``): its nodes are the kernels and library calls of the compiled code
@@ -196,7 +199,7 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
             kept = stack.enter_context(preserved_step(module, protocol.threads, step))
             captured = capture_step(module, args, kwargs, step, kept)
             after: Callable[[], None] = kept.reset
-            plain = _plain_step(captured, args, kwargs)
+            plain_pass = _plain_step(captured, args, kwargs)
         elif inductor.wanted(module, capture):
             if leaf_modules or tracer is not None:
                 raise ProfileError(
@@ -208,14 +211,14 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
             kernels = inductor.capture(module, args, kwargs, timer.stamp)
             captured = _kernel_capture(kernels)
             after = _nothing
-            plain = _plain_kernels(kernels, args, kwargs)
+            plain_pass = _plain_kernels(kernels, args, kwargs)
         else:
             stack.enter_context(preserved(module, protocol.threads))
             captured = capture_module(
                 module, args, kwargs, mode=capture, leaf_modules=leaf_modules, tracer=tracer, known=known
             )
             after = _nothing
-            plain = _plain_forward(module, args, kwargs)
+            plain_pass = _plain_forward(module, args, kwargs)
         if kernels is None:
             described = describe_nodes(captured.graphs)
             nodes = [node for node, _ in described]
@@ -262,8 +265,8 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
                 ref = workload(clock)
                 if keep:
                     samples.references.append(ref)
-            if measured and ((i - warmup) % PLAIN_EVERY == 0 if keep else i == warmup - 1):
-                go = plain()  # its inputs made outside the time
+            if measured and plain and ((i - warmup) % PLAIN_EVERY == 0 if keep else i == warmup - 1):
+                go = plain_pass()  # its inputs made outside the time
                 sync(device)
                 start = clock()
                 go()

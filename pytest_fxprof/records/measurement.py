@@ -192,7 +192,8 @@ class Capture:
 class Run:
     """One process's summary of a profile: medians in nanoseconds, aligned with the graph's nodes.
 
-    ``total_ns`` is the plain (uninstrumented) forward, ``instrumented_ns`` a whole profiled pass and
+    ``total_ns`` is the plain (uninstrumented) forward (0 in a later pair's side against a revision, which times
+    none), ``instrumented_ns`` a whole profiled pass and
     ``reference_ns`` a fixed workload that shares no kernels with torch, timed in the same passes, so
     that the machine's speed at the time can be divided out of the total.
     """

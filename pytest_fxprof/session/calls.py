@@ -125,6 +125,7 @@ class Calls:
                 measured=self.measured,
                 flops=self.flops,
                 reference=self.reference,
+                plain=self.plain,
                 barrier=barrier,
                 leaf_modules=leaf_modules,
                 tracer=tracer,
@@ -167,6 +168,12 @@ class Calls:
     @property
     def reference(self) -> bool:
         """Whether a profile times the reference workload (what a stored baseline's speed factor divides by)."""
+        return True
+
+    @property
+    def plain(self) -> bool:
+        """Whether a profile times the plain forward beside the instrumented passes (the plain total and the
+        profiler's overhead)."""
         return True
 
     def judged(self, key: str, result: ProfileResult, measure: Callable[[], ProfileResult]) -> ProfileResult:

@@ -3,6 +3,7 @@ revision started (``--fxprof-sample``): measured and written to the file its par
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -10,13 +11,14 @@ from pytest_fxprof.against.origin import foreign_modules
 from pytest_fxprof.measure.lockstep import Barrier, lockstep_barrier
 from pytest_fxprof.measure.sampling import SampleJSON, SampleRequest, capture_from_request, write_samples
 from pytest_fxprof.records.disturbance import disturbance_to_json
-from pytest_fxprof.records.measurement import Capture
+from pytest_fxprof.records.measurement import BaselineEntry, Capture, Tolerances
 from pytest_fxprof.session.calls import Calls
 from pytest_fxprof.session.reactions import Outcome
 from pytest_fxprof.settings import Mode, Settings
 from pytest_fxprof.store.baseline import entry_to_json, run_to_json
 
 if TYPE_CHECKING:
+    from pytest_fxprof.result import ProfileResult
     from pytest_fxprof.session.run import RunState
 
 
@@ -58,6 +60,11 @@ class ChildCalls(Calls):
     def reference(self) -> bool:
         return not self.side  # the paired rule divides by nothing: both sides of a pair meet one machine
 
+    @property
+    def plain(self) -> bool:
+        # the paired rule judges the instrumented pass: a side's plain forward is for the report alone
+        return not self.side or self.request.get("plain", True)
+
     def _alone_from(self, key: str) -> int | None:
         barrier = self._barriers.get(key)
         return barrier.alone_from if barrier is not None else None
@@ -70,7 +77,7 @@ class ChildCalls(Calls):
             tolerances = self.settings.tolerances()
             data: dict[str, Any] = {
                 "calls": {
-                    key: {"entry": entry_to_json(r.entry(tolerances)), "alone_from": self._alone_from(key)}
+                    key: {"entry": entry_to_json(_side_entry(r, tolerances)), "alone_from": self._alone_from(key)}
                     for key, r in self.results.items()
                 },
                 "spent": dict(self.spent),
@@ -92,3 +99,12 @@ class ChildCalls(Calls):
         }
         write_samples(self.out, {"calls": samples, "spent": dict(self.spent)})
         return Outcome()
+
+
+def _side_entry(result: ProfileResult, tolerances: Tolerances) -> BaselineEntry:
+    """A side's entry of one call; where the process timed no plain forward, its run's ``total_ns`` is 0 (not
+    timed), which ``against.compare.side_profile`` leaves out of the plain total."""
+    entry = result.entry(tolerances)
+    if result.total_samples_ns:
+        return entry
+    return replace(entry, runs=tuple(replace(run, total_ns=0) for run in entry.runs))
