@@ -1,8 +1,6 @@
 """What capturing a suite's models costs a side process against a revision: in its first pair (``auto`` tries
 each way in turn) and in its later pairs (told how the first pair captured each model: ``capture_module``'s
-``known``, with the digest of the graphs' code the first pair checked, as the plugin tells them, and without it,
-``later_checked``: each capture checked against the module again), and with the code of another checkout
-(``--before DIR``).
+``known``), and with the code of another checkout (``--before DIR``).
 
     .venv/bin/python bench/capture_cost.py --suite 20 --rounds 3 --out bench/capture_cost.json
     .venv/bin/python bench/capture_cost.py --suite 20 --rounds 3 --before /tmp/code_old --out q.json
@@ -10,8 +8,8 @@ each way in turn) and in its later pairs (told how the first pair captured each 
 Each round starts one fresh process per way, in turn (before, first, later): it imports the package, builds
 each model of ``bench/suite_models.py``'s suite in the suite's order (random weights, seed 0) and times
 ``capture_module`` on it, as a side process captures each test of a pair (one thread). The first process writes
-each model's capture record; the later processes read it and capture with it. Writes per way and model the
-median seconds over the rounds, each way's sum, and the sums' ratios measured side by side.
+each model's capture record; the later process reads it and captures with it. Writes per way and model the
+median seconds over the rounds, each way's sum, and the sums' ratios to the first way measured side by side.
 """
 
 from __future__ import annotations
@@ -39,7 +37,7 @@ sys.path.insert(0, sys.argv[1])
 import suite_models
 from pytest_fxprof.capture.choose import capture_module
 names, records, way = json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
-known = json.load(open(records)) if way.startswith("later") else {}
+known = json.load(open(records)) if way == "later" else {}
 out, captured = {}, {}
 for name in names:
     model, args, kwargs = suite_models.build(name)
@@ -47,18 +45,13 @@ for name in names:
     if name in known:
         from pytest_fxprof.records.measurement import Capture
         r = known[name]
-        graph = r["graph"] if way == "later" else ""
-        options["known"] = Capture(
-            method=r["method"], leaf_modules=tuple(r["leaf_modules"]), detail=r["detail"], graph=graph
-        )
+        options["known"] = Capture(method=r["method"], leaf_modules=tuple(r["leaf_modules"]), detail=r["detail"])
     with torch.no_grad():
         began = time.perf_counter()
         got = capture_module(model, args, kwargs, **options)
         out[name] = time.perf_counter() - began
     c = got.capture
     captured[name] = {"method": c.method, "leaf_modules": list(c.leaf_modules), "detail": c.detail}
-    if way != "before":
-        captured[name]["graph"] = c.graph
 if way == "first":
     json.dump(captured, open(records, "w"))
 print(json.dumps({"seconds": out, "captured": captured}))
@@ -92,7 +85,7 @@ def main() -> None:
     opts = parser.parse_args()
     names = list(suite_models.available(suite_models.SUITES[opts.suite]))
     ways = [("before", opts.before)] if opts.before else []
-    ways += [("first", ROOT), ("later_checked", ROOT), ("later", ROOT)]
+    ways += [("first", ROOT), ("later", ROOT)]
     seconds: dict[str, dict[str, list[float]]] = {way: {n: [] for n in names} for way, _ in ways}
     same = True
     with tempfile.TemporaryDirectory() as tmp:
@@ -103,7 +96,7 @@ def main() -> None:
                 got[way] = one(way, code, names, records)
                 for name, s in got[way]["seconds"].items():
                     seconds[way][name].append(s)
-            same = same and got["first"]["captured"] == got["later"]["captured"] == got["later_checked"]["captured"]
+            same = same and got["first"]["captured"] == got["later"]["captured"]
     medians = {way: {n: round(statistics.median(v), 4) for n, v in per.items()} for way, per in seconds.items()}
     sums = {way: round(sum(m.values()), 3) for way, m in medians.items()}
     rounds_sums = {
@@ -118,7 +111,6 @@ def main() -> None:
         "sum_s": sums,
         "round_sums_s": rounds_sums,
         "later_over_first": round(sums["later"] / sums["first"], 3),
-        "later_over_later_checked": round(sums["later"] / sums["later_checked"], 3),
         "first_over_before": round(sums["first"] / sums["before"], 3) if "before" in sums else None,
         "later_captured_as_first": same,
     }
@@ -127,14 +119,7 @@ def main() -> None:
         json.dumps(
             {
                 k: result[k]
-                for k in (
-                    "sum_s",
-                    "round_sums_s",
-                    "later_over_first",
-                    "later_over_later_checked",
-                    "first_over_before",
-                    "later_captured_as_first",
-                )
+                for k in ("sum_s", "round_sums_s", "later_over_first", "first_over_before", "later_captured_as_first")
             }
         )
     )

@@ -852,18 +852,6 @@ def test_entry_and_run_from_json() -> None:
         capture_from_json(["export"], "captured")
 
 
-def test_a_captures_graph_digest_is_read_but_never_written_to_a_baseline() -> None:
-    """The digest of a capture's graphs is a process's own: a side passes it on beside its entry, and a baseline
-    file or report never holds it."""
-    capture = replace(make_entry().capture, graph="ab" * 32)
-    written = capture_to_json(capture)
-    assert "graph" not in written
-    assert capture_from_json(written, "capture").graph == ""
-    assert capture_from_json({**written, "graph": "ab" * 32}, "captured").graph == "ab" * 32
-    with pytest.raises(ValueError, match=r"^captured\.graph should be"):
-        capture_from_json({**written, "graph": 7}, "captured")
-
-
 # Atomic writes ------------------------------------------------------------------------------------
 
 

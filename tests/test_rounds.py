@@ -229,20 +229,6 @@ def test_captured_by_reads_only_capture_records() -> None:
     assert rounds.captured_by(Child((), 0, {"calls": ["not", "a", "dict"]}, "")) == {}
 
 
-def test_captured_by_passes_on_the_digest_of_the_graphs_each_call_checked() -> None:
-    record = entry("export", [], "")["entry"]["capture"]
-    calls = {
-        "a": {**entry("export", [], ""), "graph": "ab" * 32},
-        "b": {**entry("export", [], ""), "graph": ""},  # none: an Inductor or training-step capture
-        "c": {**entry("export", [], ""), "graph": 5},
-    }
-    assert rounds.captured_by(Child((), 0, {"calls": calls}, "")) == {
-        "a": {**record, "graph": "ab" * 32},
-        "b": record,
-        "c": record,
-    }
-
-
 def test_a_capture_record_in_a_request_is_read_back_or_left_out() -> None:
     from pytest_fxprof.measure.sampling import capture_from_request
     from pytest_fxprof.records.measurement import Capture

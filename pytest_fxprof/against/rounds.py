@@ -304,16 +304,14 @@ def measure_pairs(
 
 def captured_by(child: Child) -> dict[str, dict[str, Any]]:
     """How a side's process captured each call of its test: each entry's capture record as the entry holds it
-    (method, the submodules kept whole, why auto chose the method, ...), with the digest of the graphs' code that
-    the process checked against the module (``graph``), where it wrote one."""
+    (method, the submodules kept whole, why auto chose the method, ...)."""
     calls = (child.data or {}).get("calls")
     out: dict[str, dict[str, Any]] = {}
     for key, call in (calls if isinstance(calls, dict) else {}).items():
         entry = call.get("entry") if isinstance(call, dict) else None
         capture = entry.get("capture") if isinstance(entry, dict) else None
         if isinstance(capture, dict):
-            graph = call.get("graph")
-            out[key] = {**capture, "graph": graph} if isinstance(graph, str) and graph else capture
+            out[key] = capture
     return out
 
 

@@ -25,7 +25,7 @@ from torch.utils import _pytree as pytree
 
 from pytest_fxprof.capture import methods, symbolic
 from pytest_fxprof.capture.errors import CaptureError, ProfileError, one_line
-from pytest_fxprof.capture.graphs import Captured, LeafSpec, graph_digest
+from pytest_fxprof.capture.graphs import Captured, LeafSpec
 from pytest_fxprof.capture.state import kept_as_is
 from pytest_fxprof.capture.symbolic import SymbolicTraceError
 from pytest_fxprof.capture.verify import Checker
@@ -57,53 +57,31 @@ def capture_module(
     is left as it was (modes, buffers, attributes) and so is torch's random state.
 
     ``known``: how ``auto`` captured the same module in an earlier process (its ``Capture`` record: the method and
-    every submodule kept whole). ``auto`` without a tracer then captures that way first, checked as ever (but not
-    where its graphs' code is the one that process checked: the record's ``graph``), and keeps the record's
-    ``detail``; only where that fails does it try every way again (``_known``). The capture returned records its
-    graphs' digest in ``graph``.
+    every submodule kept whole). ``auto`` without a tracer then captures that way first, checked as ever, and keeps
+    the record's ``detail``; only where that fails does it try every way again (``_known``).
     """
     if mode not in methods.MODES:
         raise CaptureError(f"unknown capture mode {mode!r}; choose one of {', '.join(methods.MODES)}")
     _check_request(module, args, kwargs, mode=mode, leaf_modules=leaf_modules, tracer=tracer)
     with kept_as_is(module) as kept:
+        if mode == "symbolic":
+            return symbolic.capture(module, leaf_modules, tracer)
         checker = Checker(module, args, kwargs, kept)
-        captured = _captured(
-            module, args, kwargs, mode=mode, leaf_modules=leaf_modules, tracer=tracer, known=known, checker=checker
-        )
-    return dataclasses.replace(
-        captured, capture=dataclasses.replace(captured.capture, graph=graph_digest(captured.graphs))
-    )
-
-
-def _captured(
-    module: torch.nn.Module,
-    args: Sequence[Any],
-    kwargs: dict[str, Any],
-    *,
-    mode: str,
-    leaf_modules: Sequence[LeafSpec],
-    tracer: torch.fx.Tracer | None,
-    known: Capture | None,
-    checker: Checker,
-) -> Captured:
-    """``capture_module``'s capture by ``mode``, with the module kept as it was around it."""
-    if mode == "symbolic":
-        return symbolic.capture(module, leaf_modules, tracer)
-    if mode == "auto":
-        if known is not None and tracer is None:
-            captured = _known(module, args, kwargs, known, leaf_modules=leaf_modules, checker=checker)
-            if captured is not None:
-                return captured
-        return _auto(module, args, kwargs, leaf_modules=leaf_modules, tracer=tracer, checker=checker)
-    captured = _capture_by(mode, module, args, kwargs, checker)
-    problem = checker.problem(captured)
-    if problem:
-        raise CaptureError(
-            f"{methods.BY_NAME[mode].label} captured {type(module).__name__}, but {problem}.\n"
-            '  Fix: capture="auto" tries the other modes; capture="symbolic" with leaf_modules=[...] keeps '
-            "the part that differs whole."
-        )
-    return captured
+        if mode == "auto":
+            if known is not None and tracer is None:
+                captured = _known(module, args, kwargs, known, leaf_modules=leaf_modules, checker=checker)
+                if captured is not None:
+                    return captured
+            return _auto(module, args, kwargs, leaf_modules=leaf_modules, tracer=tracer, checker=checker)
+        captured = _capture_by(mode, module, args, kwargs, checker)
+        problem = checker.problem(captured)
+        if problem:
+            raise CaptureError(
+                f"{methods.BY_NAME[mode].label} captured {type(module).__name__}, but {problem}.\n"
+                '  Fix: capture="auto" tries the other modes; capture="symbolic" with leaf_modules=[...] keeps '
+                "the part that differs whole."
+            )
+        return captured
 
 
 def check_module(module: Any, args: Any, kwargs: Any) -> None:
@@ -240,12 +218,8 @@ def _known(
     where it fails or differs from the module, or records a way ``auto`` does not take.
 
     The pairs against a revision serve each test in many processes of the same code: only the first tries every
-    way (EfficientViT's 6 traces that fail before the seventh, BERT's before export). Where ``known.graph`` is
-    given and the graphs made again have that digest, their code is the code the earlier process checked against
-    the module: it is not checked again (``_checked``), which spares a later process the module's eager run and
-    the graphs' run."""
-    if not known.graph:
-        checker.expected()  # as _auto: a module that fails on its inputs is refused before any capture is blamed
+    way (EfficientViT's 6 traces that fail before the seventh, BERT's before export)."""
+    checker.expected()  # as _auto: a module that fails on its inputs is refused before any capture is blamed
     if known.method == "symbolic_trace":
         given = set(symbolic.leaf_names(leaf_modules))
         added = [name for name in known.leaf_modules if name not in given]
@@ -253,7 +227,7 @@ def _known(
             return None
         try:
             captured = symbolic.capture(module, [*leaf_modules, *added], None)
-            differs = captured.capture.leaf_modules != known.leaf_modules or _checked(captured, known, checker)
+            differs = captured.capture.leaf_modules != known.leaf_modules or checker.problem(captured)
         except ProfileError:  # as _auto_symbolic: the module's own fault, which no other capture mends
             raise
         except Exception:  # noqa: BLE001 - auto tries every way again, and says why each failed
@@ -261,7 +235,7 @@ def _known(
     elif known.method in methods.BY_NAME:
         try:  # as _auto: any failure of these modes is a try that failed
             captured = _capture_by(known.method, module, args, kwargs, checker)
-            differs = captured.capture.leaf_modules != known.leaf_modules or _checked(captured, known, checker)
+            differs = captured.capture.leaf_modules != known.leaf_modules or checker.problem(captured)
         except Exception:  # noqa: BLE001
             return None
     else:
@@ -269,15 +243,6 @@ def _known(
     if differs:
         return None
     return dataclasses.replace(captured, capture=dataclasses.replace(captured.capture, detail=known.detail))
-
-
-def _checked(captured: Captured, known: Capture, checker: Checker) -> str | None:
-    """Why ``captured`` does not run like the module (``Checker.problem``), or ``None``: at once, running nothing,
-    where its graphs' code is the code an earlier process checked (``known.graph``)."""
-    if known.graph and graph_digest(captured.graphs) == known.graph:
-        return None
-    checker.expected()  # refused as in _auto before the capture is blamed, where _known did not ask it first
-    return checker.problem(captured)
 
 
 def _auto_symbolic(

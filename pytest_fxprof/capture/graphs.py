@@ -11,7 +11,6 @@ Must not import pytest.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,17 +49,6 @@ def single_graph(
         return unflatten(out) if unflatten is not None else out
 
     return Captured(graphs=(gm,), capture=cap, prepare=prepare, forward=forward)
-
-
-def graph_digest(graphs: Sequence[torch.fx.GraphModule]) -> str:
-    """A digest of the graphs' generated Python code, in order: every node's operation, target, inputs and
-    constants. Two captures of the same module by the same code in two processes have the same digest; a graph
-    that a trace fixed to another Python branch, or that holds an object whose code names its address, does not."""
-    digest = hashlib.sha256()
-    for gm in graphs:
-        digest.update(gm.code.encode())
-        digest.update(b"\0")
-    return digest.hexdigest()
 
 
 def flat_graph(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:

@@ -171,8 +171,8 @@ def measured_unlike(before: Recording, after: Recording) -> str:
 class Capture:
     """How the module became a graph: the capture ``method`` (``symbolic_trace``, ``export``, ``dynamo`` or
     a user's tracer), the submodules kept whole, how many graphs it made, and in ``detail`` why an
-    automatic capture chose this method (what failed before it). ``detail``, ``graphs``, ``classes`` and
-    ``graph`` are reported or passed on, never compared."""
+    automatic capture chose this method (what failed before it). ``detail``, ``graphs`` and ``classes`` are
+    reported, never compared."""
 
     method: str
     leaf_modules: tuple[str, ...] = ()
@@ -182,10 +182,6 @@ class Capture:
     """``(module path, class name)`` of every module that holds a node, and of each module above it, sorted by
     path (empty where not recorded: files and reports of earlier versions). The gate aggregates a class's
     instances together and names a module's class in a failure."""
-    graph: str = field(default="", compare=False)
-    """A digest of the graphs' generated code (``capture.graphs.graph_digest``; empty where not known): a side's
-    later processes against a revision capture again and, where their graphs' code is the one the side's first
-    process checked against the module, skip the check. A process's own: no baseline file holds it."""
 
     def class_map(self) -> dict[str, str]:
         """``classes`` as a mapping from module path to class name."""

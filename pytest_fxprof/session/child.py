@@ -77,11 +77,7 @@ class ChildCalls(Calls):
             tolerances = self.settings.tolerances()
             data: dict[str, Any] = {
                 "calls": {
-                    key: {
-                        "entry": entry_to_json(_side_entry(r, tolerances)),
-                        "graph": r.capture.graph,  # the digest of the code it checked, for the side's later pairs
-                        "alone_from": self._alone_from(key),
-                    }
+                    key: {"entry": entry_to_json(_side_entry(r, tolerances)), "alone_from": self._alone_from(key)}
                     for key, r in self.results.items()
                 },
                 "spent": dict(self.spent),

@@ -162,8 +162,7 @@ def recording_to_json(recording: Recording) -> RecordingJSON:
 
 
 def capture_to_json(capture: Capture) -> dict[str, Any]:
-    """A capture as the baseline file and the report write it (``classes`` left out when empty; ``graph``, a
-    process's own, always: a side against a revision passes it on beside its entry, ``session.child``)."""
+    """A capture as the baseline file and the report write it (``classes`` left out when empty)."""
     out: dict[str, Any] = {
         "method": capture.method,
         "leaf_modules": list(capture.leaf_modules),
@@ -367,7 +366,6 @@ def _capture_from_json(cap: object, where: str) -> Capture:
         graphs=_count(cap, "graphs", where, minimum=1) if "graphs" in cap else 1,  # older files: one symbolic graph
         detail=_get(cap, "detail", str, where) if "detail" in cap else "",
         classes=_classes(cap, where),
-        graph=_get(cap, "graph", str, where) if "graph" in cap else "",
     )
 
 
