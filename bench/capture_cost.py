@@ -15,12 +15,9 @@ median seconds over the rounds, each way's sum, and the sums' ratios to the firs
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -59,17 +56,12 @@ print(json.dumps({"seconds": out, "captured": captured}))
 
 
 def one(way: str, code: Path, names: list[str], records: Path) -> dict[str, Any]:
+    from shared import json_of  # this script's folder, first on sys.path
+
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(code), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(
-        [sys.executable, "-c", PROCESS, str(BENCH), json.dumps(names), str(records), way],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
+    result: dict[str, Any] = json_of(
+        [sys.executable, "-c", PROCESS, str(BENCH), json.dumps(names), str(records), way], way, env=env
     )
-    if done.returncode:
-        raise SystemExit(f"{way} failed:\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
@@ -102,11 +94,10 @@ def main() -> None:
     rounds_sums = {
         way: [round(sum(v[i] for v in per.values()), 3) for i in range(opts.rounds)] for way, per in seconds.items()
     }
+    from shared import header  # this script's folder, first on sys.path
+
     result = {
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()} {os.cpu_count()} cores",
-        "command": " ".join(["bench/capture_cost.py", *sys.argv[1:]]),
-        "models": names,
+        **header("capture_cost.py", names),
         "median_s": medians,
         "sum_s": sums,
         "round_sums_s": rounds_sums,

@@ -22,13 +22,9 @@ rounds is in every way's spread alike.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -95,19 +91,12 @@ def child(way: str, records: Path, suite: str) -> None:
 
 
 def run(way: str, records: Path, suite: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, __file__, "--child", way, str(records), suite],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=BENCH,
+    from shared import json_of  # this script's folder, first on sys.path
+
+    result: dict[str, Any] | None = json_of(
+        [sys.executable, __file__, "--child", way, str(records), suite], way, cwd=BENCH
     )
-    if done.returncode:
-        raise SystemExit(f"{way} failed:\n{done.stderr[-3000:]}")
-    if way == "first":
-        return {}
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return result or {}
 
 
 def main() -> None:
@@ -140,11 +129,10 @@ def main() -> None:
         way: {k: round(statistics.median(sum(p[n][k] for n in names) for p in processes[way]), 2) for k in phases}
         for way in ways
     }
+    from shared import header  # this script's folder, first on sys.path
+
     out = {
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()} {os.cpu_count()} cores",
-        "command": " ".join(["bench/process_spread.py", *sys.argv[1:]]),
-        "models": names,
+        **header("process_spread.py", names),
         "spread": spread,
         "median_spread": {way: round(statistics.median(spread[way].values()), 4) for way in ways},
         "wider": wider,
