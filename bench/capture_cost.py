@@ -23,6 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from shared import header, json_of  # this script's folder, first on sys.path
+
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 
@@ -56,8 +58,6 @@ print(json.dumps({"seconds": out, "captured": captured}))
 
 
 def one(way: str, code: Path, names: list[str], records: Path) -> dict[str, Any]:
-    from shared import json_of  # this script's folder, first on sys.path
-
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(code), os.environ.get("PYTHONPATH", "")])}
     result: dict[str, Any] = json_of(
         [sys.executable, "-c", PROCESS, str(BENCH), json.dumps(names), str(records), way], way, env=env
@@ -94,8 +94,6 @@ def main() -> None:
     rounds_sums = {
         way: [round(sum(v[i] for v in per.values()), 3) for i in range(opts.rounds)] for way, per in seconds.items()
     }
-    from shared import header  # this script's folder, first on sys.path
-
     result = {
         **header("capture_cost.py", names),
         "median_s": medians,

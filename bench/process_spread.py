@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from shared import header, json_of  # this script's folder, first on sys.path
+
 BENCH = Path(__file__).resolve().parent
 
 
@@ -42,7 +44,8 @@ def child(way: str, records: Path, suite: str) -> None:
 
     from pytest_fxprof.capture.choose import capture_module
     from pytest_fxprof.measure.profiler import profile_module
-    from pytest_fxprof.records.measurement import Capture, Protocol
+    from pytest_fxprof.records.measurement import Protocol
+    from pytest_fxprof.store.baseline import capture_from_json, capture_to_json
 
     torch.set_num_threads(1)
     names = list(suite_models.SUITES[suite])
@@ -52,7 +55,7 @@ def child(way: str, records: Path, suite: str) -> None:
             model, args, kwargs = suite_models.build(name)
             with torch.no_grad():
                 c = capture_module(model, args, kwargs).capture
-            out[name] = {"method": c.method, "leaf_modules": list(c.leaf_modules), "detail": c.detail}
+            out[name] = capture_to_json(c)
         records.write_text(json.dumps(out))
         return
     if way == "skip":
@@ -66,8 +69,7 @@ def child(way: str, records: Path, suite: str) -> None:
     result: dict[str, dict[str, float]] = {}
     for name in names:
         model, args, kwargs = suite_models.build(name)
-        r = known[name]
-        capture = Capture(method=r["method"], leaf_modules=tuple(r["leaf_modules"]), detail=r["detail"])
+        capture = capture_from_json(known[name], f"records[{name!r}]")
         spent: dict[str, float] = {}
         began = time.perf_counter()
         with torch.no_grad():
@@ -91,8 +93,6 @@ def child(way: str, records: Path, suite: str) -> None:
 
 
 def run(way: str, records: Path, suite: str) -> dict[str, Any]:
-    from shared import json_of  # this script's folder, first on sys.path
-
     result: dict[str, Any] | None = json_of(
         [sys.executable, __file__, "--child", way, str(records), suite], way, cwd=BENCH
     )
@@ -129,8 +129,6 @@ def main() -> None:
         way: {k: round(statistics.median(sum(p[n][k] for n in names) for p in processes[way]), 2) for k in phases}
         for way in ways
     }
-    from shared import header  # this script's folder, first on sys.path
-
     out = {
         **header("process_spread.py", names),
         "spread": spread,
