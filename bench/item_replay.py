@@ -12,6 +12,8 @@ all its items: from 3 pairs (the plugin's start) one pair at a time, judging eac
 is slower: a node that gates, any aggregate, the total), no item that gates is too noisy to decide (it passes),
 or the pairs run out (undecided). The plugin's other
 rules (pairs left out, a module held by its scope, code changed) do not apply to unchanged code and are left out.
+``--limits 4,5,6`` replays each variant again with at most that many pairs a test (a test not decided by then ends
+undecided): what a check capped at fewer pairs than the plugin's limit of 18 would save and lose.
 
 ``--slow node+10`` multiplies, in turn, each gating node of 1 ms or more by 1.10 (and each aggregate holding it,
 and the total, by its share of them); ``total+5`` multiplies every item by 1.05. A slowed test is *caught* where it
@@ -21,7 +23,8 @@ Variants (``VARIANTS``): ``mean``, the rule as it is; ``median``, an item whose 
 whose median pair lies within it is within it, not too noisy to decide; ``moderated`` and ``trend``, each node's
 and aggregate's spread pooled with a prior fitted to the test's items (empirical Bayes, flat or as a function of
 the item's time); ``wider1.25`` and ``wider1.5``, a node's or aggregate's interval that much wider to confirm a
-slowdown.
+slowdown; ``resolve2.5`` and ``resolve3``, a total decided once its pairs tell a slowdown of 2.5 or 3 bands from none
+(the plugin's 2).
 
     .venv/bin/python bench/item_replay.py /tmp/reports --condense bench/pairs12_20.json.gz
     .venv/bin/python bench/item_replay.py bench/pairs12_20.json.gz --orders 30 --slow none node+10 total+5 \
@@ -33,6 +36,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gzip
+import itertools
 import json
 import math
 import random
@@ -43,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_fxprof.judge import paired
 from pytest_fxprof.judge.aggregates import LEVEL_ITEMS, corrected_confidence
 from pytest_fxprof.judge.paired import (
     CONFIDENCE,
@@ -310,6 +315,22 @@ def rule_wider(factor: float) -> Callable[[list[Item], list[list[float]]], list[
     return rule
 
 
+def rule_resolve(bands: float) -> Callable[[list[Item], list[list[float]]], list[Verdict]]:
+    """The rule as it is, but the total's pairs need only tell a slowdown of ``bands`` bands from none (the plugin's
+    ``judge.paired.RESOLVE`` is 2): fewer pairs where a check's pairs spread widely, a slowed total passed more
+    often."""
+
+    def rule(items: list[Item], pairs: list[list[float]]) -> list[Verdict]:
+        kept = paired.RESOLVE
+        paired.RESOLVE = bands
+        try:
+            return [judged(i, rs).verdict for i, rs in zip(items, pairs, strict=True)]
+        finally:
+            paired.RESOLVE = kept
+
+    return rule
+
+
 def per_item(rule: Callable[[Item, list[float]], Verdict]) -> Callable[[list[Item], list[list[float]]], list[Verdict]]:
     return lambda items, pairs: [rule(i, rs) for i, rs in zip(items, pairs, strict=True)]
 
@@ -321,6 +342,8 @@ VARIANTS: dict[str, Callable[[list[Item], list[list[float]]], list[Verdict]]] = 
     "trend": rule_trend,
     "wider1.25": rule_wider(1.25),
     "wider1.5": rule_wider(1.5),
+    "resolve2.5": rule_resolve(2.5),
+    "resolve3": rule_resolve(3.0),
 }
 
 
@@ -359,10 +382,13 @@ def sequential(
     order: list[int],
     rule: Callable[[list[Item], list[list[float]]], list[Verdict]],
     start: int = START,
+    limit: int | None = None,
 ) -> tuple[str, int, list[str]]:
     """How the test ends (pass, regression, undecided) with its pairs in ``order``, after how many, and which
-    items were slower."""
+    items were slower; ``limit``: the most pairs a test may take (else the pairs recorded)."""
     n_max = min(len(i.ratios) for i in items)
+    if limit is not None:
+        n_max = min(n_max, limit)
     for n in range(start, n_max + 1):
         verdicts = list(zip(items, rule(items, [[i.ratios[k] for k in order[:n]] for i in items]), strict=True))
         slower = [i.name for i, v in verdicts if v is Verdict.SLOWER]
@@ -386,6 +412,9 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--start", type=int, default=START, help="the pairs a test starts with")
+    parser.add_argument(
+        "--limits", default="", help="comma-separated: replay each variant with at most this many pairs a test"
+    )
     parser.add_argument("--out", type=Path)
     parser.add_argument("--condense", type=Path, help="write the reports' tests here (.json.gz) and stop")
     args = parser.parse_args()
@@ -396,43 +425,44 @@ def main() -> None:
     lengths = [len(t.items[0].ratios) for t in tests]
     print(f"{len(tests)} tests, {min(lengths)}-{max(lengths)} pairs", file=sys.stderr)
     rows: list[dict[str, Any]] = []
-    for how in args.slow:
-        for variant in args.variants.split(","):
-            rule = VARIANTS[variant]
-            rng = random.Random(args.seed)
-            ends: list[tuple[str, int, bool]] = []
-            per_test: dict[str, list[int]] = {}
-            for test in tests:
-                n = min(len(i.ratios) for i in test.items)
-                orders = [rng.sample(range(n), n) for _ in range(args.orders)]
-                for key, items in slowed(test, how):
-                    for order in orders:
-                        status, pairs, slower = sequential(items, order, rule, args.start)
-                        named = bool(key) and any(s == key for s in slower)
-                        if how == "node+10" and not named:
-                            named = any(
-                                i.name in slower and key in i.members and test.nodes[key] >= 0.2 * i.baseline_ns
-                                for i in items
-                                if not i.total
-                            )
-                        ends.append((status, pairs, named))
-                        per_test.setdefault(test.test_id.rsplit("[", 1)[-1].rstrip("]"), []).append(pairs)
-            count = len(ends)
-            row = {
-                "slow": how,
-                "variant": variant,
-                "replays": count,
-                "pairs_mean": round(statistics.fmean(p for _, p, _ in ends), 2),
-                "ended_at_start": round(sum(p == args.start for _, p, _ in ends) / count, 3),
-                "failed": round(sum(s == "regression" for s, _, _ in ends) / count, 4),
-                "undecided": round(sum(s == "undecided" for s, _, _ in ends) / count, 4),
-                "named": round(sum(n for _, _, n in ends) / count, 4) if how == "node+10" else None,
-                "pairs_by_model": {k: round(statistics.fmean(v), 2) for k, v in sorted(per_test.items())},
-            }
-            row["kept_by"] = dict(sorted(KEPT.items(), key=lambda kv: -kv[1]))
-            KEPT.clear()
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+    limits: list[int | None] = [int(x) for x in args.limits.split(",") if x] or [None]
+    for how, variant, limit in itertools.product(args.slow, args.variants.split(","), limits):
+        rule = VARIANTS[variant]
+        rng = random.Random(args.seed)
+        ends: list[tuple[str, int, bool]] = []
+        per_test: dict[str, list[int]] = {}
+        for test in tests:
+            n = min(len(i.ratios) for i in test.items)
+            orders = [rng.sample(range(n), n) for _ in range(args.orders)]
+            for key, items in slowed(test, how):
+                for order in orders:
+                    status, pairs, slower = sequential(items, order, rule, args.start, limit)
+                    named = bool(key) and any(s == key for s in slower)
+                    if how == "node+10" and not named:
+                        named = any(
+                            i.name in slower and key in i.members and test.nodes[key] >= 0.2 * i.baseline_ns
+                            for i in items
+                            if not i.total
+                        )
+                    ends.append((status, pairs, named))
+                    per_test.setdefault(test.test_id.rsplit("[", 1)[-1].rstrip("]"), []).append(pairs)
+        count = len(ends)
+        row = {
+            "slow": how,
+            "variant": variant,
+            "limit": limit,
+            "replays": count,
+            "pairs_mean": round(statistics.fmean(p for _, p, _ in ends), 2),
+            "ended_at_start": round(sum(p == args.start for _, p, _ in ends) / count, 3),
+            "failed": round(sum(s == "regression" for s, _, _ in ends) / count, 4),
+            "undecided": round(sum(s == "undecided" for s, _, _ in ends) / count, 4),
+            "named": round(sum(n for _, _, n in ends) / count, 4) if how == "node+10" else None,
+            "pairs_by_model": {k: round(statistics.fmean(v), 2) for k, v in sorted(per_test.items())},
+        }
+        row["kept_by"] = dict(sorted(KEPT.items(), key=lambda kv: -kv[1]))
+        KEPT.clear()
+        rows.append(row)
+        print(json.dumps(row), flush=True)
     if args.out:
         kept = {"reports": [str(p) for p in args.reports], "tests": len(tests), "start": args.start, "rows": rows}
         args.out.write_text(json.dumps(kept, indent=1) + "\n")
