@@ -324,7 +324,7 @@ def rule_resolve(bands: float) -> Callable[[list[Item], list[list[float]]], list
         kept = paired.RESOLVE
         paired.RESOLVE = bands
         try:
-            return [judged(i, rs).verdict for i, rs in zip(items, pairs, strict=True)]
+            return per_item(rule_mean)(items, pairs)
         finally:
             paired.RESOLVE = kept
 
