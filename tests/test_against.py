@@ -15,11 +15,20 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
+from torch import nn
 
+from pytest_fxprof import profile as fxprof_profile
+from pytest_fxprof.against.compare import first_profile, merged, node_facts, side_profile
+from pytest_fxprof.against.rounds import Pairs
 from pytest_fxprof.judge.paired import MIN_DECIDING_PAIRS, MIN_PASSING_PAIRS
 from pytest_fxprof.measure.forking import can_fork
+from pytest_fxprof.measure.sampling import Child
+from pytest_fxprof.records.measurement import BaselineEntry, Tolerances
+from pytest_fxprof.store.baseline import entry_from_json, entry_to_json
 from tests.test_plugin import CLOCK_CONFTEST, FAKE_CLOCK
 
 pytest.importorskip("torch")
@@ -782,7 +791,8 @@ def test_the_later_pairs_capture_as_each_sides_first_did_without_its_failed_trie
     pytester: pytest.Pytester, base: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """A submodule that breaks symbolic tracing is traced into (and kept whole) only by the first pair's two
-    processes; every later one captures it whole straight away, and the check judges their graphs as one."""
+    processes; every later one captures it whole straight away, the run's own process not at all, and the check
+    judges their graphs as one."""
     commit(pytester, {"model.py": KEPT_WHOLE, "test_net.py": KEPT_WHOLE_TEST}, "a module kept whole")
     stamps = tmp_path_factory.mktemp("stamps")
     result = against(pytester, "HEAD", env={"STAMP_DIR": str(stamps)})
@@ -792,6 +802,7 @@ def test_the_later_pairs_capture_as_each_sides_first_did_without_its_failed_trie
     traced = {f.name.split("-")[1] for f in stamps.glob("traced-*")}
     assert len(sides) >= 2 * MIN_PASSING_PAIRS
     assert len(traced & sides) == 2  # pair 1's old and new
+    assert traced <= sides  # the run's own process captured nothing: the new side's first process stands for it
 
 
 def test_forked_sides_keep_a_strict_warnings_filter(
@@ -903,3 +914,87 @@ def test_a_run_budget_that_is_not_a_positive_number_is_a_usage_error(
     result = against(pytester, "HEAD", f"--fxprof-run-budget-s={budget}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     assert f"--fxprof-run-budget-s {budget}: give a positive number of seconds (default 1800)" in result.stderr.str()
+
+
+# The run's own process reads each call from the new side's first process ----------------------------------
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3)
+        self.bn = nn.BatchNorm2d(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.bn(self.conv(x))).transpose(1, 2)
+
+
+def _side_call(result: Any, facts: Any) -> dict[str, Any]:
+    """A call as a side's process writes it (``session.child.ChildCalls.finish``)."""
+    return {"entry": entry_to_json(result.entry(Tolerances(node=0.05, total=0.03))), "alone_from": None, "facts": facts}
+
+
+def test_the_new_sides_first_process_stands_for_this_processs_profile_of_a_call() -> None:
+    """Every fact of each node, its output's shape, the capture (classes too) and the setup come from the new side's
+    first process; the pairs' times then replace that process's (``side_profile``)."""
+    first = fxprof_profile(_Block().eval(), torch.randn(1, 3, 12, 12), warmup=1, passes=2)
+    later = fxprof_profile(_Block().eval(), torch.randn(1, 3, 12, 12), warmup=1, passes=2)
+    got = Pairs(
+        old=[Child((), 0, {"calls": {}}, "")] * 2,
+        new=[
+            Child((), 0, {"calls": {"call0": _side_call(first, node_facts(first.nodes))}}, ""),
+            Child((), 0, {"calls": {"call0": _side_call(later, None)}}, ""),
+        ],
+    )
+    base = first_profile(got, "call0")
+    assert base is not None
+    assert not base.measured
+    assert base.capture == first.capture
+    assert base.capture.classes == first.capture.classes
+    assert base.setup == first.setup
+    fields = ("info", "median_ns", "shape", "layout", "inputs", "training", "returned", "flops", "memory_bytes")
+    for mine, theirs in zip(base.nodes, first.nodes, strict=True):
+        assert all(getattr(mine, f) == getattr(theirs, f) for f in fields), mine.name
+    assert any(n.training is False for n in base.nodes)  # the batch norm, in eval mode: what the hints read
+    assert any(n.returned for n in base.nodes)
+    assert any(n.layout == "strided" for n in base.nodes)  # the transpose's output
+    judged = side_profile(base, merged([_entry(c) for c in got.new]))
+    assert judged.measured
+    assert [n.samples_ns for n in judged.nodes] == [
+        (a.median_ns, b.median_ns) for a, b in zip(first.nodes, later.nodes, strict=True)
+    ]
+    assert [n.training for n in judged.nodes] == [n.training for n in first.nodes]
+
+
+def _entry(child: Child) -> BaselineEntry:
+    assert child.data is not None
+    return entry_from_json(child.data["calls"]["call0"]["entry"])
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda call: call.pop("facts"),  # a process that sent none
+        lambda call: call["facts"]["layout"].pop(),  # one node short
+        lambda call: call["facts"].pop("inputs"),
+        lambda call: call["facts"]["training"].__setitem__(0, "yes"),
+        lambda call: call.__setitem__("entry", {"nodes": "?"}),
+    ],
+    ids=["no facts", "short", "a fact missing", "a wrong type", "a malformed entry"],
+)
+def test_facts_that_cannot_be_read_leave_the_call_to_be_captured_here(spoil: Any) -> None:
+    result = fxprof_profile(_Block().eval(), torch.randn(1, 3, 12, 12), warmup=0, passes=1)
+    call = _side_call(result, node_facts(result.nodes))
+    assert first_profile(Pairs(new=[Child((), 0, {"calls": {"call0": call}}, "")]), "call0") is not None
+    spoil(call)
+    assert first_profile(Pairs(new=[Child((), 0, {"calls": {"call0": call}}, "")]), "call0") is None
+
+
+def test_a_test_no_pair_measured_to_its_end_is_captured_here() -> None:
+    result = fxprof_profile(_Block().eval(), torch.randn(1, 3, 12, 12), warmup=0, passes=1)
+    calls = {"calls": {"call0": _side_call(result, node_facts(result.nodes))}}
+    skipped = Child((), 0, {"skipped": "no GPU"}, "")
+    assert first_profile(Pairs(new=[Child((), 0, calls, "")], ended=("old", skipped)), "call0") is None
+    assert first_profile(Pairs(new=[Child((), 0, calls, "")], error="the budget"), "call0") is None
+    assert first_profile(Pairs(new=[Child((), 0, calls, "")]), "call1") is None  # a call the side did not make
+    assert first_profile(Pairs(), "call0") is None

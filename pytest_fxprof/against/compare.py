@@ -28,7 +28,7 @@ from pytest_fxprof.judge.paired import MIN_PAIRS, PairedPolicy, compare_pairs, n
 from pytest_fxprof.measure.forking import Forker, can_fork
 from pytest_fxprof.measure.sampling import Child, Relaunch, tail
 from pytest_fxprof.measure.serving import Spent
-from pytest_fxprof.records.measurement import BaselineEntry, capture_difference, iqr_int, median_int
+from pytest_fxprof.records.measurement import BaselineEntry, NodeStats, capture_difference, iqr_int, median_int
 from pytest_fxprof.records.profile import Profile
 from pytest_fxprof.records.verdicts import Comparison, Status
 from pytest_fxprof.store.baseline import entry_from_json
@@ -271,8 +271,9 @@ def merged(entries: Sequence[BaselineEntry]) -> BaselineEntry:
 
 
 def side_profile(base: Profile, entry: BaselineEntry) -> Profile:
-    """``base`` (this process's unmeasured profile of the call) with the times the new side's processes
-    measured: per node the median over processes, its samples one per process."""
+    """``base`` (this process's unmeasured profile of the call, or the new side's first process's: ``first_profile``)
+    with the times the new side's processes measured: per node the median over processes, its samples one per
+    process."""
     keys = [n.info.key for n in base.nodes]
     if keys != [n.key for n in entry.nodes]:
         raise AgainstError(
@@ -296,6 +297,88 @@ def side_profile(base: Profile, entry: BaselineEntry) -> Profile:
         environment=entry.environment,
         protocol=entry.protocol,
         measured=True,
+    )
+
+
+NODE_FACTS = ("flops", "layout", "inputs", "training", "returned", "host_ns", "memory_bytes", "peak_bytes")
+"""What a side's first process sends of each node besides its times and output shape (``node_facts``): what the
+report and the hints read of a node (``records.measurement.NodeStats``)."""
+
+
+def node_facts(nodes: Sequence[NodeStats]) -> dict[str, list[Any]]:
+    """Each of ``NODE_FACTS`` of ``nodes``, one list per fact, aligned with the nodes."""
+    return {
+        fact: [list(value) if isinstance(value, tuple) else value for value in (getattr(n, fact) for n in nodes)]
+        for fact in NODE_FACTS
+    }
+
+
+def _facts_from_json(raw: Any, count: int) -> list[dict[str, Any]] | None:
+    """``node_facts`` read back, node by node; None where any list is missing, of another length, or holds a value
+    of the wrong type (the call is then captured in this process, as without them)."""
+    if not isinstance(raw, dict):
+        return None
+    kinds: dict[str, Callable[[Any], bool]] = {
+        "flops": lambda v: v is None or isinstance(v, int),
+        "layout": lambda v: isinstance(v, str),
+        "inputs": lambda v: isinstance(v, list) and all(isinstance(i, int) for i in v),
+        "training": lambda v: v is None or isinstance(v, bool),
+        "returned": lambda v: isinstance(v, bool),
+        "host_ns": lambda v: v is None or isinstance(v, int),
+        "memory_bytes": lambda v: v is None or isinstance(v, int),
+        "peak_bytes": lambda v: v is None or isinstance(v, int),
+    }
+    columns: dict[str, list[Any]] = {}
+    for fact in NODE_FACTS:
+        column = raw.get(fact)
+        if not isinstance(column, list) or len(column) != count or not all(map(kinds[fact], column)):
+            return None
+        columns[fact] = column
+    return [{f: tuple(c[i]) if f == "inputs" else c[i] for f, c in columns.items()} for i in range(count)]
+
+
+def first_profile(got: Pairs, key: str) -> Profile | None:
+    """Call ``key`` as the new side's first process profiled it (the working tree's code, as in this process), to
+    stand for this process's own unmeasured profile of the call: its nodes, their facts and output shapes, the
+    capture and setup, and that process's times. None where no pair measured the test to the end, or that process
+    sent no facts of the call (then this process captures the call itself)."""
+    if got.failed is not None or got.error or got.ended is not None or not got.new:
+        return None
+    raw = _calls(got.new[0]).get(key)
+    if not isinstance(raw, dict):
+        return None
+    try:
+        entry = entry_from_json(raw.get("entry"), f"new process 1, call {key!r}")
+    except ValueError:
+        return None
+    facts = _facts_from_json(raw.get("facts"), len(entry.nodes))
+    if facts is None or not entry.runs:
+        return None
+    run = entry.runs[0]
+    busy = sum(run.node_ns) or 1
+    nodes = tuple(
+        NodeStats(
+            info=info,
+            median_ns=ns,
+            spread_ns=spread,
+            share=ns / busy,
+            samples_ns=(ns,),
+            shape=entry.shapes[i] if entry.shapes else "",
+            **facts[i],
+        )
+        for i, (info, ns, spread) in enumerate(zip(entry.nodes, run.node_ns, run.node_spread_ns, strict=True))
+    )
+    return Profile(
+        name=key,
+        nodes=nodes,
+        total_samples_ns=(run.total_ns,) if run.total_ns else (),
+        instrumented_samples_ns=(run.instrumented_ns,),
+        reference_samples_ns=(run.reference_ns,),
+        environment=entry.environment,
+        protocol=entry.protocol,
+        capture=entry.capture,
+        measured=False,
+        setup=entry.setup,
     )
 
 

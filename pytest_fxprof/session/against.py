@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_fxprof.against.compare import Against, AgainstError, TestOutcome, judge_test
+from pytest_fxprof.against.compare import Against, AgainstError, TestOutcome, first_profile, judge_test
 from pytest_fxprof.judge.paired import OUT_OF_LINE
 from pytest_fxprof.measure.turns import TurnError
 from pytest_fxprof.records.verdicts import Status
@@ -19,14 +19,16 @@ from pytest_fxprof.settings import Mode, Settings
 if TYPE_CHECKING:
     from pytest_fxprof.against.rounds import Pairs
     from pytest_fxprof.measure.turns import Turn
+    from pytest_fxprof.records.profile import Profile
     from pytest_fxprof.session.run import RunState
     from pytest_fxprof.views.report import ProfileReportJSON
 
 
 class AgainstCalls(Calls):
-    """Each call captured here (and not timed); when the test passed, each call is judged by the paired rule on
-    the test's pairs of old and new processes: those the run measured before the tests ran (``ahead``), else
-    pairs measured now for this test alone (an xdist worker's)."""
+    """Each call as the new side's first process profiled it, where the run's pairs measured the test before the
+    tests ran (``ahead``), else captured here (and not timed); when the test passed, each call is judged by the
+    paired rule on the test's pairs of old and new processes: those ``ahead``, else pairs measured now for this
+    test alone (an xdist worker's)."""
 
     mode = Mode.AGAINST
     measured = False
@@ -51,6 +53,13 @@ class AgainstCalls(Calls):
         """Per call confirmed by a second set of pairs: each set's verdict and pairs (``CallOutcome.sets``)."""
         if ahead is not None and ahead_turns:
             self.taken[""] = list(ahead_turns)  # the turn its pairs measured in, shared with the run's other tests
+
+    def measured_before(self, key: str) -> Profile | None:
+        """The call as the new side's first process profiled it (``first_profile``), where the run's pairs measured
+        the test before it ran here: the same code's capture, so this process need not capture it again."""
+        if self.ahead is None or self.ahead_error:
+            return None
+        return first_profile(self.ahead, key)
 
     def extend_report(self, key: str, report: ProfileReportJSON) -> None:
         """Where a second set of pairs confirmed the call: each set's verdict and pairs."""

@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_fxprof.against.compare import node_facts
 from pytest_fxprof.against.origin import foreign_modules
 from pytest_fxprof.measure.lockstep import Barrier, lockstep_barrier
 from pytest_fxprof.measure.sampling import SampleJSON, SampleRequest, capture_from_request, write_samples
@@ -77,7 +78,12 @@ class ChildCalls(Calls):
             tolerances = self.settings.tolerances()
             data: dict[str, Any] = {
                 "calls": {
-                    key: {"entry": entry_to_json(_side_entry(r, tolerances)), "alone_from": self._alone_from(key)}
+                    key: {
+                        "entry": entry_to_json(_side_entry(r, tolerances)),
+                        "alone_from": self._alone_from(key),
+                        # the first pair's: what the run's own process reads instead of capturing the call again
+                        **({} if self.request.get("captured") else {"facts": node_facts(r.nodes)}),
+                    }
                     for key, r in self.results.items()
                 },
                 "spent": dict(self.spent),
