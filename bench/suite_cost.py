@@ -19,7 +19,8 @@ Each run times, one after the other in one loop, ``pytest --fxprof-update --fxpr
 throw-away directory (one plain profiling run: each test measured once, in this one process) and
 ``pytest --fxprof-against HEAD~1 --fxprof-report R`` (the check), each a fresh process as a user starts it, and
 writes one JSON line: both wall times and their ratio, the check's exit status, each test's verdict, what its
-failure named and whether that is the slowed thing, and where the check's time went (the report's ``time``).
+failure named and whether that is the slowed thing, where the check's time went (the report's ``time``) and
+``own_calls_s``, the seconds the check's own process spent in its tests' calls (pytest's ``--durations``).
 ``--record`` also times a recording of the suite at the defaults (``pytest --fxprof-update``, 5 processes);
 ``--no-check`` then leaves the check out.
 ``--keep DIR`` copies each check's whole JSON report into ``DIR`` (every item's ratio pair by pair, which
@@ -38,6 +39,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -210,7 +212,8 @@ def one_run(args: argparse.Namespace, names: tuple[str, ...], run: int, found: d
         plain = [*base, "--fxprof-update", "--fxprof-processes", "1", "--fxprof-baseline-dir", str(Path(tmp) / "plain")]
         plain_s, plain_rc, plain_out = timed(plain, work, env)
         report = Path(tmp) / "report.json"
-        check_cmd = [*base, "--fxprof-against", "HEAD~1", "--fxprof-report", str(report), *forking, *args.pytest_args]
+        check_cmd = [*base, "--fxprof-against", "HEAD~1", "--fxprof-report", str(report), *forking]
+        check_cmd += ["--durations=0", "--durations-min=0", *args.pytest_args]
         check_s, check_rc, check_out = timed(check_cmd, work, env) if not args.no_check else (0.0, 0, "")
         record_s = None
         if args.record:  # a recording at the defaults (5 processes), timed
@@ -251,9 +254,17 @@ def one_run(args: argparse.Namespace, names: tuple[str, ...], run: int, found: d
         "check_rc": check_rc,
         "tests": rows,
         "time": time_split,
+        "own_calls_s": own_calls(check_out) if not args.no_check else None,
         "tail": "" if check_rc in (0, 1) else check_out[-2000:],
         "plain_tail": "" if plain_rc == 0 else plain_out[-1000:],
     }
+
+
+def own_calls(output: str) -> float:
+    """The seconds the check's own process spent in its tests' call phases (pytest's ``--durations`` lines): building
+    each model and inputs, each ``fxprof`` call, and judging it on its pairs; not the pairs, measured before the
+    tests ran."""
+    return round(sum(float(m.group(1)) for m in re.finditer(r"^([0-9.]+)s call ", output, re.MULTILINE)), 2)
 
 
 def summary(path: Path) -> None:
@@ -273,6 +284,9 @@ def summary(path: Path) -> None:
         f"{len(runs)} runs of {runs[0]['models']} models: check/plain median x{statistics.median(ratios):.2f} "
         f"(min {min(ratios):.2f}, max {max(ratios):.2f}); check median {check:.0f} s, plain median {plain:.1f} s"
     )
+    own = [r["own_calls_s"] for r in runs if r.get("own_calls_s") is not None]
+    if own:
+        print(f"  the check's own process in its tests' calls: {min(own):.1f}-{max(own):.1f} s")
     pairs = [row["pairs"] for r in runs for row in r["tests"].values() if row.get("pairs")]
     starts = [r["time"]["processes_s"] / r["time"]["processes"] for r in runs if (r.get("time") or {}).get("processes")]
     if pairs and starts:
