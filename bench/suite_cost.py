@@ -5,6 +5,7 @@ what it catches.
     .venv/bin/python bench/suite_cost.py --suite 5 --runs 6 --condition mixed --out q.jsonl
     .venv/bin/python bench/suite_cost.py --suite 5 --runs 1 --code ../old-checkout --out old.jsonl
     .venv/bin/python bench/suite_cost.py --out q.jsonl --summary
+    .venv/bin/python bench/suite_cost.py --by-spread bench/suite_cost_5_*.jsonl
 
 Builds a throw-away git repository holding one parametrized test over a suite of ``bench/suite_models.py``
 (``--suite 1``, ``5`` or ``20`` models; 2 x 3 x 160 x 160 images, tokens 2 x 64) and a ``conftest.py`` that
@@ -30,6 +31,9 @@ earlier version side by side. ``--start fork`` or ``--start fresh`` passes ``--f
 check: its side processes forked from one parent that imported the tests' libraries (the default), or each
 started fresh. The runs before 2026-11-29 03:40 UTC that say ``"fork_sides": true`` forked them with
 ``bench/fork_sides.py`` (commit 17c3111), which became the plugin's ``measure.forking``.
+``--by-spread FILE ...`` groups the checks of unchanged code that those files hold by how widely their tests' totals
+spread pair by pair (each check's median over its tests of the standard deviation of the log of the total's ratio)
+and prints, per suite and group, the pairs a test took and the check's time against a plain run.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import re
@@ -56,6 +61,7 @@ import suite_models  # noqa: E402 (this script's folder, put on sys.path above)
 
 CONFTEST = """
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -308,9 +314,54 @@ def summary(path: Path) -> None:
         print(f"  {cond:8} {len(rows):3} checks: failed {failed}, named {named_}, undecided {undecided}{alone}")
 
 
+SPREAD_GROUPS = ((0.0, 0.015), (0.015, 0.025), (0.025, 0.035), (0.035, math.inf))
+"""The groups of ``--by-spread``: a check's spread of the total's ratio pair by pair, from and below."""
+
+
+def check_spread(run: dict[str, Any]) -> float | None:
+    """The median over a check's tests of the standard deviation of the log of the total's ratio pair by pair (tests
+    of 3 pairs or more); None where none has them."""
+    spreads = [
+        statistics.stdev(math.log(x) for x in row["total"]["ratios"])
+        for row in run["tests"].values()
+        if len((row.get("total") or {}).get("ratios") or ()) > 2
+    ]
+    return statistics.median(spreads) if spreads else None
+
+
+def by_spread(paths: list[Path]) -> None:
+    """The checks of unchanged code in ``paths``, grouped by suite and by their pairs' spread (``SPREAD_GROUPS``)."""
+    checks: list[tuple[int, float, float, float]] = []
+    for path in paths:
+        for line in path.read_text().splitlines():
+            run = json.loads(line) if line.strip() else {}
+            if run.get("ratio") is None or any(row["condition"] != "none" for row in run["tests"].values()):
+                continue
+            spread = check_spread(run)
+            if spread is not None:
+                pairs = statistics.fmean(row["pairs"] for row in run["tests"].values())
+                checks.append((run["models"], spread, pairs, run["ratio"]))
+    print(
+        "| models | spread of the total's ratio | checks | pairs a test, median "
+        "| x plain run, median [range] | within x4 |"
+    )
+    for models in sorted({c[0] for c in checks}):
+        for low, high in SPREAD_GROUPS:
+            group = [c for c in checks if c[0] == models and low <= c[1] < high]
+            if not group:
+                continue
+            ratios = [c[3] for c in group]
+            print(
+                f"| {models} | {100 * low:.1f}-{100 * high:.1f} % | {len(group)} | "
+                f"{statistics.median(c[2] for c in group):.1f} | x{statistics.median(ratios):.2f} "
+                f"[{min(ratios):.2f}-{max(ratios):.2f}] | {sum(r <= 4 for r in ratios)} |"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, required=True, help="JSON lines: the setup, then one line per run")
+    parser.add_argument("--out", type=Path, help="JSON lines: the setup, then one line per run")
+    parser.add_argument("--by-spread", type=Path, nargs="+", help="group these files' checks by spread, run nothing")
     parser.add_argument("--suite", choices=sorted(suite_models.SUITES), default="5")
     parser.add_argument("--models", help="these models (comma-separated) instead of --suite's")
     parser.add_argument("--runs", type=int, default=1)
@@ -323,6 +374,11 @@ def main() -> None:
     parser.add_argument("--start", choices=("fork", "fresh"), help="how the check's side processes start")
     parser.add_argument("pytest_args", nargs="*", help="after --: more arguments of the check")
     args = parser.parse_args()
+    if args.by_spread:
+        by_spread(args.by_spread)
+        return
+    if args.out is None:
+        parser.error("--out is required unless --by-spread is given")
     if args.summary:
         summary(args.out)
         return
