@@ -61,7 +61,6 @@ import suite_models  # noqa: E402 (this script's folder, put on sys.path above)
 
 CONFTEST = """
 import json
-import math
 from pathlib import Path
 
 import pytest
