@@ -20,7 +20,7 @@ and the missing text: the installed version's source differs from the one the ed
 
 Families (the third-party files are copied from the installed package at run time, their relative imports made
 absolute, ``from ...activations import`` becoming ``from transformers.activations import``; none is committed
-to this project):
+to this project; ``vit-pytorch`` needs ``vit-pytorch`` and ``einops`` installed beside them):
 
 * ``gpt-style``: ``gpt``, our own GPT of ``bench/gpt_style.py`` (nanoGPT's layout, 4 blocks, 192 wide, 6 heads,
   vocabulary 2048; attention through SDPA; an ``assert`` on the sequence length, so that the capture falls back
@@ -33,9 +33,15 @@ to this project):
 * ``torchvision``: ``resnet18``, ``torchvision/models/resnet.py``'s ``ResNet(BasicBlock, [2, 2, 2, 2])``
   (weights=None), 1 image of 160 x 160; its ``@register_model()`` lines are taken out of the copy
   (torchvision refuses a name registered twice).
+* ``vit-pytorch``: ``cait``, ``vit_pytorch/cait.py``'s ``CaiT`` (einops throughout: ``rearrange``, ``repeat``,
+  ``einsum``; talking-heads attention, ``LayerScale``): images of 128 x 128 in 64 patches of 16, 256 wide, 4
+  layers then 1 class-attention layer, 8 heads of 64, MLP 512, 1000 classes; 8 images. Its attention and its
+  feed-forward both lie at ``patch_transformer.layers.*.*.fn`` once indices fold (a list of pairs), so that its
+  changes' class tells them apart; the class-attention layer (``cls_transformer``, 8 % of the time) holds instances
+  of the same classes, inside or on the path to which nothing counts as outside.
 
-Each forward takes 10 to 25 ms on one thread here. Changes, with what each should blame (a module pattern,
-block indices as ``*``, and the class):
+Each forward takes 10 to 25 ms on one thread here (CaiT's 60 to 80 ms). Changes, with what each should blame (a
+module pattern, block indices as ``*``, and the class):
 
 * ``gpt-attention-by-hand``: SDPA replaced by ``softmax(q @ k^T / sqrt(d))`` under a causal mask built in the
   forward: ``transformer.h.*.attn``, ``CausalSelfAttention``.
@@ -69,12 +75,26 @@ block indices as ``*``, and the class):
 * ``resnet-bn-by-hand``: ``BasicBlock``'s ``bn2`` by hand from its running statistics: ``layer*.*``, ``BasicBlock``.
 * ``resnet-residual-double``: ``BasicBlock``'s residual sum in float64: ``layer*.*``, ``BasicBlock``.
 * ``resnet-identity-copy``: ``identity = x.clone()``, an extra copy per block: ``layer*.*``, ``BasicBlock``.
+* ``cait-softmax-double``: the attention's softmax in float64 (``attend(dots.double()).float()``):
+  ``patch_transformer.layers.*.*.fn``, ``Attention``.
+* ``cait-talking-heads-broadcast``: both talking-heads mixes (``einsum('b h i j, h g -> b g i j')``) as a
+  broadcast product and a ``sum`` over the heads, a temporary 8 times the attention's:
+  ``patch_transformer.layers.*.*.fn``, ``Attention``.
+* ``cait-layer-scale-double``: ``LayerScale``'s product in float64: ``patch_transformer.layers.*.*``, ``LayerScale``.
+* ``cait-qkv-contiguous``: ``.contiguous()`` after each of the three head ``rearrange``s:
+  ``patch_transformer.layers.*.*.fn``, ``Attention``.
+* ``cait-heads-loop``: ``q k^T`` and ``attn v`` one head at a time in a Python loop, the heads stacked:
+  ``patch_transformer.layers.*.*.fn``, ``Attention``.
+* ``cait-gelu-tanh``: ``FeedForward`` calls its layers itself, the GELU by the tanh formula:
+  ``patch_transformer.layers.*.*.fn``, ``FeedForward``.
+* ``cait-mlp-wider``: the feed-forward 1.25 times as wide (640 instead of 512): ``patch_transformer.layers.*.*.fn``,
+  ``FeedForward``.
 
 Neutral edits, which should never fail (their failures are the false alarms): per family a comment
 (``*-comment``), a renamed local variable (``*-rename-local``) and a reordering (``*-reorder``): GPT's ``q`` and
 ``k`` reshapes swapped, BERT's ``query_layer`` and ``key_layer`` lines swapped, ConvNeXt's residual sum with its
-operands swapped, ResNet's ``downsample`` of the identity moved before ``conv1``. Each runs ``--neutral-repeats``
-times per mode (3: 36 neutral checks per mode).
+operands swapped, ResNet's ``downsample`` of the identity moved before ``conv1``, CaiT's two residual sums with
+their operands swapped. Each runs ``--neutral-repeats`` times per mode (3: 45 neutral checks per mode).
 
 ``--compiled``: each test hands the fixture ``torch.compile(model)``, so the checks time Inductor's kernels (each
 line says ``compiled``; keep such runs in a file of their own).
@@ -94,8 +114,11 @@ Modes (``--modes``), through the real command line, one ``pytest`` process per c
 Within a mode the checks run in an order shuffled by ``--seed``. Each appends one JSON line to ``--out``: family,
 model, change, kind (change or neutral), the expected module and class, mode, exit code, the report's status,
 wall seconds, ``flagged`` (what failed the test: kind, name, module, ratio), ``blame`` (the report profile's
-``blame``, null where the report has none) and the pairs; a check already in the file (same mode, model,
-change, repeat and pytest arguments) is skipped, so a stopped run goes on where it ended.
+``blame``, null where the report has none), the pairs, and ``total_ratio`` (the report's total, new over old:
+against a revision the geometric mean of its ratios per pair, each in ``total_ratios``; against a baseline over
+the baseline; null where it was not compared; lines written before these two fields lack them); a check already
+in the file (same mode, model, change, repeat and pytest arguments) is skipped, so a stopped run goes on where it
+ended.
 
 ``--summary`` prints per mode and family: changes run, caught (the test failed, 95 % Wilson interval), named
 right, named wrong; the changes that slowed the module they should blame (the ratio of its aggregate that the
@@ -112,11 +135,12 @@ caught changes (module paths compared with block indices, the components made of
   inside (a change to ``LayerNorm``'s code slows the final norm too, outside the blocks). A caught change can be
   neither (no blame, or an ancestor named).
 * also outside: a flagged node (by its module), module or pattern that lies neither inside the expected module
-  nor on its path from the root, or a flagged class other than the expected one: an unchanged module the
-  failure names "also slower, its code unchanged". Operator types (``aten.add.Tensor``) and the total never
-  count. Whether it slowed for real, not by noise between processes, ``--verify --module-rounds N`` tells
-  in-process: the base and the change profiled in turn (``pytest_fxprof.profile``, the graph the gate measures),
-  N rounds, and the unchanged modules outside that ran x1.05 or more slower listed as knock-ons.
+  nor on its path from the root (nor inside an instance of the edited class or on its path), or a flagged class
+  other than the expected one: an unchanged module the failure names "also slower, its code unchanged". Operator
+  types (``aten.add.Tensor``) and the total never count. Whether it slowed for real, not by noise between
+  processes, ``--verify --module-rounds N`` tells in-process: the base and the change profiled in turn
+  (``pytest_fxprof.profile``, the graph the gate measures), N rounds, and the unchanged modules outside that ran
+  x1.05 or more slower listed as knock-ons.
 
 ``--summary-json PATH`` writes the same as JSON, to commit beside the JSON lines. Each check against a revision
 also keeps every item it judged with its ratio per pair (``items``); ``--tradeoff 0.01,0.02,0.05`` judges those
@@ -196,6 +220,7 @@ FAMILIES = {
     "torchvision": Family(
         "torchvision", "resnet18", "zoo/tv_resnet.py", "torchvision.models.resnet", drop_lines=("@register_model()",)
     ),
+    "vit-pytorch": Family("vit-pytorch", "cait", "zoo/vit_cait.py", "vit_pytorch.cait", "vit_pytorch"),
 }
 
 BUILD = '''\
@@ -230,6 +255,18 @@ def make(name, source):
     if name == "resnet18":
         model = source.ResNet(source.BasicBlock, [2, 2, 2, 2])
         return model.eval(), torch.randn(1, 3, 160, 160)
+    if name == "cait":  # vit_pytorch's CaiT, small: 64 patches of 16 x 16, 4 layers then 1 class-attention layer
+        model = source.CaiT(
+            image_size=128,
+            patch_size=16,
+            num_classes=1000,
+            dim=256,
+            depth=4,
+            cls_depth=1,
+            heads=8,
+            mlp_dim=512,
+        )
+        return model.eval(), torch.randn(8, 3, 128, 128)
     raise ValueError(f"unknown model {{name!r}}")
 
 
@@ -328,6 +365,16 @@ BERT_QK = """\
 BERT_ATTN = "class BertSelfAttention("
 BLOCK = "class ConvNeXtBlock("
 BASIC = "class BasicBlock("
+CAIT_ATTN = "class Attention("
+CAIT_FF = "class FeedForward("
+CAIT_DOTS = "        dots = einsum('b h i d, b h j d -> b h i j', q, k) * self.scale\n"
+CAIT_OUT = "        out = einsum('b h i j, b h j d -> b h i d', attn, v)\n"
+CAIT_QKV = "        q, k, v = map(lambda t: rearrange(t, 'b n (h d) -> b h n d', h = h), qkv)\n"
+CAIT_SOFTMAX = "        attn = self.attend(dots)\n"
+# the patch transformer's LayerScale around each attention and each feed-forward; the ``fn`` in it, the attention
+# and the feed-forward alike (their indices fold: the class tells them apart)
+CAIT_BLOCK = "patch_transformer.layers.*.*"
+CAIT_FN = "patch_transformer.layers.*.*.fn"
 
 
 def change(name: str, family: str, module: str, cls: str, *edits: Edit) -> Change:
@@ -610,6 +657,99 @@ CHANGES = (
         "BasicBlock",
         Edit("        identity = x\n", "        identity = x.clone()\n", BASIC),
     ),
+    change(
+        "cait-softmax-double",
+        "vit-pytorch",
+        CAIT_FN,
+        "Attention",
+        Edit(CAIT_SOFTMAX, "        attn = self.attend(dots.double()).float()\n", CAIT_ATTN),
+    ),
+    change(
+        "cait-talking-heads-broadcast",
+        "vit-pytorch",
+        CAIT_FN,
+        "Attention",
+        Edit(
+            "        dots = einsum('b h i j, h g -> b g i j', dots, self.mix_heads_pre_attn)    # talking heads, "
+            "pre-softmax\n",
+            "        dots = (dots.unsqueeze(2) * self.mix_heads_pre_attn[:, :, None, None]).sum(dim = 1)    # talking "
+            "heads, pre-softmax\n",
+            CAIT_ATTN,
+        ),
+        Edit(
+            "        attn = einsum('b h i j, h g -> b g i j', attn, self.mix_heads_post_attn)   # talking heads, "
+            "post-softmax\n",
+            "        attn = (attn.unsqueeze(2) * self.mix_heads_post_attn[:, :, None, None]).sum(dim = 1)   # talking "
+            "heads, post-softmax\n",
+            CAIT_ATTN,
+        ),
+    ),
+    change(
+        "cait-layer-scale-double",
+        "vit-pytorch",
+        CAIT_BLOCK,
+        "LayerScale",
+        Edit(
+            "        return self.fn(x, **kwargs) * self.scale\n",
+            "        return (self.fn(x, **kwargs).double() * self.scale.double()).float()\n",
+            "class LayerScale(",
+        ),
+    ),
+    change(
+        "cait-qkv-contiguous",
+        "vit-pytorch",
+        CAIT_FN,
+        "Attention",
+        Edit(CAIT_QKV, CAIT_QKV.replace("h = h), qkv)", "h = h).contiguous(), qkv)"), CAIT_ATTN),
+    ),
+    change(
+        "cait-heads-loop",
+        "vit-pytorch",
+        CAIT_FN,
+        "Attention",
+        Edit(
+            CAIT_DOTS,
+            "        heads = []\n"
+            "        for i in range(h):  # one head at a time\n"
+            "            heads.append(q[:, i] @ k[:, i].transpose(-1, -2))\n"
+            "        dots = torch.stack(heads, dim = 1) * self.scale\n",
+            CAIT_ATTN,
+        ),
+        Edit(
+            CAIT_OUT,
+            "        heads = []\n"
+            "        for i in range(h):\n"
+            "            heads.append(attn[:, i] @ v[:, i])\n"
+            "        out = torch.stack(heads, dim = 1)\n",
+            CAIT_ATTN,
+        ),
+    ),
+    change(
+        "cait-gelu-tanh",
+        "vit-pytorch",
+        CAIT_FN,
+        "FeedForward",
+        Edit(
+            "        return self.net(x)\n",
+            "        norm, fc1, _, drop1, fc2, drop2 = self.net\n"
+            "        x = fc1(norm(x))\n"
+            f"        x = {GELU_TANH.format(x='x')}\n"
+            "        return drop2(fc2(drop1(x)))\n",
+            CAIT_FF,
+        ),
+    ),
+    change(
+        "cait-mlp-wider",
+        "vit-pytorch",
+        CAIT_FN,
+        "FeedForward",
+        Edit(
+            "            nn.Linear(dim, hidden_dim),\n", "            nn.Linear(dim, hidden_dim * 5 // 4),\n", CAIT_FF
+        ),
+        Edit(
+            "            nn.Linear(hidden_dim, dim),\n", "            nn.Linear(hidden_dim * 5 // 4, dim),\n", CAIT_FF
+        ),
+    ),
     # Neutral edits: nothing that matters changed.
     neutral(
         "gpt-comment",
@@ -701,6 +841,30 @@ CHANGES = (
             "        out += identity\n",
             "        out += identity\n",
             BASIC,
+        ),
+    ),
+    neutral(
+        "cait-comment",
+        "vit-pytorch",
+        Edit(CAIT_SOFTMAX, "        # softmax over the keys\n" + CAIT_SOFTMAX, CAIT_ATTN),
+    ),
+    neutral(
+        "cait-rename-local",
+        "vit-pytorch",
+        Edit(
+            CAIT_OUT + "        out = rearrange(out, 'b h n d -> b n (h d)')\n        return self.to_out(out)\n",
+            CAIT_OUT.replace("        out = ", "        mixed = ")
+            + "        mixed = rearrange(mixed, 'b h n d -> b n (h d)')\n        return self.to_out(mixed)\n",
+            CAIT_ATTN,
+        ),
+    ),
+    neutral(
+        "cait-reorder",
+        "vit-pytorch",
+        Edit(
+            "            x = attn(x, context = context) + x\n            x = ff(x) + x\n",
+            "            x = x + attn(x, context = context)\n            x = x + ff(x)\n",
+            "class Transformer(",
         ),
     ),
 )
@@ -871,6 +1035,10 @@ def check(repo: Repo, mode: str, c: Change, repeat: int, *, reports: Path, extra
         "expected": expected_item(profile, c),
         "warned": [f"{w.get('kind')} {w.get('name')}" for w in profile.get("warned", [])],
         "pairs": profile.get("pairs"),
+        # the report's total ratio, new over old, what its verdict compares (against a revision the geometric mean of
+        # its ratios per pair, each kept in total_ratios; against a baseline over the baseline); null where not compared
+        "total_ratio": (profile.get("total") or {}).get("ratio"),
+        "total_ratios": (profile.get("total") or {}).get("ratios"),
         # against a revision, where a second set of pairs measured it again: each set's verdict and pairs
         "sets": profile.get("sets"),
         # against a baseline, where the model's code changed since the recording: what the pairs against the
@@ -1171,9 +1339,11 @@ def named_right(line: dict[str, Any]) -> bool:
 
 def outside(module: str, line: dict[str, Any]) -> bool:
     """Whether ``module`` lies outside the change's expected module and off its path from the root, and outside
-    every instance of the class the change edited (``class_instances``, where the check recorded them)."""
+    every instance of the class the change edited (``class_instances``, where the check recorded them) and off its
+    path from the root (a module or pattern compared with each instance's indices folded: CaiT's class-attention
+    layer holds an instance of the ``Attention`` its changes edit, outside the expected patch layers)."""
     instances = line.get("class_instances") or []
-    if any(module == p or module.startswith(p + ".") for p in instances):
+    if any(module == p or module.startswith(p + ".") or relation(module, fold(p)) != "outside" for p in instances):
         return False
     return relation(module, line["module"]) == "outside"
 

@@ -28,6 +28,7 @@ def profile(
     engine: str = _DEFAULTS.engine,
     flops: bool = True,
     name: str = "profile",
+    allocator: str = _DEFAULTS.allocator,
     **kwargs: Any,
 ) -> ProfileResult:
     """Capture ``module`` with torch.fx and time ``module(*args, **kwargs)`` node by node.
@@ -36,7 +37,9 @@ def profile(
     buffers, its mode and the inputs are left as they were. ``leaf_modules`` names submodules (by path
     or class) to time whole; ``tracer`` replaces the default ``torch.fx.Tracer``; ``capture`` is
     ``auto``, ``symbolic``, ``export`` or ``dynamo``; ``engine`` is ``compiled`` or ``interpreter``;
-    ``flops`` counts each node's floating-point operations (in one more, untimed pass).
+    ``flops`` counts each node's floating-point operations (in one more, untimed pass); ``allocator`` is ``as-is``
+    (the allocator this process has, as the program it stands for runs) or ``tuned`` (glibc told never to map, trim
+    or return memory, for the rest of the process: quieter, blind to what memory costs).
 
     >>> result = profile(model, torch.randn(1, 3, 224, 224))  # doctest: +SKIP
     >>> print(result.table(limit=10))  # doctest: +SKIP
@@ -44,7 +47,7 @@ def profile(
     from pytest_fxprof.measure.profiler import profile_module
 
     options: dict[str, object] = {"warmup": warmup, "passes": passes, "threads": threads, "processes": 1}
-    options |= {"capture": capture, "engine": engine}
+    options |= {"capture": capture, "engine": engine, "allocator": allocator}
     settings = apply(_DEFAULTS, options, "profile()")
     profiled = profile_module(
         module,
@@ -57,6 +60,7 @@ def profile(
         capture=settings.capture,
         engine=settings.engine,
         flops=flops,
+        allocator=settings.allocator,
     )
     return ProfileResult.of(profiled)
 

@@ -29,7 +29,7 @@ from pytest_fxprof.session.reactions import (
     OnUnused,
     Reactions,
 )
-from pytest_fxprof.settings import KINDS, SETTING_HELP, SETTING_NAMES, TEXT_CHOICES, Settings, apply
+from pytest_fxprof.settings import KINDS, RUN_WIDE, SETTING_HELP, SETTING_NAMES, TEXT_CHOICES, Settings, apply
 from pytest_fxprof.views.outputs import VIEWS
 
 if TYPE_CHECKING:
@@ -202,7 +202,7 @@ def setting_options() -> tuple[Option, ...]:
             SETTING_HELP[name],
             metavar=None if name in TEXT_CHOICES else "N" if KINDS[name] is int else "X",
             choices=TEXT_CHOICES.get(name, ()),
-            per_test=True,
+            per_test=name not in RUN_WIDE,
         )
         for name in SETTING_NAMES
     )
@@ -349,6 +349,13 @@ def marker_settings(item: pytest.Item, base: Settings) -> Settings:
     for mark in reversed(list(item.iter_markers(MARKER))):  # closest marker applied last
         if mark.args:
             raise SettingsError(f"{item.nodeid}: @pytest.mark.fxprof takes keywords only, got {mark.args!r}")
+        run_wide = sorted(set(mark.kwargs) & set(RUN_WIDE))
+        if run_wide:
+            raise SettingsError(
+                f"{item.nodeid}: @pytest.mark.fxprof({run_wide[0]}=...) is not a per-test setting: it holds for the "
+                f"whole process. Fix: set it for the run with --fxprof-{run_wide[0].replace('_', '-')} or the ini key "
+                f"fxprof_{run_wide[0]}"
+            )
         settings = apply(settings, mark.kwargs, f"{item.nodeid}: @pytest.mark.fxprof")
     return settings
 

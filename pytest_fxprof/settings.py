@@ -49,6 +49,15 @@ CAPTURES = MODES
 """How a module becomes graphs (``capture.methods``): ``auto`` tries symbolic tracing (then with the submodule
 that broke it kept whole), then each graph method in turn; a compiled module, or ``inductor``, is timed by its
 kernels (``capture.inductor``)."""
+ALLOCATORS = ("as-is", "tuned")
+"""How the measuring processes allocate memory: ``as-is``, with the allocator and settings the user's process has
+(glibc's defaults, or jemalloc or tcmalloc where preloaded, ``MALLOC_*`` variables), so that what a change costs in
+memory (page faults, memory handed back to the system and taken again) is measured as users pay it; ``tuned``, glibc
+told never to map, trim or return memory (``measure.machine.tune_allocator``), which makes measurements quieter by
+leaving exactly those costs out (BENCHMARKS.md, "The allocator: the program users run")."""
+RUN_WIDE = ("allocator",)
+"""Settings that hold for a whole process, not one test: the command line and ini file set them, the marker does
+not (tuning the allocator cannot be undone for the tests after it)."""
 SCHEDULES = ("auto", "duet", "alternate")
 """How a test's pairs run against a revision: ``duet``, the old and new process of a pair at the same time, pass
 for pass in lock-step and trading their cores, so that both meet the same neighbours; ``alternate``, one after
@@ -150,6 +159,14 @@ class Settings:
         "their cores), alternate (one after the other, in a balanced order) or auto (a duet on the CPU, alternate "
         "on an accelerator) (default auto)",
         choices=SCHEDULES,
+    )
+    allocator: str = _setting(
+        ALLOCATORS[0],
+        "How the measuring processes allocate memory: as-is (the allocator and MALLOC_* settings of this process, "
+        "as the user's program runs: what a change costs in page faults and memory returned to the system counts) "
+        "or tuned (glibc never maps, trims or returns memory: quieter, but blind to those costs; every report names "
+        "it) (default as-is)",
+        choices=ALLOCATORS,
     )
     history: int = _setting(
         DEFAULT_KEEP,

@@ -4,6 +4,7 @@ runners stand in for the graphs, what the capture leaves untouched, and how it f
 from __future__ import annotations
 
 import collections
+import importlib
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from torch.fx._symbolic_trace import PH
 
 from pytest_fxprof.capture import dynamo as dynamo_capture
 from pytest_fxprof.capture import methods
-from pytest_fxprof.capture.choose import MAX_LEAF_RETRIES, capture_module
+from pytest_fxprof.capture.choose import MAX_LEAF_RETRIES, capture_module, resolved_submodules
 from pytest_fxprof.capture.errors import CaptureError, ProfileError
 from pytest_fxprof.capture.graphs import Captured, plain_runners
 from pytest_fxprof.capture.nodes import describe_nodes, normalise_module_path
@@ -39,11 +40,24 @@ class Block(nn.Module):
         return y + x
 
 
+class EagerBlock(Block):
+    """A branching ``Block`` that computes in bfloat16 where it is compiled (as code with an eager kernel might):
+    export fails on the branch, and dynamo's graphs differ from the module. Only symbolic tracing, keeping it whole,
+    captures it."""
+
+    def __init__(self) -> None:
+        super().__init__(branch=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = super().forward(x)
+        return y.bfloat16().float() if torch.compiler.is_compiling() else y
+
+
 class Net(nn.Module):
-    def __init__(self, branch: bool = False, blocks: int = 2) -> None:
+    def __init__(self, branch: bool = False, blocks: int = 2, eager: bool = False) -> None:
         super().__init__()
         self.stem = nn.Conv2d(3, 4, 3, padding=1)
-        self.layer = nn.Sequential(*(Block(branch) for _ in range(blocks)))
+        self.layer = nn.Sequential(*(EagerBlock() if eager else Block(branch) for _ in range(blocks)))
         self.head = nn.Linear(4, 2)
 
     def forward(self, x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
@@ -418,15 +432,188 @@ def test_export_uses_the_export_codegen_but_runners_take_flat_inputs() -> None:
 # Auto ------------------------------------------------------------------------------------------------------
 
 
-def test_auto_keeps_a_submodule_that_breaks_tracing_whole() -> None:
-    model, x = net(branch=True), image()
+class Heads(nn.Module):
+    """Takes ``int()`` of its input's size, which symbolic tracing cannot (a Proxy is no number) and export can."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = int(x.shape[-1]) ** -0.5
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        attention = (q @ k.transpose(1, 2) * scale).softmax(dim=-1)
+        out: torch.Tensor = self.proj(attention @ v)
+        return out
+
+
+class Gate(nn.Module):
+    """Branches on a value and holds no submodule: kept whole, it hides nothing."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x if x.sum() > 0 else -x
+
+
+class Skipped(nn.Module):
+    """Branches on a value (export fails) in code dynamo runs eagerly: dynamo's graphs hold none of it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    @torch._dynamo.disable  # type: ignore[untyped-decorator]
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y: torch.Tensor = self.fc(x)
+        return y if y.sum() > 0 else -y
+
+
+class Around(nn.Module):
+    """A submodule between two linear layers."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.embed = nn.Linear(4, 8)
+        self.inner = inner
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.head(self.inner(self.embed(x)))
+        return out
+
+
+def around(inner: nn.Module) -> tuple[nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    return Around(inner).eval(), torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(1))
+
+
+def _graph_tries(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Each capture by export or dynamo, by name, as it is tried (it still captures)."""
+    tried: list[str] = []
+    for m in methods.GRAPH_METHODS:
+        module = importlib.import_module(m.module)
+        real = module.capture
+
+        def counted(*args: Any, _name: str = m.name, _real: Any = real, **kwargs: Any) -> Captured:
+            tried.append(_name)
+            return _real(*args, **kwargs)  # type: ignore[no-any-return]
+
+        monkeypatch.setattr(module, "capture", counted)
+    return tried
+
+
+def test_auto_keeps_a_submodule_that_breaks_tracing_whole_where_nothing_else_captures_it(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    model, x = net(eager=True), image()
+    tried = _graph_tries(monkeypatch)
     captured = capture(model, x)
     cap = captured.capture
     assert (cap.method, cap.leaf_modules, cap.graphs) == ("symbolic_trace", ("layer.0", "layer.1"), 1)
-    assert "symbolic_trace failed in 'layer.0' (Block): TraceError" in cap.detail
+    assert cap.opaque == ("layer.0", "layer.1")  # blame cannot go inside them
+    assert tried == ["export", "dynamo"]  # each block holds a conv and a norm that either might resolve
+    assert "symbolic_trace failed in 'layer.0' (EagerBlock): TraceError" in cap.detail
     assert "if self.branch and y.sum() > 0:" in cap.detail
+    assert "'layer.1' (EagerBlock): TraceError" in cap.detail
+    assert "kept it whole; export: torch.export could not capture Net: GuardOnDataDependentSymNode" in cap.detail
+    assert "; dynamo: the captured graph's output differs from the module's by up to" in cap.detail
+    assert ("layer.0", "EagerBlock") in paths(captured)
+    assert_runs_like(model, captured, x)
+    assert capfd.readouterr() == ("", "")
+
+
+def test_auto_takes_export_where_it_resolves_what_symbolic_tracing_kept_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, x = around(Heads())
+    tried = _graph_tries(monkeypatch)
+    captured = capture(model, x)
+    cap = captured.capture
+    assert (cap.method, cap.leaf_modules, cap.opaque) == ("export", (), ())
+    assert tried == ["export"]  # export resolved every submodule: dynamo could resolve no more
+    assert cap.detail.startswith("symbolic_trace failed in 'inner' (Heads): TypeError: int() argument must be")
+    assert "scale = int(x.shape[-1]) ** -0.5" in cap.detail
+    assert cap.detail.endswith("; kept it whole; export resolved 2 more submodules; captured with export")
+    assert {"inner.qkv", "inner.proj"} <= {module for module, _ in paths(captured)}
+    assert_runs_like(model, captured, x)
+
+
+def test_auto_takes_dynamo_where_only_it_resolves_what_symbolic_tracing_kept_whole() -> None:
+    model, x = net(branch=True), image()
+    captured = capture(model, x)
+    cap = captured.capture
+    assert (cap.method, cap.leaf_modules, cap.opaque) == ("dynamo", (), ())
+    assert cap.graphs == len(captured.graphs) >= 2  # the branch breaks the graph
+    assert cap.detail.startswith("symbolic_trace failed in 'layer.0' (Block): TraceError")
+    assert "kept it whole; export: torch.export could not capture Net" in cap.detail
+    assert cap.detail.endswith("; dynamo resolved 4 more submodules; captured with dynamo")
+    assert {"layer.0.conv", "layer.1.bn"} <= {module for module, _ in paths(captured)}
+    assert_runs_like(model, captured, x)
+
+
+def test_submodules_that_dynamo_runs_eagerly_are_not_resolved_by_it() -> None:
+    """dynamo captures the rest of the model, but none of what it ran eagerly: symbolic tracing, with the submodule
+    one node, resolves more (its linear layer is timed inside that node, not left out)."""
+    model, x = around(Skipped())
+    captured = capture(model, x)
+    cap = captured.capture
+    assert (cap.method, cap.leaf_modules, cap.opaque) == ("symbolic_trace", ("inner",), ("inner",))
+    assert "kept it whole; export: torch.export could not capture Around" in cap.detail
+    assert cap.detail.endswith("; dynamo resolved no more submodules")
+    assert resolved_submodules(model, captured) == {"embed", "inner", "head"}
+    dynamo = capture(model, x, mode="dynamo")
+    assert resolved_submodules(model, dynamo) == {"embed", "head"}
+    assert_runs_like(model, captured, x)
+
+
+def test_resolved_submodules_are_those_not_inside_a_module_kept_whole() -> None:
+    model, x = around(Heads())
+    whole = capture(model, x, mode="symbolic", options={"leaf_modules": ["inner"]})
+    assert resolved_submodules(model, whole) == {"embed", "inner", "head"}
+    assert resolved_submodules(model, capture(model, x, mode="export")) == {
+        "embed",
+        "inner",
+        "inner.qkv",
+        "inner.proj",
+        "head",
+    }
+    # parameter-free submodules that leave no node in an ATen graph are resolved all the same
+    torch.manual_seed(0)
+    plain = nn.Sequential(nn.Linear(4, 4), nn.Identity(), nn.Sequential(nn.Dropout(0.5), nn.Linear(4, 2))).eval()
+    exported = capture(plain, torch.randn(2, 4), mode="export")
+    assert resolved_submodules(plain, exported) == {"0", "1", "2", "2.0", "2.1"}
+
+
+def test_auto_tries_nothing_more_where_symbolic_tracing_hides_no_submodule(monkeypatch: pytest.MonkeyPatch) -> None:
+    tried = _graph_tries(monkeypatch)
+    captured = capture(net(), image())
+    assert (captured.capture.method, captured.capture.detail, captured.capture.opaque) == ("symbolic_trace", "", ())
+    captured = capture(*around(Gate()))  # kept whole, but nothing is inside it
+    cap = captured.capture
+    assert (cap.method, cap.leaf_modules, cap.opaque) == ("symbolic_trace", ("inner",), ("inner",))
     assert cap.detail.endswith("kept it whole")
-    assert ("layer.0", "Block") in paths(captured)
+    assert tried == []
+
+
+class Flattening(nn.Module):
+    """Takes ``int()`` of a size of what its block returns: symbolic tracing fails in the block, then here."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = EagerBlock()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y: torch.Tensor = self.block(x)
+        return y.reshape(int(y.shape[0]), -1)
+
+
+def test_a_submodule_kept_whole_inside_another_kept_whole_is_not_opaque() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(collections.OrderedDict(body=Flattening(), head=nn.Linear(4 * 8 * 8, 2))).eval()
+    x = torch.randn(2, 4, 8, 8)
+    captured = capture(model, x)
+    cap = captured.capture
+    assert (cap.method, cap.leaf_modules) == ("symbolic_trace", ("body", "body.block"))
+    assert cap.opaque == ("body",)  # body.block is inside it: not a node of its own
+    assert [module for module, _ in paths(captured)] == ["body", "head"]
     assert_runs_like(model, captured, x)
 
 
@@ -438,18 +625,24 @@ def test_auto_gives_up_keeping_submodules_whole_after_the_cap() -> None:
     assert_runs_like(model, captured, x)
 
 
-def test_auto_starts_with_the_users_leaf_modules_and_tracer() -> None:
+def test_auto_starts_with_the_users_leaf_modules_and_tracer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given a leaf list or a tracer, auto traces with them only: no export or dynamo resolves more in their place
+    (without them, auto captures this model with dynamo)."""
     model, x = net(branch=True), image()
+    tried = _graph_tries(monkeypatch)
     captured = capture(model, x, options={"leaf_modules": ["layer.0"]})
-    assert captured.capture.leaf_modules == ("layer.0", "layer.1")
+    assert (captured.capture.method, captured.capture.leaf_modules) == ("symbolic_trace", ("layer.0", "layer.1"))
+    assert captured.capture.opaque == ("layer.1",)  # the one auto kept whole on its own
     assert "'layer.0'" not in captured.capture.detail
+    assert captured.capture.detail.endswith("kept it whole")
 
     class KeepBlocks(torch.fx.Tracer):
         def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
             return isinstance(m, Block) or super().is_leaf_module(m, module_qualified_name)
 
     captured = capture(model, x, options={"tracer": KeepBlocks()})
-    assert captured.capture.method == "tracer:KeepBlocks"
+    assert (captured.capture.method, captured.capture.opaque) == ("tracer:KeepBlocks", ())
+    assert tried == []
     assert_runs_like(model, captured, x)
 
 
@@ -819,23 +1012,41 @@ def _counting(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
 
 
 def test_a_known_capture_is_made_again_without_the_tries_that_failed(monkeypatch: pytest.MonkeyPatch) -> None:
-    model, x = net(branch=True), image()
+    model, x = net(eager=True), image()
     first = capture(model, x)
-    tried = _counting(monkeypatch)
+    assert first.capture.opaque == ("layer.0", "layer.1")
+    tried, graph_tries = _counting(monkeypatch), _graph_tries(monkeypatch)
     again = capture(model, x, options={"known": first.capture})
     assert tried == [("layer.0", "layer.1")]  # one trace, with both blocks whole at once
+    assert graph_tries == []  # nor export and dynamo, which resolved no more of it
     assert again.capture == first.capture
     assert again.capture.detail == first.capture.detail  # why auto chose it, as the first process found
+    assert again.capture.opaque == first.capture.opaque
     assert paths(again) == paths(first)
     assert_runs_like(model, again, x)
     tried.clear()
     capture(model, x)
     assert len(tried) == 3  # auto alone: fails in layer.0, then in layer.1, then traces
+    assert graph_tries == ["export", "dynamo"]
+
+
+def test_a_known_capture_by_export_that_resolved_more_is_made_again_straight_away(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    model, x = around(Heads())
+    first = capture(model, x)
+    assert first.capture.method == "export"
+    tried, graph_tries = _counting(monkeypatch), _graph_tries(monkeypatch)
+    again = capture(model, x, options={"known": first.capture})
+    assert (tried, graph_tries) == ([], ["export"])
+    assert (again.capture, again.capture.detail, again.capture.opaque) == (first.capture, first.capture.detail, ())
+    assert_runs_like(model, again, x)
 
 
 def test_a_known_capture_keeps_the_users_leaf_modules(monkeypatch: pytest.MonkeyPatch) -> None:
     model, x = net(branch=True), image()
     first = capture(model, x, options={"leaf_modules": [Block]})
+    assert first.capture.opaque == ()  # the user kept them whole
     tried = _counting(monkeypatch)
     again = capture(model, x, options={"leaf_modules": [Block], "known": first.capture})
     assert again.capture == first.capture
@@ -849,10 +1060,11 @@ def test_a_known_capture_tells_the_users_leaf_classes_from_the_submodules_auto_k
     first = capture(model, x, options={"leaf_modules": [nn.BatchNorm2d]})
     batchnorm = f"{nn.BatchNorm2d.__module__}.{nn.BatchNorm2d.__qualname__}"
     assert first.capture.leaf_modules == tuple(sorted([batchnorm, "layer.0", "layer.1"]))
+    assert first.capture.opaque == ("layer.0", "layer.1")  # auto kept them whole, beside the user's list
     tried = _counting(monkeypatch)
     again = capture(model, x, options={"leaf_modules": [nn.BatchNorm2d], "known": first.capture})
     assert tried == [(batchnorm, "layer.0", "layer.1")]
-    assert again.capture == first.capture
+    assert (again.capture, again.capture.opaque) == (first.capture, first.capture.opaque)
 
 
 @pytest.mark.parametrize(("make", "rows", "method"), [(ShapeBranch, 3, "export"), (RootBranch, 2, "dynamo")])
@@ -889,11 +1101,11 @@ def test_a_known_export_or_dynamo_capture_tries_nothing_before_it(
     ],
 )
 def test_a_known_capture_that_no_longer_fits_is_tried_and_auto_decides_as_ever(known: Capture) -> None:
-    model, x = net(branch=True), image()
+    model, x = net(eager=True), image()
     got = capture(model, x, options={"known": known})
     assert got.capture == capture(model, x).capture
-    assert got.capture.leaf_modules == ("layer.0", "layer.1")
-    assert got.capture.detail.endswith("kept it whole")
+    assert got.capture.leaf_modules == got.capture.opaque == ("layer.0", "layer.1")
+    assert "kept it whole; export: " in got.capture.detail
     assert_runs_like(model, got, x)
 
 

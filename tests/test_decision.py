@@ -559,9 +559,10 @@ def test_unchanged_data_passes_with_ratio_one_everywhere() -> None:
     assert all(a.verdict is Verdict.OK and a.ratio == pytest.approx(1.0) for a in c.aggregates)
     assert c.total is not None
     assert c.total.ratio == pytest.approx(1.0)
-    # the total is the instrumented pass (make_run: 1.5 x the plain forward)
-    assert c.total.baseline_ns == 1_500_000
-    assert c.total.current_ns == 1_500_000
+    # the total is the plain call (make_run: the instrumented pass is 1.5 x it, the profiler's overhead)
+    assert c.total.baseline_ns == 1_000_000
+    assert c.total.current_ns == 1_000_000
+    assert c.total.overhead == (pytest.approx(1.5), pytest.approx(1.5))
 
 
 def test_single_slow_node_is_named_with_its_reason() -> None:
@@ -739,7 +740,7 @@ def test_total_is_judged_per_reference_workload() -> None:
 def test_total_baseline_is_the_median_of_processes() -> None:
     c = compare(BASELINE_5, current_entry(), POLICY)
     assert c.total is not None
-    assert c.total.baseline_ns == 1_500_000  # the instrumented passes: 1.5 ms x (1.0, 1.02, 0.98, 1.01, 0.99)
+    assert c.total.baseline_ns == 1_000_000  # the plain calls: 1 ms x (1.0, 1.02, 0.98, 1.01, 0.99)
     assert c.baseline_processes == 5
 
 
@@ -1483,31 +1484,31 @@ class TotalCase:
 
 TOTAL_CASES = [
     TotalCase(
-        "plain-forward-slower-is-not-judged",
-        totals_run(1_000_000, 1_500_000),
-        totals_run(2_000_000, 1_500_000),
+        "instrumented-pass-slower-is-not-judged",
+        totals_run(1_500_000, 1_000_000),
+        totals_run(1_500_000, 2_000_000),
         1.0,
         Verdict.OK,
     ),
     TotalCase(
-        "instrumented-pass-slower",
-        totals_run(1_000_000, 1_500_000),
-        totals_run(1_000_000, 1_950_000),
+        "plain-call-slower",
+        totals_run(1_500_000, 1_000_000),
+        totals_run(1_950_000, 1_000_000),
         1.3,
         Verdict.SLOWER,
     ),
     TotalCase(
-        "instrumented-and-reference-slower",
-        totals_run(1_000_000, 1_500_000),
-        totals_run(1_000_000, 1_950_000, 650_000),
+        "plain-call-and-reference-slower",
+        totals_run(1_500_000, 1_000_000),
+        totals_run(1_950_000, 1_000_000, 650_000),
         1.0,
         Verdict.OK,
         machine=1.3,
     ),
     TotalCase(
         "reference-slower",
-        totals_run(1_000_000, 1_500_000),
-        totals_run(1_000_000, 1_500_000, 650_000),
+        totals_run(1_500_000, 1_000_000),
+        totals_run(1_500_000, 1_000_000, 650_000),
         1 / 1.3,
         Verdict.FASTER,
         machine=1.3,
@@ -1516,32 +1517,32 @@ TOTAL_CASES = [
         # a reference workload that sped up more than the model is not credited: the unchanged model would read
         # x1.22 per reference (make demo's ViT, a passing check that failed); the faster test still credits it
         "reference-faster-is-not-credited",
-        totals_run(1_000_000, 1_500_000),
-        totals_run(1_000_000, 1_450_000, 395_000),
+        totals_run(1_500_000, 1_000_000),
+        totals_run(1_450_000, 1_000_000, 395_000),
         1.45 / 1.5,
         Verdict.OK,
         machine=0.79,
     ),
     TotalCase(
         "slower-on-a-faster-machine-is-judged-raw",
-        totals_run(1_000_000, 1_500_000),
-        totals_run(1_000_000, 1_800_000, 395_000),
+        totals_run(1_500_000, 1_000_000),
+        totals_run(1_800_000, 1_000_000, 395_000),
         1.2,
         Verdict.SLOWER,
         machine=0.79,
     ),
     TotalCase(
         "faster-per-reference-on-a-faster-machine",
-        totals_run(1_000_000, 1_500_000),
-        totals_run(1_000_000, 750_000, 400_000),
+        totals_run(1_500_000, 1_000_000),
+        totals_run(750_000, 1_000_000, 400_000),
         (0.75 / 0.4) / (1.5 / 0.5),
         Verdict.FASTER,
         machine=0.8,
     ),
     TotalCase(
-        "not-instrumented-falls-back-to-the-plain-forward",
-        totals_run(1_000_000, 0),
-        totals_run(1_300_000, 0),
+        "no-plain-call-falls-back-to-the-instrumented-pass",
+        totals_run(0, 1_000_000),
+        totals_run(0, 1_300_000),
         1.3,
         Verdict.SLOWER,
         baseline_ns=1_000_000,
@@ -1550,13 +1551,13 @@ TOTAL_CASES = [
 
 
 @pytest.mark.parametrize("case", TOTAL_CASES, ids=[c.id for c in TOTAL_CASES])
-def test_total_is_the_instrumented_pass_per_reference(case: TotalCase) -> None:
+def test_total_is_the_plain_call_per_reference(case: TotalCase) -> None:
     c = compare(make_entry([case.baseline]), make_entry([case.current]), POLICY)
     assert c.total is not None
     assert c.total.ratio == pytest.approx(case.ratio)
     assert c.total.verdict is case.verdict
     assert c.total.baseline_ns == case.baseline_ns
-    assert c.total.current_ns == (case.current.instrumented_ns or case.current.total_ns)
+    assert c.total.current_ns == (case.current.total_ns or case.current.instrumented_ns)
     assert c.total.machine_factor == pytest.approx(case.machine)
     assert all(v.verdict is Verdict.OK for v in c.nodes)
     assert c.status is (Status.REGRESSION if case.verdict is Verdict.SLOWER else Status.PASS)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from pytest_fxprof import options
-from pytest_fxprof.settings import SETTING_NAMES
+from pytest_fxprof.settings import RUN_WIDE, SETTING_NAMES
 from pytest_fxprof.views import outputs
 from pytest_fxprof.views.report import ProfileRecord
 from tests.test_plugin import run, write_tests
@@ -37,7 +37,26 @@ def test_every_option_has_its_flag_its_ini_key_and_the_marker_takes_the_per_test
         assert has_ini(config, option.ini_key) is option.ini, option.name
         if option.cli and not option.alias_of:
             assert config.getoption(option.dest) is None, option.name
-    assert {o.name for o in options.all_options() if o.per_test} == set(SETTING_NAMES)
+    # every setting but those that hold for the whole process (the allocator), which the marker refuses
+    assert {o.name for o in options.all_options() if o.per_test} == set(SETTING_NAMES) - set(RUN_WIDE)
+    assert RUN_WIDE == ("allocator",)
+
+
+def test_the_marker_refuses_a_setting_that_holds_for_the_whole_process(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_m="""
+        import pytest
+
+        @pytest.mark.fxprof(allocator="tuned")
+        def test_a(fxprof):
+            pass
+        """
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(
+        ["*@pytest.mark.fxprof(allocator=...) is not a per-test setting*--fxprof-allocator or the ini key*"]
+    )
 
 
 def test_the_reference_lists_every_option_a_user_sets_with_its_help() -> None:

@@ -401,11 +401,11 @@ CALLS = []
 
 
 class Burst(nn.Module):
-    \"\"\"Takes 2 ms on the fake clock per call, 30 ms more in its first 7 calls when {SLOW_ENV} is set.\"\"\"
+    \"\"\"Takes 2 ms on the fake clock per call, 30 ms more in its first 11 calls when {SLOW_ENV} is set.\"\"\"
 
     def forward(self, x):
         CALLS.append(1)
-        spin = os.environ.get("{SLOW_ENV}") and len(CALLS) <= 7
+        spin = os.environ.get("{SLOW_ENV}") and len(CALLS) <= 11
         CLOCK.advance(32_000_000 if spin else 2_000_000)
         return x
 
@@ -413,7 +413,7 @@ class Burst(nn.Module):
 def test_burst(fxprof):
     net = nn.Sequential(nn.Linear(8, 8), Burst(), nn.Linear(8, 4))
     result = fxprof(net, torch.randn(4, 8), leaf_modules=[Burst])
-    assert len(CALLS) == (14 if result.remeasured else 7)  # 7 calls a measurement: the burst is the first
+    assert len(CALLS) == (22 if result.remeasured else 11)  # 11 calls a measurement: the burst is the first
     assert result.remeasured == bool(os.environ.get("{SLOW_ENV}"))
 """
 
@@ -423,8 +423,8 @@ def test_a_slowdown_in_one_measurement_only_is_not_a_failure(
 ) -> None:
     """Contention hits one measurement; the confirmation measures again and does not see it: a warning."""
     pytester.makepyfile(test_perf=BURST)
-    # one pass to count FLOPs, then 1 warm-up + 3 measured passes, each an instrumented forward; the plain
-    # forward in the warm-up pass and the first measured one (one pass in PLAIN_EVERY): 7 calls per measurement
+    # one pass to count FLOPs, 1 warm-up + 3 measured instrumented passes, 1 + 3 plain calls, then one pass of the
+    # graphs and one plain call that read page faults: 11 calls per measurement
     args = (*FAST, *DECIDE, "--fxprof-report=r.json")
     assert runp(pytester, "--fxprof-update", *args).ret == pytest.ExitCode.OK
     monkeypatch.setenv(SLOW_ENV, "1")
@@ -1062,8 +1062,18 @@ def test_report_json(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
         assert profile["seconds"] > 0
         assert len(profile["runs"]) == profile["measurements"]
         for run in profile["runs"]:
-            assert set(run) == {"total_ns", "instrumented_ns", "reference_ns", "node_ns", "node_spread_ns"}
-            assert len(run["node_ns"]) == 4
+            assert set(run) == {
+                "total_ns",
+                "instrumented_ns",
+                "reference_ns",
+                "node_ns",
+                "node_spread_ns",
+                "faults",  # the memory the plain call and each node and submodule took, on the CPU
+                "node_faults",
+                "module_faults",
+            }
+            assert len(run["node_ns"]) == len(run["node_faults"]) == 4
+            assert run["faults"] >= 0 and set(run["module_faults"]) >= {"", "fc1", "fc2"}
         assert [n["name"] for n in profile["nodes"]] == ["fc1", "act", "slow", "fc2"]
         for node in profile["nodes"]:
             for field in (
@@ -1606,8 +1616,9 @@ def test_profiles_under_no_grad(pytester: pytest.Pytester) -> None:
             model = Probed()
             x = torch.randn(4, 8, requires_grad=True)
             fxprof(model, x, leaf_modules=[Probe])
-            # FLOPs counted, 1 warm-up + 3 passes instrumented; plain in the last warm-up and the first kept pass
-            assert len(model.probe.seen) == 7
+            # FLOPs counted, 1 warm-up + 3 passes instrumented, then 1 + 3 plain calls; one pass of the graphs and
+            # one plain call that read the page faults
+            assert len(model.probe.seen) == 11
             assert set(model.probe.seen) == {(False, False)}
             assert torch.is_grad_enabled()
             assert x.grad is None

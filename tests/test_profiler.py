@@ -15,7 +15,8 @@ from pytest_fxprof import ProfileResult, profile
 from pytest_fxprof.capture.errors import CaptureError, ProfileError
 from pytest_fxprof.capture.nodes import describe_nodes
 from pytest_fxprof.capture.symbolic import trace_symbolic
-from pytest_fxprof.measure.profiler import OFF_CPU_LIMIT, PLAIN_EVERY, chosen_passes, off_cpu_share
+from pytest_fxprof.measure.facts import FAULT_PASSES
+from pytest_fxprof.measure.profiler import OFF_CPU_LIMIT, chosen_passes, off_cpu_share
 
 
 class Block(nn.Module):
@@ -97,20 +98,17 @@ def test_profile_reports_every_node_with_module_paths() -> None:
 
 
 @pytest.mark.parametrize(
-    ("warmup", "passes", "plain", "calls"),
+    ("warmup", "passes"),
     [
-        pytest.param(0, 1, 1, 3, id="no-warmup-one-pass"),
-        pytest.param(1, 3, 1, 7, id="plain-in-the-last-warmup-and-the-first-kept-pass"),
-        pytest.param(2, 9, 3, 16, id="kept-passes-0-4-8"),
-        pytest.param(4, 12, 3, 21, id="defaults"),
+        pytest.param(0, 1, id="no-warmup-one-pass"),
+        pytest.param(1, 3, id="one-warmup-three-passes"),
+        pytest.param(4, 12, id="defaults"),
     ],
 )
-def test_plain_forward_is_timed_in_one_kept_pass_of_plain_every(
-    warmup: int, passes: int, plain: int, calls: int
-) -> None:
-    """Every pass is instrumented and has its reference workload; the plain forward (for the overhead) is
-    timed in every PLAIN_EVERY-th kept pass, and once in the last warm-up pass to warm it."""
-    assert PLAIN_EVERY == 4
+def test_plain_call_is_timed_in_every_kept_pass(warmup: int, passes: int) -> None:
+    """The plain call is timed as often as the instrumented pass is kept (the total's verdict rests on it), call after
+    call once the instrumented passes are done, one call thrown away first, with the page faults each took; then the
+    fault passes run the graphs and the plain call once more each."""
     seen: list[int] = []
 
     class Count(nn.Module):
@@ -130,15 +128,20 @@ def test_plain_forward_is_timed_in_one_kept_pass_of_plain_every(
     )
     assert len(result.instrumented_samples_ns) == passes
     assert len(result.reference_samples_ns) == passes
-    assert len(result.total_samples_ns) == plain
+    assert len(result.total_samples_ns) == passes
+    assert len(result.fault_samples) == passes
     assert all(len(n.samples_ns) == passes for n in result.nodes)
-    assert len(seen) == calls  # one to count FLOPs, warmup + passes instrumented, the rest plain
+    assert all(n.faults is not None and n.faults >= 0 for n in result.nodes)
+    # one to count FLOPs, warmup + passes instrumented, then one plain call thrown away and passes timed, then the
+    # fault passes of the graphs and those of the plain call (each submodule's faults)
+    assert len(seen) == 1 + warmup + passes + 1 + passes + 2 * FAULT_PASSES
     assert result.overhead is not None
 
 
 def test_a_profile_without_the_plain_forward_times_only_instrumented_passes() -> None:
-    """``plain=False`` (a later pair's side against a revision): no plain forward in any pass, so no plain total
-    and no overhead; the instrumented passes as ever."""
+    """``plain=False`` (what a bench may ask; every process of a check times the plain call): no plain call in any
+    pass, so no plain total and no overhead, and the total is the instrumented pass; the instrumented passes as
+    ever."""
     from pytest_fxprof.measure.profiler import profile_module
     from pytest_fxprof.records.measurement import Protocol
 
@@ -160,7 +163,9 @@ def test_a_profile_without_the_plain_forward_times_only_instrumented_passes() ->
         engine="interpreter",
         plain=False,
     )
-    assert len(seen) == 1 + 4 + 12  # one to count FLOPs, warm-up and kept passes instrumented, none plain
+    # one to count FLOPs, warm-up and kept passes instrumented, none plain, then the fault passes (the graphs', the
+    # plain call's: faults are read whether or not the call is timed)
+    assert len(seen) == 1 + 4 + 12 + 2 * FAULT_PASSES
     assert result.total_samples_ns == ()
     assert len(result.instrumented_samples_ns) == 12
     assert result.overhead is None
@@ -398,9 +403,10 @@ CALLS: list[int] = []
 
 @torch.fx.wrap
 def flaky_scale(x: torch.Tensor) -> torch.Tensor:
-    """A function node that fails on its sixth call, as memory running out would."""
+    """A function node that fails on its fourth call (the second kept pass: the counting pass and the warm-up pass
+    before it), as memory running out would."""
     CALLS.append(1)
-    if len(CALLS) == 6:
+    if len(CALLS) == 4:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
     return x * 2
 
@@ -412,7 +418,7 @@ class FlakyLeaf(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.calls += 1
-        if self.calls == 6:
+        if self.calls == 4:  # as flaky_scale
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return x * 2
 

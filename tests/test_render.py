@@ -327,11 +327,13 @@ def test_regression_message_names_the_slowed_aggregates_apart_from_the_lead() ->
 def test_regression_message_has_the_total_and_speed_factor() -> None:
     text = regression_message("t", regression())
     (total,) = [line for line in text.splitlines() if line.startswith("  total: ")]
-    # the instrumented pass (1.5 x the plain forward in these records), per reference workload
+    # the plain call (the instrumented pass is 1.5 x it in these records), per reference workload
     assert total == (
-        "  total: 1.50 ms -> 1.97 ms, x1.31 against the reference workload (machine x1.00), band +15% (tolerance): "
-        "slower"
+        "  total: 1.00 ms -> 1.31 ms (the plain call), x1.31 against the reference workload (machine x1.00), "
+        "band +15% (tolerance): slower"
     )
+    # the profiler's overhead on each side, under it
+    assert "    the profiler's overhead (instrumented pass over the plain call): x1.50 baseline, x1.50 this run" in text
     assert "speed factor of the whole run: x1.00" in text
     assert "graph changed" not in text
     assert "measurements" not in text
@@ -514,32 +516,32 @@ def test_aggregate_line_of_several_measurements() -> None:
     [
         pytest.param(
             entry(),
-            "total: 1.50 ms -> 1.50 ms, x1.00 against the reference workload (machine x1.00), band +15% (tolerance): "
-            "ok",
+            "total: 1.00 ms -> 1.00 ms (the plain call), x1.00 against the reference workload (machine x1.00), "
+            "band +15% (tolerance): ok",
             id="unchanged",
         ),
         pytest.param(
-            replace(BASELINE, runs=(replace(BASELINE.runs[0], instrumented_ns=1_800_000, reference_ns=600_000),)),
-            "total: 1.50 ms -> 1.80 ms, x1.00 against the reference workload (machine x1.20), band +15% (tolerance): "
-            "ok",
+            replace(BASELINE, runs=(replace(BASELINE.runs[0], total_ns=1_200_000, reference_ns=600_000),)),
+            "total: 1.00 ms -> 1.20 ms (the plain call), x1.00 against the reference workload (machine x1.20), "
+            "band +15% (tolerance): ok",
             id="slower-machine",
         ),
         pytest.param(
-            replace(BASELINE, runs=(replace(BASELINE.runs[0], instrumented_ns=1_450_000, reference_ns=400_000),)),
-            "total: 1.50 ms -> 1.45 ms, x0.97 against the reference workload (machine x0.80; faster, not credited), "
-            "band +15% (tolerance): ok",
+            replace(BASELINE, runs=(replace(BASELINE.runs[0], total_ns=970_000, reference_ns=400_000),)),
+            "total: 1.00 ms -> 970.0 us (the plain call), x0.97 against the reference workload (machine x0.80; faster, "
+            "not credited), band +15% (tolerance): ok",
             id="faster-machine",
         ),
         pytest.param(
             entry(dict.fromkeys(BASE_NS, 0.5)),
-            "total: 1.50 ms -> 750.0 us, x0.50 against the reference workload (machine x1.00), band +15% (tolerance): "
-            "faster",
+            "total: 1.00 ms -> 500.0 us (the plain call), x0.50 against the reference workload (machine x1.00), "
+            "band +15% (tolerance): faster",
             id="faster",
         ),
         pytest.param(
             measured(dict.fromkeys(BASE_NS, 1.3), {}),
-            "total: 1.50 ms -> 1.95 ms, x1.00 against the reference workload (machine x1.00), band +15% (tolerance): "
-            "ok (measurements x1.30, x1.00)",
+            "total: 1.00 ms -> 1.30 ms (the plain call), x1.00 against the reference workload (machine x1.00), "
+            "band +15% (tolerance): ok (measurements x1.30, x1.00)",
             id="not-confirmed",
         ),
     ],
@@ -611,8 +613,8 @@ def test_improvement_lines() -> None:
         "factor x1.00, band +10% (tolerance), -200.0 us",
         "  faster: module layer1 (2 nodes): 320.0 us -> 120.0 us = x0.38 after speed factor x1.00 from nodes outside "
         "it, band +10% (tolerance), -200.0 us",
-        "  total: 1.50 ms -> 1.20 ms, x0.80 against the reference workload (machine x1.00), band +15% (tolerance): "
-        "faster",
+        "  total: 1.00 ms -> 800.0 us (the plain call), x0.80 against the reference workload (machine x1.00), "
+        "band +15% (tolerance): faster",
     ]
 
 

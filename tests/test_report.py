@@ -108,6 +108,7 @@ def test_report_of_a_confirmed_regression() -> None:
         "speed_factor": 1.0,
         "divisor": 1.0,
         "gates": True,  # 430 us of about 1 ms: large enough to fail a test alone
+        "memory": None,  # these records measured no memory
         "ratio": round(530 / 430, 4),
         "ratios": [round(530 / 430, 4)] * 2,
         "band": 0.1,
@@ -120,9 +121,10 @@ def test_report_of_a_confirmed_regression() -> None:
     }
     assert stem["reason"].startswith("x1.23 beyond band +10% (tolerance), +100.0 us")
     total = report["total"]
-    # the compared figures are both instrumented passes; the plain forward is beside them
-    assert (total["baseline_ns"], total["current_ns"], total["instrumented_ns"]) == (1_500_000, 1_500_000, 1_500_000)
+    # the compared figures are both the plain call; the instrumented pass is beside them
+    assert (total["baseline_ns"], total["current_ns"], total["instrumented_ns"]) == (1_000_000, 1_000_000, 1_500_000)
     assert total["plain_ns"] == 1_000_000
+    assert (total["overhead_before"], total["overhead_after"]) == (1.5, 1.5)
     assert (total["ratios"], total["verdict"], total["confirmed"]) == ([1.0, 1.0], "ok", None)
     assert report["flagged"] == [
         {"kind": "node", "name": "relu", "module": "stem", "ratio": 3.0},
@@ -155,7 +157,7 @@ def test_report_of_a_confirmed_regression() -> None:
     ],
 )
 def test_flagged_items_are_what_failed_the_profile(factors: dict[str, float], flagged: list[str]) -> None:
-    profile = result(factors, instrumented_samples_ns=(round(1_500_000 * sum_ratio(factors)),))
+    profile = result(factors, total_samples_ns=(round(1_000_000 * sum_ratio(factors)),))
     c = compare(BASELINE, profile.entry(TOLERANCES), POLICY)
     report = profile_report("t", "k", c.status.value, profile, c)
     assert [f"{f['kind']} {f['name']}".replace("total total", "total") for f in report["flagged"]] == flagged
@@ -201,7 +203,7 @@ def test_write_report_sorts_profiles(tmp_path: Path) -> None:
 def test_warned_lists_unconfirmed_aggregates_and_total() -> None:
     # every node x1.3 in the first measurement only: the total and the stem subtree were flagged, then not
     everything = {info.name: 1.3 for info, _ in NODES}
-    first = result(everything, instrumented_samples_ns=(1_950_000,))
+    first = result(everything, total_samples_ns=(1_300_000,))
     runs = (result().run(),)
     profile = replace(first, confirmations=runs)
     c = compare(BASELINE, profile.entry(TOLERANCES, runs), POLICY)

@@ -227,6 +227,7 @@ def test_json_round_trip() -> None:
         "pairs": 3,
         "budget_s": 150.0,
         "schedule": "auto",
+        "allocator": "as-is",
         "history": 5,
     }
     assert from_json(raw) == s

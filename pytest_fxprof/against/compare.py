@@ -265,9 +265,10 @@ def merged(entries: Sequence[BaselineEntry]) -> BaselineEntry:
                     [n.key for n in first.nodes], [n.key for n in e.nodes], ("its first process's capture", "another's")
                 )
             )
-    # the shapes come from the processes that ran the counting pass (the first pair's)
+    # the shapes and bytes come from the processes that ran the counting pass (the first pair's)
     shapes = next((e.shapes for e in entries if e.shapes), first.shapes)
-    return replace(first, runs=tuple(e.runs[0] for e in entries), shapes=shapes)
+    allocated = next((e.allocated for e in entries if e.allocated), first.allocated)
+    return replace(first, runs=tuple(e.runs[0] for e in entries), shapes=shapes, allocated=allocated)
 
 
 def side_profile(base: Profile, entry: BaselineEntry) -> Profile:
@@ -284,9 +285,11 @@ def side_profile(base: Profile, entry: BaselineEntry) -> Profile:
     per_node = [tuple(r.node_ns[i] for r in entry.runs) for i in range(len(keys))]
     medians = [median_int(s) for s in per_node]
     busy = sum(medians) or 1
+    faulted = [r.node_faults for r in entry.runs if r.node_faults]
+    faults = [median_int([f[i] for f in faulted]) if faulted else n.faults for i, n in enumerate(base.nodes)]
     nodes = tuple(
-        replace(n, median_ns=m, spread_ns=iqr_int(s), share=m / busy, samples_ns=s, info=info)
-        for n, m, s, info in zip(base.nodes, medians, per_node, entry.nodes, strict=True)
+        replace(n, median_ns=m, spread_ns=iqr_int(s), share=m / busy, samples_ns=s, info=info, faults=f)
+        for n, m, s, info, f in zip(base.nodes, medians, per_node, entry.nodes, faults, strict=True)
     )
     return replace(
         base,
@@ -297,10 +300,31 @@ def side_profile(base: Profile, entry: BaselineEntry) -> Profile:
         environment=entry.environment,
         protocol=entry.protocol,
         measured=True,
+        fault_samples=tuple(r.faults for r in entry.runs if r.faults is not None),
+        module_faults=median_faults([r.module_faults for r in entry.runs if r.module_faults]),
     )
 
 
-NODE_FACTS = ("flops", "layout", "inputs", "training", "returned", "host_ns", "memory_bytes", "peak_bytes")
+def median_faults(per_process: Sequence[Sequence[tuple[str, int]]]) -> tuple[tuple[str, int], ...]:
+    """Each module's page faults in a call, the median over the processes that read them (a process that did not
+    call a module counts it as 0)."""
+    read = [dict(p) for p in per_process]
+    paths = sorted({path for p in read for path in p})
+    return tuple((path, median_int([p.get(path, 0) for p in read])) for path in paths)
+
+
+NODE_FACTS = (
+    "flops",
+    "layout",
+    "inputs",
+    "training",
+    "returned",
+    "host_ns",
+    "memory_bytes",
+    "peak_bytes",
+    "allocated",
+    "faults",
+)
 """What a side's first process sends of each node besides its times and output shape (``node_facts``): what the
 report and the hints read of a node (``records.measurement.NodeStats``)."""
 
@@ -327,6 +351,8 @@ def _facts_from_json(raw: Any, count: int) -> list[dict[str, Any]] | None:
         "host_ns": lambda v: v is None or isinstance(v, int),
         "memory_bytes": lambda v: v is None or isinstance(v, int),
         "peak_bytes": lambda v: v is None or isinstance(v, int),
+        "allocated": lambda v: v is None or isinstance(v, int),
+        "faults": lambda v: v is None or isinstance(v, int),
     }
     columns: dict[str, list[Any]] = {}
     for fact in NODE_FACTS:
@@ -379,6 +405,8 @@ def first_profile(got: Pairs, key: str) -> Profile | None:
         capture=entry.capture,
         measured=False,
         setup=entry.setup,
+        fault_samples=(run.faults,) if run.faults is not None else (),
+        module_faults=run.module_faults,
     )
 
 

@@ -198,11 +198,10 @@ def run_pair(
             for side, other in ((old, new), (new, old)):
                 directory = base / side.name
                 directory.mkdir()
-                # what the untimed counting pass finds (flops, shapes) is the same in every pair: the first counts it;
-                # the plain forward is timed for the report (the paired rule judges the instrumented pass): the
-                # first pair's processes time it
+                # what the untimed counting pass finds (flops, shapes, bytes) is the same in every pair: the first
+                # counts it; every pair times the plain call, which the total's verdict rests on
                 once = number == 1
-                extra: dict[str, Any] = {**side.request, "entry": True, "flops": once, "plain": once}
+                extra: dict[str, Any] = {**side.request, "entry": True, "flops": once}
                 if duet:
                     extra["lockstep"] = {
                         "dir": str(base),

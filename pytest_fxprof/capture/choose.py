@@ -4,7 +4,10 @@ Owns ``capture_module``, the entry to this package for a forward (``step.capture
 it refuses what cannot be captured before trying (each refusal with its fix), keeps the module as it was
 throughout, and for ``auto`` tries symbolic tracing (keeping each submodule that breaks it whole, up to
 ``MAX_LEAF_RETRIES``), then ``torch.export``, then dynamo, checking each against the module's own output;
-when all fail, the error lists why each one did. What the user asked for is honoured or fails with its own
+when all fail, the error lists why each one did. Where symbolic tracing succeeded only by keeping whole, on its
+own, submodules that hold others, ``auto`` also tries export, then dynamo, and keeps the capture that resolves
+the most of the model (``resolved_submodules``), symbolic tracing on a tie; the submodules it kept whole that
+remain one node are the record's ``opaque``. What the user asked for is honoured or fails with its own
 error: given a tracer or a leaf list, ``auto`` traces with them only, and never puts other graphs in their place.
 
 Must not import pytest.
@@ -16,6 +19,7 @@ import contextlib
 import dataclasses
 import importlib
 import inspect
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +30,7 @@ from torch.utils import _pytree as pytree
 from pytest_fxprof.capture import methods, symbolic
 from pytest_fxprof.capture.errors import CaptureError, ProfileError, one_line
 from pytest_fxprof.capture.graphs import Captured, LeafSpec
+from pytest_fxprof.capture.nodes import describe_nodes
 from pytest_fxprof.capture.state import kept_as_is
 from pytest_fxprof.capture.symbolic import SymbolicTraceError
 from pytest_fxprof.capture.verify import Checker
@@ -50,7 +55,9 @@ def capture_module(
     ``symbolic``: ``torch.fx`` symbolic tracing (``leaf_modules`` kept whole, or a user ``tracer``).
     ``export``: ``torch.export`` (non-strict), one graph. ``dynamo``: ``torch.compile`` with a backend that
     keeps each graph, several where the model has graph breaks. ``auto``: symbolic tracing, keeping each
-    submodule that breaks it whole; then export; then dynamo; the first whose graphs run like the module.
+    submodule that breaks it whole; then export; then dynamo; the first whose graphs run like the module, but
+    where symbolic tracing kept submodules that hold submodules whole, export or dynamo where either resolves
+    more of the model (``_resolve_further``); ``Capture.opaque`` names the submodules kept whole that remain so.
     ``auto`` given a ``tracer`` or ``leaf_modules`` traces symbolically with them or raises ``CaptureError``
     (a ``tracer`` beside ``leaf_modules``, or either with ``export`` or ``dynamo``, is refused before trying).
     Every capture but an explicit ``symbolic`` one is checked against the module's own output. The module
@@ -58,7 +65,7 @@ def capture_module(
 
     ``known``: how ``auto`` captured the same module in an earlier process (its ``Capture`` record: the method and
     every submodule kept whole). ``auto`` without a tracer then captures that way first, checked as ever, and keeps
-    the record's ``detail``; only where that fails does it try every way again (``_known``).
+    the record's ``detail`` and ``opaque``; only where that fails does it try every way again (``_known``).
     """
     if mode not in methods.MODES:
         raise CaptureError(f"unknown capture mode {mode!r}; choose one of {', '.join(methods.MODES)}")
@@ -175,23 +182,21 @@ def _auto(
     tracer: torch.fx.Tracer | None,
     checker: Checker,
 ) -> Captured:
-    """The first of symbolic (with submodules kept whole), export and dynamo whose graphs run like the module.
+    """The first of symbolic (with submodules kept whole), export and dynamo whose graphs run like the module;
+    where symbolic tracing kept whole on its own submodules that hold others, export or dynamo instead where
+    either resolves more of the model (``_resolve_further``).
 
     Given a tracer or a leaf list, only symbolic tracing with them: their graphs, or a ``CaptureError``."""
     checker.expected()  # a module that fails on its inputs is refused before any capture is blamed
     captured, failed = _auto_symbolic(module, leaf_modules, tracer, checker)
     if captured is not None:
+        if tracer is None and not leaf_modules and _hidden_in(module, captured.capture.opaque):
+            return _resolve_further(module, args, kwargs, captured, checker)
         return captured
     failures = [failed]
     for mode in (m.name for m in methods.GRAPH_METHODS):
-        try:
-            candidate = _capture_by(mode, module, args, kwargs, checker)
-            problem = checker.problem(candidate)
-        except CaptureError as exc:  # its first line names the mode, the cause and where
-            problem = str(exc).splitlines()[0]
-        except Exception as exc:  # noqa: BLE001 - every mode's failure is reported together
-            problem = one_line(exc)
-        if problem is None:
+        candidate, problem = _try_graph_method(mode, module, args, kwargs, checker)
+        if candidate is not None:
             detail = "; ".join([*failures, f"captured with {mode}"])
             return dataclasses.replace(candidate, capture=dataclasses.replace(candidate.capture, detail=detail))
         failures.append(f"{mode}: {problem}")
@@ -202,6 +207,93 @@ def _auto(
         'that handles it, or make the failing code run under torch.compile and pick capture="dynamo".'
     )
     raise CaptureError("\n".join(lines))
+
+
+def _try_graph_method(
+    mode: str, module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any], checker: Checker
+) -> tuple[Captured | None, str]:
+    """A capture by ``mode`` (one of ``methods.GRAPH_METHODS``) checked against the module, or ``None`` and why
+    it failed or differs, in one line."""
+    try:
+        candidate = _capture_by(mode, module, args, kwargs, checker)
+        problem = checker.problem(candidate)
+    except CaptureError as exc:  # its first line names the mode, the cause and where
+        problem = str(exc).splitlines()[0]
+    except Exception as exc:  # noqa: BLE001 - every mode's failure is reported together
+        problem = one_line(exc)
+    return (None, problem) if problem else (candidate, "")
+
+
+def resolved_submodules(module: torch.nn.Module, captured: Captured) -> set[str]:
+    """The paths of the submodules of ``module`` (``named_modules``, the root left out) that ``captured`` resolves,
+    so that blame can name them: each that lies inside no submodule the capture keeps whole (the module of a
+    ``call_module`` node, in any graph), and that holds a node of the capture (itself or a module below it) or
+    holds no parameters or buffers (an ``Identity``, or a ``Dropout`` in eval, leaves no node in an ATen graph).
+    A submodule dynamo ran eagerly between its graphs, or that nothing calls, holds no node: not resolved."""
+    infos = [info for _, info in describe_nodes(captured.graphs)]
+    whole = {info.module for info in infos if info.op == "call_module" and info.module}
+    held: set[str] = set()
+    for info in infos:
+        parts = info.module.split(".") if info.module else []
+        held.update(".".join(parts[:d]) for d in range(1, len(parts) + 1))
+    out = set()
+    for path, sub in module.named_modules():
+        parts = path.split(".") if path else []
+        if not parts or any(".".join(parts[:d]) in whole for d in range(1, len(parts))):
+            continue
+        if path in held or next(itertools.chain(sub.parameters(), sub.buffers()), None) is None:
+            out.add(path)
+    return out
+
+
+def _hidden_in(module: torch.nn.Module, leaves: Sequence[str]) -> set[str]:
+    """The paths of the submodules of ``module`` inside ``leaves`` (below them, not the leaves themselves)."""
+    prefixes = tuple(f"{leaf}." for leaf in leaves)
+    return {path for path, _ in module.named_modules() if path.startswith(prefixes)}
+
+
+def _resolve_further(
+    module: torch.nn.Module,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    symbolic_capture: Captured,
+    checker: Checker,
+) -> Captured:
+    """Of ``symbolic_capture`` (which keeps submodules holding others whole, ``auto``'s own choice) and export,
+    then dynamo, each checked against the module, the capture that resolves the most of it
+    (``resolved_submodules``): symbolic tracing on a tie (the cheapest; it keeps ``call_module`` nodes), then
+    the earlier mode. Dynamo is not tried where export resolved all that symbolic tracing resolved or hid.
+
+    ``Capture.detail`` goes on from the symbolic capture's with what each mode did; ``Capture.opaque`` is empty
+    where export or dynamo is kept."""
+    cap = symbolic_capture.capture
+    best, best_resolved = symbolic_capture, resolved_submodules(module, symbolic_capture)
+    gainable = best_resolved | _hidden_in(module, cap.opaque)
+    base = len(best_resolved)
+    notes = [cap.detail] if cap.detail else []
+    for mode in (m.name for m in methods.GRAPH_METHODS):
+        candidate, problem = _try_graph_method(mode, module, args, kwargs, checker)
+        if candidate is None:
+            notes.append(f"{mode}: {problem}")
+            continue
+        resolved = resolved_submodules(module, candidate)
+        more = len(resolved) - base
+        notes.append(f"{mode} resolved {_more_submodules(more)}")
+        if len(resolved) > len(best_resolved):
+            best, best_resolved = candidate, resolved
+        if resolved >= gainable:  # nothing is left for a later mode to resolve
+            break
+    if best is symbolic_capture:
+        return dataclasses.replace(best, capture=dataclasses.replace(cap, detail="; ".join(notes)))
+    notes.append(f"captured with {best.capture.method}")  # as every fallback's detail ends
+    return dataclasses.replace(best, capture=dataclasses.replace(best.capture, detail="; ".join(notes), opaque=()))
+
+
+def _more_submodules(more: int) -> str:
+    """How many more submodules a mode resolved than symbolic tracing, in words."""
+    if more <= 0:
+        return "no more submodules"
+    return f"{more} more submodule{'' if more == 1 else 's'}"
 
 
 def _known(
@@ -242,7 +334,8 @@ def _known(
         return None
     if differs:
         return None
-    return dataclasses.replace(captured, capture=dataclasses.replace(captured.capture, detail=known.detail))
+    cap = dataclasses.replace(captured.capture, detail=known.detail, opaque=known.opaque)
+    return dataclasses.replace(captured, capture=cap)
 
 
 def _auto_symbolic(
@@ -288,7 +381,12 @@ def _auto_symbolic(
             added = leaves[len(leaf_modules) :]
             raise _refused(module, leaf_modules, tracer, f"{name}: {problem}", differs=True, added=added)
         return None, f"{name}: {problem}"
-    cap = dataclasses.replace(captured.capture, detail="; ".join(kept))
+    ours = [leaf for leaf in leaves[len(leaf_modules) :] if isinstance(leaf, str)]
+    if ours:  # those still one node: not those inside a submodule it kept whole later
+        whole = {info.module for _, info in describe_nodes(captured.graphs) if info.op == "call_module"}
+        ours = [leaf for leaf in ours if leaf in whole]
+    opaque = tuple(ours)
+    cap = dataclasses.replace(captured.capture, detail="; ".join(kept), opaque=opaque)
     return dataclasses.replace(captured, capture=cap), ""
 
 

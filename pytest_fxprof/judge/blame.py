@@ -36,6 +36,11 @@ The rule:
    several instances of one block were, the block's pattern or class leads.
 5. ``chain`` are the lead's enclosing modules and patterns the gate judged, outermost first, as the failure shows
    them on one line.
+6. Where the times name nothing and the model's total failed, the allocator may hold what the nodes do not: the
+   total is the plain call as the user makes it, the nodes' times the graphs', which free memory at other points
+   and need not pay what the call pays for it. The lead is then the smallest module-like aggregate (one whose code
+   changed, where any does) that took more than ``BLAME_SHARE`` of the page faults the call gained in the plain
+   call (``judge.memory``): the code whose memory the allocator charges for.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from pytest_fxprof.records.verdicts import (
     Blame,
     Kind,
     NodeVerdict,
+    TotalVerdict,
     Verdict,
 )
 
@@ -60,10 +66,44 @@ cannot take away. At one half, one of two places that slowed alike (``ln_1`` of 
 ``ln_2``) led by a hair over the class that holds both."""
 
 
-def blame(nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict], speed: float = 1.0) -> Blame | None:
+def blame(
+    nodes: Sequence[NodeVerdict],
+    aggregates: Sequence[AggregateVerdict],
+    speed: float = 1.0,
+    total: TotalVerdict | None = None,
+) -> Blame | None:
     """What a failed comparison leads with (see the module's rule); None where nothing can be named. ``speed`` is the
     run's speed factor (against a baseline; 1 against a revision): what each item lost is its time divided by it,
-    less its baseline's, so that the losses of a module and of the modules in it add up."""
+    less its baseline's, so that the losses of a module and of the modules in it add up. ``total``: the model's
+    total, whose memory names the code where the times name none (rule 6)."""
+    found = _by_time(nodes, aggregates, speed)
+    if found is None and total is not None and total.verdict is Verdict.SLOWER:
+        return by_memory(aggregates, total)
+    return found
+
+
+def by_memory(aggregates: Sequence[AggregateVerdict], total: TotalVerdict) -> Blame | None:
+    """The module-like aggregate that took most of the page faults the plain call gained (rule 6), or None."""
+    gained = total.memory.faults_delta if total.memory is not None else None
+    if gained is None or gained <= 0:
+        return None
+
+    def faults(a: AggregateVerdict) -> float:
+        delta = a.memory.faults_delta if a.memory is not None else None
+        return delta or 0.0
+
+    held = [a for a in aggregates if a.kind in MODULE_KINDS and faults(a) > BLAME_SHARE * gained]
+    changed = [a for a in held if a.changed]
+    lead = min(changed or held, key=_size, default=None)
+    if lead is None:
+        return None
+    around = enclosing(_home(lead), lead.direction, aggregates, inclusive=lead.kind is Kind.CLASS)
+    extra = total.current_ns - total.baseline_ns
+    return Blame(lead, None, around, min(faults(lead) / gained, 1.0), max(extra, 0.0), by_memory=True)
+
+
+def _by_time(nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict], speed: float) -> Blame | None:
+    """Rules 1 to 5: the lead by the time items lost."""
 
     def lost(x: AggregateVerdict | NodeVerdict) -> float:
         return x.current_ns / max(speed, 1e-9) - x.baseline_ns

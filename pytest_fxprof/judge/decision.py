@@ -39,7 +39,7 @@ The rules, in order:
    factors taken from peers *outside* the aggregate, so a slowdown of every BatchNorm is not mistaken for a
    machine that slows small ops. Bands as in 4, with ``spread_k`` raised where the aggregate's level tests more
    than ``aggregates.LEVEL_ITEMS`` of them.
-6. The total is the instrumented pass divided by the reference workload, banded by the larger of the
+6. The total is the plain call as the user makes it divided by the reference workload, banded by the larger of the
    total tolerance (``HISTORY_TOTAL_TOLERANCE`` from ``MIN_RECORDINGS`` recordings on) and ``spread_k``
    deviations, within and between recordings (no floor, no speed factor). It catches slowdowns spread
    over every node, which 3 and 5 cancel by design. As in 3, the slower test divides out a slower reference
@@ -62,6 +62,15 @@ from difflib import SequenceMatcher
 
 from pytest_fxprof.judge.aggregates import Group, corrected_k, plan
 from pytest_fxprof.judge.blame import blame
+from pytest_fxprof.judge.memory import (
+    held_to_memory,
+    item_modules,
+    memory,
+    memory_of,
+    states,
+    total_memory,
+    with_states,
+)
 from pytest_fxprof.judge.moved import held_to_scopes, scopes
 from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, Recording, Run
 from pytest_fxprof.records.verdicts import (
@@ -533,7 +542,7 @@ def _judge_total(recordings: Sequence[Sequence[Run]], runs: Sequence[Run], polic
     use_ref = all(r.reference_ns > 0 for r in (*(r for rs in recordings for r in rs), *runs))
 
     def timed(run: Run) -> float:
-        return float(run.instrumented_ns or run.total_ns)
+        return float(run.timed_ns)
 
     def per_ref(run: Run) -> float:
         return max(timed(run) / run.reference_ns if use_ref else timed(run), 1e-12)
@@ -600,7 +609,7 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
     measured = [[float(run.node_ns[j]) for _, j in pairs] for run in current.runs]
     speed = weighted_median([n / c if c else 1.0 for n, c in zip(measured[0], centres, strict=True)], centres)
     factors = [peers.factors(m) for m in measured]
-    model_ns = float(statistics.median(r.total_ns for r in baseline.runs))
+    model_ns = float(statistics.median(r.timed_ns for r in baseline.runs))
     floor_ns = max(policy.floor_ns, policy.floor_share * model_ns)
     busy = sum(centres) or 1.0
 
@@ -622,25 +631,44 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
     # each process's factors, shared by every aggregate
     recorded = [[RunFactors(peers, [float(t) for t in run.node_ns]) for run in runs] for runs in recordings]
     now = [RunFactors(peers, m) for m in measured]
+    groups = plan(baseline.nodes, current.nodes, pairs, baseline.capture.class_map(), current.capture.class_map())
     aggregates = tuple(
-        _judge_aggregate(
+        with_memory(
+            _judge_aggregate(
+                group,
+                recordings=recorded,
+                measured=now,
+                noise=noise,
+                floor_ns=floor_ns,
+                policy=policy,
+                baseline=baseline,
+                current=current,
+                pairs=pairs,
+                busy=busy,
+            ),
             group,
-            recordings=recorded,
-            measured=now,
-            noise=noise,
-            floor_ns=floor_ns,
-            policy=policy,
-            baseline=baseline,
-            current=current,
-            pairs=pairs,
-            busy=busy,
+            baseline,
+            current,
+            pairs,
         )
-        for group in plan(
-            baseline.nodes, current.nodes, pairs, baseline.capture.class_map(), current.capture.class_map()
-        )
+        for group in groups
     )
     total = _judge_total([rec.runs for rec in learnt_from(baseline, policy)], current.runs, policy)
-    verdicts, aggregates = held_to_scopes(scopes(baseline.nodes, current.nodes, pairs), verdicts, aggregates, total)
+    found = states(baseline.runs, current.runs)
+    total = replace(
+        total,
+        judgement=with_states(total.judgement, found, confidence=STATES_CONFIDENCE),
+        states=found.line() if found is not None else "",
+        memory=memory(
+            total_memory(baseline.nodes, baseline.allocated, baseline.runs),
+            total_memory(current.nodes, current.allocated, current.runs),
+        ),
+        overhead=_overheads(baseline.runs, current.runs),
+    )
+    held_nodes, held = held_to_memory(verdicts, aggregates, baseline, current)
+    verdicts, aggregates = held_to_scopes(
+        scopes(baseline.nodes, current.nodes, pairs), tuple(held_nodes), tuple(held), total
+    )
     failed = regressed(total, verdicts, aggregates)
     comparison = Comparison(
         status=Status.REGRESSION if failed else Status.PASS,
@@ -655,9 +683,36 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
         measurements=len(current.runs),
         graphs=(baseline.capture.graphs, current.capture.graphs),
         recordings=len(recordings),
-        blame=blame(verdicts, aggregates, speed) if failed else None,
+        blame=blame(verdicts, aggregates, speed, total) if failed else None,
     )
     return settle(comparison)
+
+
+STATES_CONFIDENCE = 0.999
+"""How sure a split between allocator states must be before it decides a total against a stored baseline, as
+against a revision (``judge.paired.CONFIDENCE``): one or two measurements never are, so the states are said, and
+the code-change rule measures the change in pairs."""
+
+
+def with_memory(
+    a: AggregateVerdict, group: Group, old: BaselineEntry, new: BaselineEntry, pairs: Sequence[tuple[int, int]]
+) -> AggregateVerdict:
+    """``a`` with its memory on each side (``judge.memory``): its nodes' bytes, its modules' page faults."""
+    old_idx = [pairs[k][0] for k in group.matched] + list(group.only_old)
+    new_idx = [pairs[k][1] for k in group.matched] + list(group.only_new)
+    modules = item_modules(a.kind.value, a.where, a.instances)
+    before = memory_of(old.nodes, old.allocated, old.runs, old_idx, modules)
+    return replace(a, memory=memory(before, memory_of(new.nodes, new.allocated, new.runs, new_idx, modules)))
+
+
+def _overheads(before: Sequence[Run], after: Sequence[Run]) -> tuple[float | None, float | None]:
+    """The profiler's overhead of each side (instrumented pass over plain call, median over runs that timed both)."""
+
+    def of(runs: Sequence[Run]) -> float | None:
+        got = [r.instrumented_ns / r.total_ns for r in runs if r.total_ns and r.instrumented_ns]
+        return float(statistics.median(got)) if got else None
+
+    return of(before), of(after)
 
 
 def learnt_from(baseline: BaselineEntry, policy: Policy) -> list[Recording]:
@@ -767,7 +822,7 @@ def _recording_spread(nodes: tuple[NodeInfo, ...], runs: tuple[Run, ...], policy
         raise ValueError("a recording holds at least one run")
     noise = node_noise(runs)
     busy = sum(n.centre_ns for n in noise) or 1.0
-    model_ns = float(statistics.median(r.total_ns for r in runs))
+    model_ns = float(statistics.median(r.timed_ns for r in runs))
     floor_ns = max(policy.floor_ns, policy.floor_share * model_ns)
     widest, widest_of, gating_ns, wide_ns, wide = 0.0, "", 0.0, 0.0, 0
     for info, n in zip(nodes, noise, strict=True):
@@ -782,7 +837,7 @@ def _recording_spread(nodes: tuple[NodeInfo, ...], runs: tuple[Run, ...], policy
             if band > widest:
                 widest, widest_of = band, info.name
     use_ref = all(r.reference_ns > 0 for r in runs)
-    totals = [max(float(r.instrumented_ns or r.total_ns) / (r.reference_ns if use_ref else 1), 1e-12) for r in runs]
+    totals = [max(float(r.timed_ns) / (r.reference_ns if use_ref else 1), 1e-12) for r in runs]
     sigma, _ = spread_of([totals])
     total_band = None
     if sigma is not None:

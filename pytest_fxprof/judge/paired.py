@@ -10,7 +10,8 @@ The rule, for each node present on both sides, each aggregate (operator types, m
 patterns and classes, as ``aggregates.plan`` lays them out over both sides' nodes) and the total:
 
 1. Per pair ``i``: ``x_i = log(new_i / old_i)``, each side's time being that process's median over its passes
-   (an aggregate sums its members' medians; the total is the instrumented pass).
+   (an aggregate sums its members' medians; the total is the plain call as the user makes it, whose memory and
+   allocator states ``judge.memory`` reads).
 2. The estimate is the geometric mean ratio ``exp(mean(x))``; its one-sided interval at ``CONFIDENCE`` is
    ``mean(x) -/+ t * sd(x) / sqrt(n)``, Student's t with ``n - 1`` degrees of freedom, so that the spread
    between pairs, not the passes inside a process, sets the width. Not a median and its absolute deviation:
@@ -55,10 +56,20 @@ from dataclasses import dataclass, replace
 from pytest_fxprof.judge.aggregates import Group, corrected_confidence, plan
 from pytest_fxprof.judge.blame import blame
 from pytest_fxprof.judge.decision import align, large_enough, regressed
+from pytest_fxprof.judge.memory import (
+    held_to_memory,
+    item_modules,
+    memory,
+    memory_of,
+    states,
+    total_memory,
+    with_states,
+)
 from pytest_fxprof.judge.moved import held_to_scopes, scopes
 from pytest_fxprof.records.measurement import BaselineEntry, Run
 from pytest_fxprof.records.verdicts import (
     REPLACED,
+    AggregateVerdict,
     BandSource,
     Comparison,
     Judgement,
@@ -340,6 +351,86 @@ def _medians(runs: Sequence[Run], idx: Sequence[int]) -> list[float]:
     return [float(sum(run.node_ns[i] for i in idx)) for run in runs]
 
 
+OVERHEAD_TOLERANCE = 0.05
+"""The profiler's overhead (the instrumented pass over the plain call) may differ this much between the sides before
+the nodes' times are read as carrying a cost of the profiler's own: the node times come from the instrumented pass,
+the total from the plain call, and where the instrumented pass alone slowed, an unchanged node that looks slower by
+no more than that is the profiler's, not the code's."""
+
+
+def overheads(runs: Sequence[Run]) -> list[float]:
+    """Each run's profiler overhead (its instrumented pass over its plain call; runs that timed none left out)."""
+    return [r.instrumented_ns / r.total_ns for r in runs if r.total_ns and r.instrumented_ns]
+
+
+def _judge_total(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy) -> TotalVerdict:
+    """The total, the plain call pair by pair (``Run.timed_ns``), decided again where the processes split between
+    allocator states (``judge.memory.with_states``), with the memory of the whole call and the profiler's overhead on
+    each side; where the overhead grew beyond ``OVERHEAD_TOLERANCE`` (the instrumented pass slowed more than the
+    plain call), a note that the nodes' times carry it."""
+    old_runs, new_runs = old.runs, new.runs
+    before_total = [float(r.timed_ns) for r in old_runs]
+    after_total = [float(r.timed_ns) for r in new_runs]
+    band, source = policy.total_tolerance, BandSource.TOLERANCE
+    judgement = judge_pairs(before_total, after_total, band, source, confidence=policy.confidence, resolve=True)
+    found = states(old_runs, new_runs)
+    judgement = with_states(judgement, found, confidence=policy.confidence)
+    facts = memory(total_memory(old.nodes, old.allocated, old_runs), total_memory(new.nodes, new.allocated, new_runs))
+    before_o, after_o = overheads(old_runs), overheads(new_runs)
+    shown = (statistics.median(before_o) if before_o else None, statistics.median(after_o) if after_o else None)
+    note = ""
+    if len(before_o) == len(after_o) == len(old_runs) >= MIN_PAIRS:
+        grown = judge_pairs(before_o, after_o, OVERHEAD_TOLERANCE, BandSource.TOLERANCE, confidence=policy.confidence)
+        if grown.verdict is Verdict.SLOWER:
+            note = (
+                f"the profiler's overhead grew from x{shown[0]:.2f} to x{shown[1]:.2f} of the plain call "
+                f"(x{grown.ratio:.2f}): the nodes' times on the new side carry that much of the profiler's own, so no "
+                "node, module or class whose code did not change fails on it"
+            )
+    return TotalVerdict(
+        statistics.median(before_total),
+        statistics.median(after_total),
+        1.0,
+        judgement,
+        memory=facts,
+        overhead=shown,
+        overhead_note=note,
+        states=found.line() if found is not None else "",
+    )
+
+
+def held_to_overhead(
+    nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict], total: TotalVerdict
+) -> tuple[list[NodeVerdict], list[AggregateVerdict]]:
+    """Where the profiler's overhead grew between the sides (``TotalVerdict.overhead_note``), every slower node and
+    aggregate whose code did not change and whose ratio that growth explains (within its band once divided by it)
+    held within its band: the instrumented pass alone slowed there, not the code."""
+    before, after = total.overhead
+    if not total.overhead_note or not before or not after:
+        return list(nodes), list(aggregates)
+    growth = after / before
+    changed = [a.where for a in aggregates if a.changed and a.kind is Kind.MODULE]
+
+    def explained(j: Judgement) -> bool:
+        return j.verdict is Verdict.SLOWER and j.ratio / growth <= 1.0 + j.band
+
+    def held(j: Judgement) -> Judgement:
+        why = f"; but the profiler's overhead grew x{growth:.2f} on the new side, which explains it: not the code's"
+        return replace(j, verdict=Verdict.OK, reason=j.reason + why)
+
+    def inside_changed(module: str) -> bool:
+        return any(not c or module == c or module.startswith(c + ".") for c in changed)
+
+    out_nodes = [
+        replace(v, judgement=held(v.judgement)) if explained(v.judgement) and not inside_changed(v.node.module) else v
+        for v in nodes
+    ]
+    out_aggregates = [
+        replace(a, judgement=held(a.judgement)) if explained(a.judgement) and not a.changed else a for a in aggregates
+    ]
+    return out_nodes, out_aggregates
+
+
 def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, *, against: str) -> Comparison:
     """Decide whether ``new`` got slower than ``old``: their runs are paired by position (run ``i`` of each side
     made one pair). ``against`` names the old side (``origin/main (1a2b3c4)``) in every line that says slower."""
@@ -362,7 +453,7 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
         )
     pairs, added, removed = align(old.nodes, new.nodes)
     old_runs, new_runs = old.runs, new.runs
-    model_ns = statistics.median(float(r.instrumented_ns or r.total_ns) for r in old_runs)
+    model_ns = statistics.median(float(r.timed_ns) for r in old_runs)
     floor_ns = max(policy.floor_ns, policy.floor_share * model_ns)
     centres = [statistics.median(float(r.node_ns[i]) for r in old_runs) for i, _ in pairs]
     busy = sum(centres) or 1.0
@@ -399,24 +490,26 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
         judgement, centre, now = item(old_idx, new_idx, tolerance, g.strictness)
         if changed and id(g) in homes and judgement.verdict is not Verdict.SLOWER and judgement.ratio > 1.0:
             judgement = replaced(judgement, item(g.only_old, g.only_new, tolerance, g.strictness)[0])
-        aggregates.append(
-            g.verdict(
-                old.nodes,
-                new.nodes,
-                pairs,
-                baseline_ns=centre,
-                current_ns=now,
-                speed_factor=1.0,
-                judgement=judgement,
-                divisor=1.0,
-                gates=large_enough(centre, busy),
-            )
+        a = g.verdict(
+            old.nodes,
+            new.nodes,
+            pairs,
+            baseline_ns=centre,
+            current_ns=now,
+            speed_factor=1.0,
+            judgement=judgement,
+            divisor=1.0,
+            gates=large_enough(centre, busy),
         )
-    before_total = [float(r.instrumented_ns or r.total_ns) for r in old_runs]
-    after_total = [float(r.instrumented_ns or r.total_ns) for r in new_runs]
-    band, source = policy.total_tolerance, BandSource.TOLERANCE
-    total_judgement = judge_pairs(before_total, after_total, band, source, confidence=policy.confidence, resolve=True)
-    total = TotalVerdict(statistics.median(before_total), statistics.median(after_total), 1.0, total_judgement)
+        modules = item_modules(a.kind.value, a.where, a.instances)
+        facts = memory(
+            memory_of(old.nodes, old.allocated, old_runs, old_idx, modules),
+            memory_of(new.nodes, new.allocated, new_runs, new_idx, modules),
+        )
+        aggregates.append(replace(a, memory=facts))
+    total = _judge_total(old, new, policy)
+    verdicts, aggregates = held_to_overhead(verdicts, aggregates, total)
+    verdicts, aggregates = held_to_memory(verdicts, aggregates, old, new)
     held_nodes, held = held_to_scopes(scopes(old.nodes, new.nodes, pairs), verdicts, aggregates, total)
     failed = regressed(total, held_nodes, held)
     comparison = Comparison(
@@ -433,7 +526,7 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
         graphs=(old.capture.graphs, new.capture.graphs),
         against=against,
         pairs=len(old_runs),
-        blame=blame(held_nodes, held) if failed else None,
+        blame=blame(held_nodes, held, total=total) if failed else None,
     )
     return settle(comparison)
 

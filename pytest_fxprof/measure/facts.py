@@ -1,5 +1,6 @@
-"""What each node does, seen in one untimed pass: its floating-point operations, its output's shape and layout,
-the nodes it reads, its train/eval mode and whether its graph returns it.
+"""What each node does, seen in untimed passes: its floating-point operations, its output's shape and layout, the
+bytes of new memory it keeps, the nodes it reads, its train/eval mode, whether its graph returns it, and the page
+faults it takes.
 
 Owns the facts that the hints and the views need beside a node's time. Counted under torch's flop counter
 in one extra pass of the compiled engine, whose "clock" is the counter's running total.
@@ -9,12 +10,14 @@ Must not import pytest.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx
+from torch.utils._pytree import tree_flatten
 
 from pytest_fxprof.capture.graphs import Captured, Runner, prepared_inputs, run_pass
 from pytest_fxprof.measure.engine import ClockTimer, CompiledEngine
@@ -23,11 +26,13 @@ from pytest_fxprof.records.measurement import NodeInfo
 
 @dataclass
 class Seen:
-    """What the untimed counting pass saw of each node: its floating-point operations, output and layout."""
+    """What the untimed counting pass saw of each node: its floating-point operations, output and layout, and the
+    bytes of new memory its outputs hold."""
 
     flops: list[int]
     shapes: list[str]
     layouts: list[str]
+    allocated: list[int]
 
 
 def count_flops(
@@ -50,13 +55,17 @@ def count_flops(
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)
-    shapes, layouts = [""] * len(nodes), [""] * len(nodes)
+    shapes, layouts, allocated = [""] * len(nodes), [""] * len(nodes), [0] * len(nodes)
+    handed = [t for t in (*module.parameters(), *module.buffers()) if isinstance(t, torch.Tensor)]
+    handed += [t for t in tree_flatten((list(args), kwargs))[0] if isinstance(t, torch.Tensor)]
+    known = {storage_key(t) for t in handed}
 
     def flops_so_far() -> int:
         return int(counter.get_total_flops())
 
     def observe(k: int, value: Any) -> None:
         shapes[k], layouts[k] = shape_of(value), layout_of(value)
+        allocated[k] = new_bytes(value, known)
 
     engine = CompiledEngine(captured.graphs, nodes, ClockTimer(flops_so_far), observe)
 
@@ -70,7 +79,38 @@ def count_flops(
     engine.begin_pass()
     runners = [counted(r) for r in engine.runners()]
     run_pass(module, captured, runners, prepared_inputs(captured, args, kwargs), nodes=infos, ran_before=ran_before)
-    return Seen(engine.end_pass().node_ns, shapes, layouts)
+    return Seen(engine.end_pass().node_ns, shapes, layouts, allocated)
+
+
+def storage_key(tensor: torch.Tensor) -> tuple[str, int]:
+    """Where a tensor's memory lies: its device and its storage's address (0 where it has none to read)."""
+    try:
+        return (str(tensor.device), int(tensor.untyped_storage().data_ptr()))
+    except (RuntimeError, NotImplementedError):  # subclasses and tensors without storage
+        return (str(tensor.device), 0)
+
+
+def new_bytes(value: Any, known: set[tuple[str, int]]) -> int:
+    """The bytes of memory ``value``'s tensors hold that ``known`` (the storages seen so far) does not: what the
+    node that made ``value`` asked the allocator for and kept, views of memory it was handed counting nothing.
+    Adds the storages it counts to ``known``."""
+    total = 0
+    for leaf in tree_flatten(value)[0]:
+        if not isinstance(leaf, torch.Tensor) or leaf.layout != torch.strided:
+            continue
+        key = storage_key(leaf)
+        if key[1] == 0 or key in known:
+            continue
+        known.add(key)
+        with contextlib.suppress(RuntimeError, NotImplementedError):
+            total += int(leaf.untyped_storage().nbytes())
+    return total
+
+
+FAULT_PASSES = 1
+"""Untimed passes whose page faults are read per node, and plain calls whose faults are read per submodule: in a
+process's steady state a call takes the same faults call after call (the allocator's state repeats), so one of each
+says which state it is in, at the cost of one call."""
 
 
 SHAPES_SHOWN = 4
@@ -133,3 +173,68 @@ def _training(gm: torch.fx.GraphModule, node: torch.fx.Node) -> bool | None:
         return False
     flag = node.kwargs.get("training", node.args[5] if len(node.args) > 5 else None)
     return flag if isinstance(flag, bool) else None
+
+
+def count_faults(
+    captured: Captured,
+    nodes: Sequence[torch.fx.Node],
+    run: Callable[[Sequence[Runner]], object],
+    faults: Callable[[], int],
+    passes: int = FAULT_PASSES,
+) -> list[int]:
+    """Each node's minor page faults: ``passes`` untimed passes of the graphs (``run`` runs one with the runners it
+    is given) whose clock is the thread's fault counter, so that a node's count is the faults taken from its stamp
+    to the next, where the memory it asks for is taken and what it frees is handed back; the median per node (the
+    upper one of an even count)."""
+    engine = CompiledEngine(captured.graphs, nodes, ClockTimer(faults))
+    per_pass: list[list[int]] = []
+    for _ in range(passes):
+        engine.begin_pass()
+        run(engine.runners())
+        per_pass.append(engine.end_pass().node_ns)
+    return [sorted(column)[len(column) // 2] for column in zip(*per_pass, strict=True)] if per_pass else []
+
+
+def module_faults(
+    module: torch.nn.Module,
+    plain_call: Callable[[], Callable[[], Any]],
+    after: Callable[[], None],
+    faults: Callable[[], int],
+    passes: int = FAULT_PASSES,
+) -> dict[str, int]:
+    """Each submodule's minor page faults in the plain call as the user makes it (the root's is ""): ``passes``
+    calls (``plain_call`` makes one's inputs and returns it) with a hook before and after every submodule's forward
+    that reads the thread's fault counter, the median per submodule over the calls, a submodule called several
+    times in a call counting each time. The graphs free each value at its last use, eager code where its last
+    reference dies, so where a change's cost is the allocator's, only the call as the user makes it pays it, and
+    this says in which module. The hooks are removed before this returns, whatever happens."""
+    names = {id(m): name for name, m in module.named_modules(remove_duplicate=False)}
+    per_call: list[dict[str, int]] = []
+    started: list[int] = []
+    taken: dict[str, int] = {}
+
+    def before(m: torch.nn.Module, _args: Any) -> None:
+        started.append(faults())
+
+    def done(m: torch.nn.Module, _args: Any, _out: Any) -> None:
+        if started:
+            name = names.get(id(m), "")
+            taken[name] = taken.get(name, 0) + faults() - started.pop()
+
+    handles = []
+    try:
+        for m in {id(m): m for _, m in module.named_modules(remove_duplicate=False)}.values():
+            handles.append(m.register_forward_pre_hook(before))
+            handles.append(m.register_forward_hook(done, always_call=True))
+        for _ in range(passes):
+            go = plain_call()
+            started.clear()
+            taken.clear()
+            go()
+            after()
+            per_call.append(dict(taken))
+    finally:
+        for handle in handles:
+            handle.remove()
+    paths = sorted({p for call in per_call for p in call})
+    return {p: sorted(call.get(p, 0) for call in per_call)[len(per_call) // 2] for p in paths}

@@ -1,7 +1,7 @@
 """The machine a profile runs on: its environment record, the allocator, the clocks and the reference workload.
 
 Owns what makes two measurements comparable or not: the ``Environment`` a profile records (torch, CPU,
-threads, device, allocator, clock, engine), glibc's allocator tuned the same way in every measuring process,
+threads, device, allocator, clock, engine), the allocator as the user's process has it (or glibc tuned, where asked),
 the clock each setup is timed on, and the reference workload that says how fast the machine is right now.
 
 Must not import pytest.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import platform
 import sys
 import time
@@ -22,7 +23,7 @@ import torch
 from torch.utils._pytree import tree_flatten
 
 from pytest_fxprof.measure.engine import Clock
-from pytest_fxprof.records.measurement import Environment
+from pytest_fxprof.records.measurement import TUNED_ALLOCATOR, Environment
 
 
 def _cpu_model() -> str:
@@ -65,28 +66,86 @@ def environment(
 
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_MAX = -1, -2, -4
 
+_PRELOADED = ("jemalloc", "tcmalloc", "mimalloc", "hoard", "snmalloc")
+"""Allocators a process may run with instead of its C library's, by the name of their shared library."""
+
+_SETTINGS_PREFIXES = ("MALLOC_", "GLIBC_TUNABLES", "TCMALLOC_", "MIMALLOC_", "JEMALLOC_", "_RJEM_MALLOC_CONF")
+"""Environment variables that change how an allocator behaves (glibc's ``MALLOC_*`` aliases and tunables,
+jemalloc's ``MALLOC_CONF``, tcmalloc's and mimalloc's own), and torch's huge-page switch below."""
+
+_TORCH_SETTINGS = ("THP_MEM_ALLOC_ENABLE",)
 
 _allocator_state: list[str] = []
 
 
 def tune_allocator() -> str:
-    """Make glibc's allocator behave the same whatever the process did before; say what is in force.
-
-    By default glibc serves large blocks (activations) with mmap/munmap until a threshold that grows
-    with the process's history, and trims freed memory back to the system, so the same node is
-    slower in a fresh process than after other models ran. With mmap off for allocations, no trimming
-    and a 64 MiB top pad, freed memory is kept for reuse. Process-wide and applied once; the returned
-    name is recorded in the environment, so tuned and untuned runs are never compared.
-    """
+    """Tell glibc's allocator never to map, trim or return memory (mmap off for allocations, no trimming, a 64 MiB top
+    pad), so that a node is as fast after other work as in a fresh process; say what is in force
+    (``TUNED_ALLOCATOR``, or the allocator as it is where this is not glibc). Process-wide, once, and never undone:
+    only ``--fxprof-allocator tuned`` asks for it, and the environment records it, so tuned and untuned runs are
+    never compared."""
     if not _allocator_state:
-        state = "default"
-        if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+        state = ""
+        if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc" and _preloaded() is None:
             libc = ctypes.CDLL(None)
             ok = libc.mallopt(_M_MMAP_MAX, 0) and libc.mallopt(_M_TRIM_THRESHOLD, (1 << 31) - 1)
             ok = ok and libc.mallopt(_M_TOP_PAD, 64 << 20)
-            state = "glibc-tuned" if ok else "default"
+            state = TUNED_ALLOCATOR if ok else ""
         _allocator_state.append(state)
-    return _allocator_state[0]
+    return _allocator_state[0] or allocator_in_use()
+
+
+def _preloaded() -> str | None:
+    """The allocator library this process runs with instead of its C library's, by name (None: the C library's)."""
+    names = os.environ.get("LD_PRELOAD", "")
+    with contextlib.suppress(OSError):
+        names += " " + " ".join(
+            line.rpartition(" ")[2] for line in Path("/proc/self/maps").read_text(encoding="utf-8").splitlines()
+        )
+    lowered = names.lower()
+    return next((name for name in _PRELOADED if f"lib{name}" in lowered), None)
+
+
+def _transparent_huge_pages() -> str:
+    """The kernel's transparent huge page mode (``always``, ``madvise``, ``never``; "" where it cannot be read)."""
+    with contextlib.suppress(OSError):
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text(encoding="utf-8")
+        return text[text.find("[") + 1 : text.find("]")] if "[" in text else ""
+    return ""
+
+
+def allocator_in_use() -> str:
+    """The allocator this process allocates with, as its environment records it: ``TUNED_ALLOCATOR`` where fxprof
+    tuned glibc, else the allocator's name (``glibc``, or a preloaded ``jemalloc``, ``tcmalloc``...) with what
+    changes how it behaves: the environment variables that configure it and the kernel's transparent huge page mode
+    (``glibc (thp madvise)``, ``jemalloc (MALLOC_CONF=background_thread:true; thp always)``). Two processes whose
+    allocators differ here pay for memory differently, and are never compared."""
+    if _allocator_state and _allocator_state[0]:
+        return _allocator_state[0]
+    name = _preloaded() or (platform.libc_ver()[0] or platform.system().lower() or "unknown")
+    settings = sorted(
+        f"{k}={v}" for k, v in os.environ.items() if k.startswith(_SETTINGS_PREFIXES) or k in _TORCH_SETTINGS
+    )
+    thp = _transparent_huge_pages()
+    settings += [f"thp {thp}"] if thp else []
+    return f"{name} ({'; '.join(settings)})" if settings else name
+
+
+def fault_counter() -> Clock | None:
+    """A counter of the minor page faults the calling thread has taken (``getrusage(RUSAGE_THREAD)``: exact, one
+    system call, no privilege), or None where the platform keeps none per thread. A fault is the kernel handing a
+    page to memory the allocator took from the system: what a large temporary costs where the allocator mapped it
+    afresh or gave it back since the last call."""
+    import resource
+
+    who = getattr(resource, "RUSAGE_THREAD", None)
+    if who is None:
+        return None
+
+    def faults() -> int:
+        return int(resource.getrusage(who).ru_minflt)
+
+    return faults
 
 
 def clock_for(threads: int, device: torch.device) -> tuple[str, Clock]:

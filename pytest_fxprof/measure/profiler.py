@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, ParamSpec, TypeVar
 
 import torch
@@ -44,14 +45,16 @@ from pytest_fxprof.measure.engine import (
     out_of_memory,
     release_memory,
 )
-from pytest_fxprof.measure.facts import count_flops, graph_facts
+from pytest_fxprof.measure.facts import count_faults, count_flops, graph_facts, module_faults
 from pytest_fxprof.measure.leaves import merge_leaves
 from pytest_fxprof.measure.lockstep import Barrier
 from pytest_fxprof.measure.machine import (
     ReferenceWorkload,
+    allocator_in_use,
     clock_for,
     device_of,
     environment,
+    fault_counter,
     sync,
     tune_allocator,
 )
@@ -98,11 +101,6 @@ WALL_CLOCK: Clock = time.perf_counter_ns
 time on the thread's CPU clock tells whether a neighbour took the core (``off_cpu_share``)."""
 
 
-PLAIN_EVERY = 4
-"""The plain forward is timed in one kept pass of this many: it serves the overhead figure and the model's
-time that the absolute floor takes its share of, not the compared total."""
-
-
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
@@ -143,19 +141,28 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     step: Step | None = None,
     spent: dict[str, float] | None = None,
     known: Capture | None = None,
+    allocator: str = "as-is",
 ) -> Profile:
     """Capture ``module``, run ``protocol.warmup`` discarded and ``protocol.passes`` kept passes.
 
-    Each pass times the reference workload and the instrumented forward, so that both see the same
-    machine state; every ``PLAIN_EVERY``-th kept pass (and the last warm-up pass) also times the plain
-    forward between them, for the profiler's overhead. Where nodes are stamped on the wall clock and
+    The passes follow a ``Schedule``: the instrumented passes (warm-up, then kept), then the plain call as the user
+    makes it (``module(*args)``, the compiled module's call, the training step's graphs without stamps), called
+    again and again as a program calls it, the first call thrown away, each timed one beside the reference workload:
+    the plain calls make the total the verdict rests on, the instrumented passes attribute it to nodes, and their
+    ratio is the profiler's overhead. The thread's page faults are read around each plain call, and after the
+    kept passes each node's in passes of their own (``facts.count_faults``) and each submodule's in plain calls of
+    their own (``facts.module_faults``), on the CPU. Cyclic garbage collection
+    is off while passes run, as ``timeit`` has it: a collection would land on whichever node happens to allocate
+    when it falls due. The allocator is the process's as it is (``allocator="as-is"``) unless ``allocator="tuned"``
+    (``machine.tune_allocator``); the environment records which. Where nodes are stamped on the wall clock and
     passes on the thread's CPU clock, a kept pass whose thread was preempted is measured again
     (``chosen_passes``). With ``measured=False`` the module runs once,
     instrumented and cold, and nothing else is timed. ``flops`` counts each node's floating-point
     operations in one more, untimed pass under torch's flop counter (not in an unmeasured profile): a
     warm-up pass of its own would leave the engine's code cold in the first kept pass. ``reference=False`` leaves
     the reference workload out of a measured profile (its total is then not divided by it); ``plain=False`` the
-    plain forward (the profile then has no plain total and no overhead: ``total_samples_ns`` is empty).
+    plain call (the profile then has no plain total and no overhead: ``total_samples_ns`` is empty, and its total
+    is the instrumented pass).
     ``barrier(i)`` is called before pass ``i`` and ``barrier(-1)`` after the last (a twin process in lock-step,
     ``measure.lockstep``); the passes measured again for preemption end when both twins have theirs
     (``Barrier.stop``).
@@ -175,8 +182,9 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     began = time.perf_counter()
     check_module(module, args, kwargs)
     setup = setup_of(module, args, kwargs)
-    allocator = tune_allocator() if measured else "not measured"
+    allocator_name = (tune_allocator() if allocator == "tuned" else allocator_in_use()) if measured else "not measured"
     device = device_of(module, args, kwargs)
+    faults = fault_counter() if measured and device.type == "cpu" else None
     clock_name, clock = clock_for(protocol.threads, device)
     # the allocator's counters cost about ten times an event: read in a pass of their own, never in a timed one
     memory = step is None
@@ -241,7 +249,6 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
         counted = seen.flops if seen is not None else None
         facts = graph_facts(captured.graphs, nodes) if kernels is None else [((), None, False)] * len(infos)
         watch = measured and node_clock_name == "wall" and clock_name == "thread-cpu"
-        budget = warmup + passes * (2 if watch else 1)  # a preempted pass is measured again, up to passes more
         one_pass = functools.partial(
             _timed_pass,
             module,
@@ -254,39 +261,57 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
             device=device,
             nodes=infos,
         )
+        time_plain = functools.partial(_plain_call, plain_pass, after, clock=clock, device=device, faults=faults)
+        schedule = Schedule.of(warmup, passes, plain=measured and plain, remeasure=watch)
         i = 0
         phases = {"capture_s": time.perf_counter() - began, "warmup_s": 0.0, "measuring_s": 0.0}
         mark = time.perf_counter()
-        while i < budget and not (i >= warmup + passes and _stop(barrier, i, samples.enough(passes))):
-            keep = i >= warmup
-            if barrier is not None:
-                barrier(i)
-            if workload is not None:
-                ref = workload(clock)
-                if keep:
-                    samples.references.append(ref)
-            if measured and plain and ((i - warmup) % PLAIN_EVERY == 0 if keep else i == warmup - 1):
-                go = plain_pass()  # its inputs made outside the time
-                sync(device)
-                start = clock()
-                go()
-                sync(device)
-                if keep:
-                    samples.totals.append(clock() - start)
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            # the instrumented passes: warm-up, then kept (a preempted one measured again, up to schedule.remeasure)
+            while i < schedule.instrumented and not (
+                i >= warmup + passes and _stop(barrier, i, samples.enough(passes))
+            ):
+                keep = i >= warmup
+                if barrier is not None:
+                    barrier(i)
+                if workload is not None and not schedule.plain:
+                    ref = workload(clock)
+                    if keep:
+                        samples.references.append(ref)
+                whole, wall, times = one_pass(ran_before=checked or i > 0 or seen is not None)
                 after()
-            whole, wall, times = one_pass(ran_before=checked or i > 0 or seen is not None)
-            after()
-            if keep:
-                samples.keep(whole, times, off_cpu=off_cpu_share(whole, wall) if watch else 0.0)
-            now = time.perf_counter()
-            phases["measuring_s" if keep else "warmup_s"] += now - mark
-            mark = now
-            i += 1
-        if barrier is not None:
-            barrier(-1)
-        if memory and measured and isinstance(timer, EventTimer):
-            samples.memory, samples.peaks = _memory_pass(timer, lambda: one_pass(ran_before=True))
-            after()
+                if keep:
+                    samples.keep(whole, times, off_cpu=off_cpu_share(whole, wall) if watch else 0.0)
+                now = time.perf_counter()
+                phases["measuring_s" if keep else "warmup_s"] += now - mark
+                mark = now
+                i += 1
+            # the plain call as the user makes it, call after call: the heap in the state its own calls leave
+            for j in range(schedule.plain_warmup + schedule.plain):
+                if barrier is not None:
+                    barrier(i)
+                i += 1
+                ref = workload(clock) if workload is not None else 0
+                took, taken = time_plain()
+                if j >= schedule.plain_warmup:
+                    samples.plain(took, taken, ref if workload is not None else None)
+            phases["measuring_s"] += time.perf_counter() - mark
+            mark = time.perf_counter()
+            if barrier is not None:
+                barrier(-1)
+            if memory and measured and isinstance(timer, EventTimer):
+                samples.memory, samples.peaks = _memory_pass(timer, lambda: one_pass(ran_before=True))
+                after()
+            if faults is not None and kernels is None:
+                fault_pass = functools.partial(_fault_pass, module, captured, args, kwargs, infos=infos, after=after)
+                samples.faults = count_faults(captured, nodes, fault_pass, faults)
+                if step is None:  # the call as the user makes it runs the module's own forwards
+                    samples.module_faults = module_faults(module, plain_pass, after, faults)
+        finally:
+            if collecting:
+                gc.enable()
         measured_off_cpu = list(samples.off_cpu)
         picked = samples.choose(passes)
         phases["measuring_s"] += time.perf_counter() - mark
@@ -306,6 +331,8 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
             memory_bytes=samples.memory[k] if samples.memory is not None else None,
             peak_bytes=samples.peaks[k] if samples.peaks is not None else None,
             flops=counted[k] if counted is not None else None,
+            allocated=seen.allocated[k] if seen is not None else None,
+            faults=samples.faults[k] if samples.faults is not None else None,
             shape=seen.shapes[k] if seen is not None else "",
             layout=seen.layouts[k] if seen is not None else "",
             inputs=facts[k][0],
@@ -325,7 +352,7 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
         instrumented_samples_ns=tuple(samples.instrumented),
         reference_samples_ns=tuple(samples.references),
         environment=environment(
-            protocol.threads, device, allocator, used_clock if measured else "not measured", engine=engine
+            protocol.threads, device, allocator_name, used_clock if measured else "not measured", engine=engine
         ),
         protocol=protocol,
         capture=replace(captured.capture, classes=module_classes(eager, [s.info for s in stats])),
@@ -339,11 +366,50 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
             samples.nodes if measured and device.type != "cuda" else [],
             samples.instrumented,
         ),
+        fault_samples=tuple(samples.plain_faults),
+        module_faults=tuple(sorted(samples.module_faults.items())),
     )
 
 
 def _nothing() -> None:
     pass
+
+
+def _plain_call(
+    plain_pass: Callable[[], Callable[[], Any]],
+    after: Callable[[], None],
+    *,
+    clock: Clock,
+    device: torch.device,
+    faults: Clock | None,
+) -> tuple[int, int | None]:
+    """One plain call, its inputs made outside the time: its time on ``clock`` and the thread's page faults in it
+    (None where they are not read), read outside the time."""
+    go = plain_pass()
+    sync(device)
+    before = faults() if faults is not None else 0
+    start = clock()
+    go()
+    sync(device)
+    took = clock() - start
+    taken = faults() - before if faults is not None else None
+    after()
+    return took, taken
+
+
+def _fault_pass(
+    module: torch.nn.Module,
+    captured: Captured,
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    runners: Sequence[Runner],
+    *,
+    infos: Sequence[NodeInfo],
+    after: Callable[[], None],
+) -> None:
+    """One untimed pass of the graphs with ``runners`` (the fault counter's), then what follows every pass."""
+    run_pass(module, captured, runners, prepared_inputs(captured, args, kwargs), nodes=infos, ran_before=True)
+    after()
 
 
 def _memory_pass(
@@ -464,6 +530,42 @@ def chosen_passes(off_cpu: Sequence[float], wanted: int) -> list[int]:
     return sorted(sorted(range(len(off_cpu)), key=lambda i: (off_cpu[i], i))[:wanted])
 
 
+PLAIN_WARMUP = 1
+"""Untimed plain calls before the timed ones: the instrumented passes free memory at other points than the plain call,
+so the first plain call after them meets a heap left as they left it; the next ones meet the heap the plain call's
+own calls leave, as in the user's program, which calls the model again and again."""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The passes of a measured profile, in the order it runs them, as plain data the loop follows: ``warmup``
+    instrumented passes thrown away, ``passes`` kept (and up to ``remeasure`` more where a kept one was preempted: its
+    thread off the CPU), then ``plain_warmup`` plain calls thrown away and ``plain`` timed (0: none)."""
+
+    warmup: int
+    passes: int
+    plain: int
+    plain_warmup: int = PLAIN_WARMUP
+    remeasure: int = 0
+
+    @classmethod
+    def of(cls, warmup: int, passes: int, *, plain: bool, remeasure: bool) -> Schedule:
+        """The schedule of ``warmup`` and ``passes`` passes: the plain call timed as often as the instrumented pass
+        where ``plain``, and a preempted pass measured again where ``remeasure``."""
+        return cls(
+            warmup=warmup,
+            passes=passes,
+            plain=passes if plain else 0,
+            plain_warmup=PLAIN_WARMUP if plain else 0,
+            remeasure=passes if remeasure else 0,
+        )
+
+    @property
+    def instrumented(self) -> int:
+        """The most instrumented passes it runs."""
+        return self.warmup + self.passes + self.remeasure
+
+
 class _Samples:
     """What the kept passes measured, per node and per pass."""
 
@@ -472,7 +574,11 @@ class _Samples:
         self.host: list[list[int]] = [[] for _ in range(count)]
         self.memory: list[int] | None = None
         self.peaks: list[int] | None = None
+        self.faults: list[int] | None = None
+        self.module_faults: dict[str, int] = {}
         self.totals: list[int] = []
+        self.plain_faults: list[int] = []
+        self.plain_references: list[int] = []
         self.instrumented: list[int] = []
         self.references: list[int] = []
         self.off_cpu: list[float] = []
@@ -482,15 +588,26 @@ class _Samples:
         return sum(f <= OFF_CPU_LIMIT for f in self.off_cpu) >= wanted
 
     def choose(self, wanted: int) -> list[int]:
-        """Keep the node times, instrumented totals and reference times of the passes ``chosen_passes`` picks;
-        return the passes picked."""
+        """Keep the node times, instrumented totals and reference times of the instrumented passes
+        ``chosen_passes`` picks (the plain calls are timed on the thread's CPU clock, which a neighbour's time
+        slice does not reach, and keep the reference timed beside them); return the passes picked."""
         picked = chosen_passes(self.off_cpu, wanted)
         self.nodes = [[s[i] for i in picked] for s in self.nodes]
         self.host = [[s[i] for i in picked] if s else s for s in self.host]
         self.instrumented = [self.instrumented[i] for i in picked]
         if self.references:  # none in an unmeasured profile
             self.references = [self.references[i] for i in picked]
+        if self.plain_references:  # the reference beside the plain calls, where they were timed
+            self.references = self.plain_references
         return picked
+
+    def plain(self, took_ns: int, faults: int | None, reference_ns: int | None) -> None:
+        """A timed plain call: its time, its page faults and the reference workload timed before it, where read."""
+        self.totals.append(took_ns)
+        if faults is not None:
+            self.plain_faults.append(faults)
+        if reference_ns is not None:
+            self.plain_references.append(reference_ns)
 
     def keep(self, whole: int, times: PassTimes, off_cpu: float = 0.0) -> None:
         self.instrumented.append(whole)

@@ -86,9 +86,6 @@ class SampleRequest(TypedDict):
     flops: NotRequired[bool]
     """A side: whether its profiles run the untimed counting pass (flops, shapes; default yes): the first pair's
     do, the same in every pair."""
-    plain: NotRequired[bool]
-    """A side: whether its profiles time the plain forward (the plain total and the profiler's overhead, for the
-    report; default yes): the first pair's do, the later pairs time only the instrumented passes."""
 
 
 class ServedTiming(TypedDict):

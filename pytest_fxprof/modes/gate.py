@@ -109,8 +109,10 @@ class Gate(RunMode):
             tr.write_line("interrupted before any profile was taken", yellow=True)
         elif not records:
             tr.write_line("no test called the fxprof fixture")
-        from pytest_fxprof.views.terminal import busy_counts, profile_lines
+        from pytest_fxprof.views.terminal import allocator_lines, busy_counts, profile_lines
 
+        for text, colour in allocator_lines(records):
+            tr.write_line(text, **({colour: True} if colour else {}))
         for record in records:
             for text, colour in profile_lines(record, verbose=verbose):
                 tr.write_line(text, **({colour: True} if colour else {}))

@@ -105,6 +105,11 @@ DETERMINISM_FIX = (
 """How a capture that differs from call to call is made the same, for the errors that say it must be."""
 
 
+TUNED_ALLOCATOR = "glibc-tuned"
+"""The allocator an environment records where ``--fxprof-allocator tuned`` told glibc never to map, trim or return
+memory (``measure.machine.tune_allocator``): a program other than the user's where memory is a change's cost."""
+
+
 @dataclass(frozen=True)
 class Environment:
     """Where a measurement was taken. Only ``MATCH_FIELDS`` must agree for two runs to be compared."""
@@ -182,6 +187,9 @@ class Capture:
     """``(module path, class name)`` of every module that holds a node, and of each module above it, sorted by
     path (empty where not recorded: files and reports of earlier versions). The gate aggregates a class's
     instances together and names a module's class in a failure."""
+    opaque: tuple[str, ...] = field(default=(), compare=False)
+    """The submodules ``auto`` kept whole on its own (the user named none of them): each is one node, so blame
+    cannot go inside it. Empty where none was, or where the capture resolved every submodule."""
 
     def class_map(self) -> dict[str, str]:
         """``classes`` as a mapping from module path to class name."""
@@ -192,10 +200,15 @@ class Capture:
 class Run:
     """One process's summary of a profile: medians in nanoseconds, aligned with the graph's nodes.
 
-    ``total_ns`` is the plain (uninstrumented) forward (0 in a later pair's side against a revision, which times
-    none), ``instrumented_ns`` a whole profiled pass and
-    ``reference_ns`` a fixed workload that shares no kernels with torch, timed in the same passes, so
-    that the machine's speed at the time can be divided out of the total.
+    ``total_ns`` is the plain (uninstrumented) call as the user makes it, the call the total's verdict rests on (0
+    in runs recorded before every process timed it: their total is the instrumented pass), ``instrumented_ns`` a
+    whole profiled pass and ``reference_ns`` a fixed workload that shares no kernels with torch, timed in the same
+    passes, so that the machine's speed at the time can be divided out of the total.
+
+    Memory, as the process's allocator paid for it (None and empty where not measured: files of earlier versions,
+    a CUDA device): ``faults`` the minor page faults the thread took in one plain call (median over the passes),
+    ``node_faults`` each node's, from passes of their own that read the thread's fault counter at every node, and
+    ``module_faults`` each submodule's ``(path, faults)`` in the call as the user makes it (the root's path "").
     """
 
     total_ns: int
@@ -203,6 +216,14 @@ class Run:
     reference_ns: int
     node_ns: tuple[int, ...]
     node_spread_ns: tuple[int, ...]
+    faults: int | None = None
+    node_faults: tuple[int, ...] = ()
+    module_faults: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def timed_ns(self) -> int:
+        """What the total's verdict compares: the plain call where it was timed, else the instrumented pass."""
+        return self.total_ns or self.instrumented_ns
 
 
 @dataclass(frozen=True)
@@ -279,6 +300,9 @@ class BaselineEntry:
     runs: tuple[Run, ...]
     setup: Setup | None = None
     shapes: tuple[str, ...] = ()
+    allocated: tuple[int, ...] = ()
+    """Each node's bytes of new memory (its outputs that are not views of memory it was handed), aligned with
+    ``nodes``; empty where not seen (files of earlier versions)."""
     recorded: str = ""
     history: tuple[Recording, ...] = ()
     revision: str = ""
@@ -340,6 +364,12 @@ class NodeStats:
     inputs: tuple[int, ...] = ()
     training: bool | None = None
     returned: bool = False
+    allocated: int | None = None
+    """Bytes of new memory its outputs hold (those that are no view of memory the node was handed), seen in the
+    counting pass: what the node asks the allocator for, whichever allocator runs (None where not seen)."""
+    faults: int | None = None
+    """Minor page faults the thread took in the node (median over the fault passes; None where not read): the
+    allocator's cost of that memory in this process, which depends on its state."""
 
     @property
     def name(self) -> str:

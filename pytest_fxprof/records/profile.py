@@ -132,6 +132,13 @@ class Profile:
     disturbance: Disturbance = field(default=Disturbance(), compare=False)
     """How disturbed the kept passes were (``records.disturbance``); ``disturbance.busy``: measured on a busy
     machine, ``disturbance.line`` says so with the figures."""
+    fault_samples: tuple[int, ...] = ()
+    """The minor page faults the thread took in each timed plain call (empty where not read: a CUDA device, a
+    platform without per-thread counters, an unmeasured profile)."""
+    module_faults: tuple[tuple[str, int], ...] = ()
+    """``(module path, minor page faults)`` of each submodule in one plain call as the user makes it (the root's
+    path is ""), where they were read (``measure.facts.module_faults``): where the allocator's cost lies in the
+    program the user runs."""
 
     @property
     def busy(self) -> bool:
@@ -140,8 +147,14 @@ class Profile:
 
     @property
     def total_ns(self) -> int:
-        """Median time of the plain, uninstrumented forward (the instrumented pass if none was timed)."""
+        """Median time of the plain, uninstrumented call as the user makes it (the instrumented pass if none was
+        timed): what the total's verdict compares."""
         return median_int(self.total_samples_ns or self.instrumented_samples_ns)
+
+    @property
+    def faults(self) -> int | None:
+        """Median minor page faults of one plain call (None where not read)."""
+        return median_int(self.fault_samples) if self.fault_samples else None
 
     @property
     def remeasured(self) -> bool:
@@ -161,12 +174,16 @@ class Profile:
 
     def run(self) -> Run:
         """This profile as one process's summary, the unit a baseline stores."""
+        node_faults = [n.faults for n in self.nodes]
         return Run(
-            total_ns=self.total_ns,
+            total_ns=median_int(self.total_samples_ns),
             instrumented_ns=self.instrumented_ns,
             reference_ns=median_int(self.reference_samples_ns),
             node_ns=tuple(n.median_ns for n in self.nodes),
             node_spread_ns=tuple(n.spread_ns for n in self.nodes),
+            faults=self.faults,
+            node_faults=tuple(f for f in node_faults if f is not None) if None not in node_faults else (),
+            module_faults=self.module_faults,
         )
 
     def entry(self, tolerances: Tolerances, extra_runs: tuple[Run, ...] = ()) -> BaselineEntry:
@@ -180,6 +197,9 @@ class Profile:
             runs=(self.run(), *extra_runs),
             setup=self.setup,
             shapes=tuple(n.shape for n in self.nodes) if any(n.shape for n in self.nodes) else (),
+            allocated=tuple(n.allocated or 0 for n in self.nodes)
+            if any(n.allocated is not None for n in self.nodes)
+            else (),
         )
 
     def rollup(self, by: str = "module") -> tuple[Rollup, ...]:

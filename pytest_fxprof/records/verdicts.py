@@ -160,6 +160,47 @@ class _Judged:
 
 
 @dataclass(frozen=True)
+class Memory:
+    """What an item costs in memory a call, on each side: ``bytes_*`` the new memory its nodes' outputs hold (what
+    it asks the allocator for, whichever allocator runs), ``faults_*`` the page faults its code took in the plain
+    call (what that memory cost this allocator in its state). None where a side did not measure it."""
+
+    bytes_before: int | None
+    bytes_after: int | None
+    faults_before: float | None
+    faults_after: float | None
+
+    MB = 1e6
+
+    @property
+    def bytes_delta(self) -> int | None:
+        if self.bytes_before is None or self.bytes_after is None:
+            return None
+        return self.bytes_after - self.bytes_before
+
+    @property
+    def faults_delta(self) -> float | None:
+        if self.faults_before is None or self.faults_after is None:
+            return None
+        return self.faults_after - self.faults_before
+
+    def text(self, *, faults_from: int = 256) -> str:
+        """``+5.3 MB a call (12.1 -> 17.4 MB), +1,300 page faults a call (40 -> 1,340)``: the bytes where they
+        changed, the faults where they changed by ``faults_from`` or more ("" where neither did)."""
+        parts = []
+        delta = self.bytes_delta
+        if delta and self.bytes_before is not None and self.bytes_after is not None:
+            parts.append(
+                f"{delta / self.MB:+.1f} MB a call ({self.bytes_before / self.MB:.1f} -> "
+                f"{self.bytes_after / self.MB:.1f} MB)"
+            )
+        faults = self.faults_delta
+        if faults is not None and abs(faults) >= faults_from:
+            parts.append(f"{faults:+,.0f} page faults a call ({self.faults_before:,.0f} -> {self.faults_after:,.0f})")
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
 class NodeVerdict(_Judged):
     """The decision for one node present in both baseline and run."""
 
@@ -214,6 +255,9 @@ class AggregateVerdict(_Judged):
     """Whether its nodes together are large enough to fail a test alone (``judge.decision.large_enough``): where
     not, a band too noisy to decide leaves the decision to the larger aggregates that hold it (a slower verdict
     still fails the test: the floor already keeps small items from failing on noise)."""
+    memory: Memory | None = None
+    """What it costs in memory a call on each side (``judge.memory``; None where not measured, or an operator type's
+    faults, which no module hook can read)."""
 
     @property
     def where(self) -> str:
@@ -239,12 +283,24 @@ def operations_changed(added: Iterable[NodeInfo], removed: Iterable[NodeInfo]) -
 
 @dataclass(frozen=True)
 class TotalVerdict(_Judged):
-    """The decision for the whole instrumented pass, divided by the reference workload."""
+    """The decision for the model's total: the plain call as the user makes it (the instrumented pass where none was
+    timed), against a stored baseline divided by the reference workload."""
 
     baseline_ns: float
     current_ns: float
     machine_factor: float
     judgement: Judgement
+    memory: Memory | None = None
+    """The whole call's memory: the bytes every node's outputs hold, the page faults of the plain call."""
+    overhead: tuple[float | None, float | None] = (None, None)
+    """The profiler's overhead on each side (the instrumented pass over the plain call, median over processes; None
+    where a side timed no plain call): per-node times are the instrumented pass's, the total the plain call's."""
+    overhead_note: str = ""
+    """Where the instrumented pass's change disagrees with the plain call's beyond the overhead's spread: what it
+    means for the nodes' times ("" where it agrees)."""
+    states: str = ""
+    """Where the processes fell into different allocator states, the counts and the memory facts that explain them
+    (``judge.memory.States.line``; "" where they did not)."""
 
 
 @dataclass(frozen=True)
@@ -260,6 +316,9 @@ class Blame:
     chain: tuple[AggregateVerdict, ...]
     share: float
     extra_ns: float
+    by_memory: bool = False
+    """Whether the lead was named by the page faults it gained, not the time (``judge.blame``, rule 6): ``share`` is
+    then its part of the faults the whole call gained."""
 
     @property
     def name(self) -> str:

@@ -137,6 +137,7 @@ class Calls:
                 step=step,
                 spent=self.spent,
                 known=self.known_capture(key),
+                allocator=self.settings.allocator,
             )
             return ProfileResult.of(profiled)
 

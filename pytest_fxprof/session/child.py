@@ -3,7 +3,6 @@ revision started (``--fxprof-sample``): measured and written to the file its par
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,11 +60,6 @@ class ChildCalls(Calls):
     def reference(self) -> bool:
         return not self.side  # the paired rule divides by nothing: both sides of a pair meet one machine
 
-    @property
-    def plain(self) -> bool:
-        # the paired rule judges the instrumented pass: a side's plain forward is for the report alone
-        return not self.side or self.request.get("plain", True)
-
     def _alone_from(self, key: str) -> int | None:
         barrier = self._barriers.get(key)
         return barrier.alone_from if barrier is not None else None
@@ -108,9 +102,6 @@ class ChildCalls(Calls):
 
 
 def _side_entry(result: ProfileResult, tolerances: Tolerances) -> BaselineEntry:
-    """A side's entry of one call; where the process timed no plain forward, its run's ``total_ns`` is 0 (not
-    timed), which ``against.compare.side_profile`` leaves out of the plain total."""
-    entry = result.entry(tolerances)
-    if result.total_samples_ns:
-        return entry
-    return replace(entry, runs=tuple(replace(run, total_ns=0) for run in entry.runs))
+    """A side's entry of one call (its run's ``total_ns`` is 0 where the process timed no plain call, which
+    ``against.compare.side_profile`` leaves out of the plain total)."""
+    return result.entry(tolerances)

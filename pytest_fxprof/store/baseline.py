@@ -78,6 +78,7 @@ class NodeJSON(TypedDict):
     module: str
     source: str
     shape: NotRequired[str]
+    allocated: NotRequired[int]
     direction: NotRequired[str]
     forward: NotRequired[str]
 
@@ -88,6 +89,9 @@ class RunJSON(TypedDict):
     reference_ns: int
     node_ns: list[int]
     node_spread_ns: list[int]
+    faults: NotRequired[int]
+    node_faults: NotRequired[list[int]]
+    module_faults: NotRequired[dict[str, int]]
 
 
 class SetupJSON(TypedDict):
@@ -171,6 +175,8 @@ def capture_to_json(capture: Capture) -> dict[str, Any]:
     }
     if capture.classes:
         out["classes"] = dict(capture.classes)
+    if capture.opaque:
+        out["opaque"] = list(capture.opaque)
     return out
 
 
@@ -180,7 +186,10 @@ def entry_to_json(entry: BaselineEntry) -> EntryJSON:
         "environment": environment_to_json(entry.environment),
         "protocol": protocol_to_json(entry.protocol),
         "tolerances": {"node": entry.tolerances.node, "total": entry.tolerances.total},
-        "nodes": [_node_json(n, entry.shapes[i] if entry.shapes else None) for i, n in enumerate(entry.nodes)],
+        "nodes": [
+            _node_json(n, entry.shapes[i] if entry.shapes else None, entry.allocated[i] if entry.allocated else None)
+            for i, n in enumerate(entry.nodes)
+        ],
         "runs": [run_to_json(r) for r in entry.runs],
     }
     if entry.setup is not None:
@@ -194,7 +203,7 @@ def entry_to_json(entry: BaselineEntry) -> EntryJSON:
     return out
 
 
-def _node_json(n: NodeInfo, shape: str | None) -> NodeJSON:
+def _node_json(n: NodeInfo, shape: str | None, allocated: int | None = None) -> NodeJSON:
     out: NodeJSON = {
         "key": n.key,
         "name": n.name,
@@ -205,6 +214,8 @@ def _node_json(n: NodeInfo, shape: str | None) -> NodeJSON:
     }
     if shape is not None:
         out["shape"] = shape
+    if allocated is not None:
+        out["allocated"] = allocated
     if n.direction != FORWARD:  # a forward node's entry reads as it always has
         out["direction"] = n.direction
         out["forward"] = n.forward
@@ -212,13 +223,20 @@ def _node_json(n: NodeInfo, shape: str | None) -> NodeJSON:
 
 
 def run_to_json(run: Run) -> RunJSON:
-    return {
+    out: RunJSON = {
         "total_ns": run.total_ns,
         "instrumented_ns": run.instrumented_ns,
         "reference_ns": run.reference_ns,
         "node_ns": list(run.node_ns),
         "node_spread_ns": list(run.node_spread_ns),
     }
+    if run.faults is not None:  # memory, where it was read
+        out["faults"] = run.faults
+    if run.node_faults:
+        out["node_faults"] = list(run.node_faults)
+    if run.module_faults:
+        out["module_faults"] = dict(run.module_faults)
+    return out
 
 
 # Validation ----------------------------------------------------------------------------------------
@@ -270,6 +288,14 @@ def _int_list(obj: object, key: str, where: str, length: int) -> tuple[int, ...]
     return tuple(values)
 
 
+def _counts_by_name(obj: object, key: str, where: str) -> tuple[tuple[str, int], ...]:
+    """A mapping of names to non-negative integers, sorted by name."""
+    raw = _get(obj, key, dict, where)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in raw.values()):
+        raise _ShapeError(f"{where}.{key} should map module paths to non-negative integers")
+    return tuple(sorted(raw.items()))
+
+
 def _classes(cap: object, where: str) -> tuple[tuple[str, str], ...]:
     """A capture's module classes (files of earlier versions have none)."""
     if not isinstance(cap, dict) or "classes" not in cap:
@@ -281,12 +307,17 @@ def _classes(cap: object, where: str) -> tuple[tuple[str, str], ...]:
 
 
 def _run_from_json(raw: object, where: str, count: int) -> Run:
+    given = raw if isinstance(raw, dict) else {}  # _get says what is wrong with anything else
     run = Run(
         total_ns=_count(raw, "total_ns", where),
         instrumented_ns=_count(raw, "instrumented_ns", where),
         reference_ns=_count(raw, "reference_ns", where),
         node_ns=_int_list(raw, "node_ns", where, count),
         node_spread_ns=_int_list(raw, "node_spread_ns", where, count),
+        # memory: absent from runs that did not read it (files of earlier versions, a CUDA device)
+        faults=_count(raw, "faults", where) if "faults" in given else None,
+        node_faults=_int_list(raw, "node_faults", where, count) if "node_faults" in given else (),
+        module_faults=_counts_by_name(raw, "module_faults", where) if "module_faults" in given else (),
     )
     if run.instrumented_ns == 0 or (count and not any(run.node_ns)):
         # nothing a profile measures takes no time: such a run would make any check look infinitely slower
@@ -366,6 +397,7 @@ def _capture_from_json(cap: object, where: str) -> Capture:
         graphs=_count(cap, "graphs", where, minimum=1) if "graphs" in cap else 1,  # older files: one symbolic graph
         detail=_get(cap, "detail", str, where) if "detail" in cap else "",
         classes=_classes(cap, where),
+        opaque=_strings(cap, "opaque", where) if "opaque" in cap else (),
     )
 
 
@@ -377,6 +409,7 @@ def _entry_from_json(raw: object, where: str) -> BaselineEntry:
     nodes_raw = _get(raw, "nodes", list, where)
     nodes = []
     shapes = []
+    allocated = []
     for i, n in enumerate(nodes_raw):
         w = f"{where}.nodes[{i}]"
         key, name, op, target, module = (_get(n, k, str, w) for k in ("key", "name", "op", "target", "module"))
@@ -387,6 +420,7 @@ def _entry_from_json(raw: object, where: str) -> BaselineEntry:
         forward = _get(n, "forward", str, w) if "forward" in n else ""
         nodes.append(NodeInfo(key, name, op, target, module, source, direction, forward))
         shapes.append(_get(n, "shape", str, w) if "shape" in n else None)
+        allocated.append(_count(n, "allocated", w) if "allocated" in n else None)
     setup = None
     if isinstance(raw, dict) and "setup" in raw:  # older files have none
         raw_setup = _get(raw, "setup", dict, where)
@@ -410,6 +444,7 @@ def _entry_from_json(raw: object, where: str) -> BaselineEntry:
         runs=runs,
         setup=setup,
         shapes=tuple(s or "" for s in shapes) if any(s is not None for s in shapes) else (),
+        allocated=tuple(a or 0 for a in allocated) if any(a is not None for a in allocated) else (),
         recorded=recorded,
         history=_history_from_json(raw, where, len(nodes)),
         revision=revision,

@@ -371,11 +371,23 @@ def _total(p: ProfileReportJSON) -> str:
         ("band", band),
         ("per pair" if p.get("against") else "measurements", measured),
         ("machine factor", "" if p.get("against") else _ratio(t.get("machine_factor"))),
-        ("plain forward", fmt_ns(t["plain_ns"]) if t.get("plain_ns") else ""),
+        ("instrumented pass", fmt_ns(t["instrumented_ns"]) if t.get("instrumented_ns") else ""),
+        ("page faults a call", f"{t['faults']:,}" if t.get("faults") is not None else ""),
+        ("profiler overhead", _overheads(t)),
+        ("allocator", str(p["environment"].get("allocator", ""))),
     ]
     verdict = _verdict_badge(t) if t.get("verdict") else ""
     reason = f' <span class="reason">{_e(t["reason"])}</span>' if t.get("reason") else ""
-    return f'<div class="total"><h3>Total (instrumented pass) {verdict}{reason}</h3>{_facts(pairs)}</div>'
+    notes = "".join(f"<p>{_e(str(t[k]))}</p>" for k in ("states", "overhead_note") if t.get(k))
+    return f'<div class="total"><h3>Total (the plain call) {verdict}{reason}</h3>{_facts(pairs)}{notes}</div>'
+
+
+def _overheads(t: TotalJSON) -> str:
+    """The profiler's overhead on each side, where both were compared ("" otherwise)."""
+    before, after = t.get("overhead_before"), t.get("overhead_after")
+    if before is None and after is None:
+        return ""
+    return " / ".join(_ratio(o) if o is not None else "-" for o in (before, after))
 
 
 def _hints(p: ProfileReportJSON) -> str:

@@ -247,16 +247,19 @@ def _nodes_count(a: AggregateVerdict) -> str:
 def aggregate_line(a: AggregateVerdict) -> str:
     j = a.judgement
     what = aggregate_what(a, nodes=True)
+    memory = a.memory.text() if a.memory is not None else ""
+    memory = f"; memory {memory}" if memory else ""
     if j.paired:
         return (
             f"{what}: {fmt_ns(a.baseline_ns)} -> {fmt_ns(a.current_ns)} = x{a.ratio:.2f}, "
             f"band +{j.band:.0%} ({j.band_source.value}), {'+' if a.delta_ns >= 0 else '-'}"
-            f"{fmt_ns(abs(a.delta_ns))}{_measured(j.ratios, paired=True)}"
+            f"{fmt_ns(abs(a.delta_ns))}{_measured(j.ratios, paired=True)}{memory}"
         )
     return (
         f"{what}: {fmt_ns(a.baseline_ns)} -> {fmt_ns(a.current_ns)} = x{a.ratio:.2f} "
         f"after speed factor {_factor(a.speed_factor, a.divisor)} from nodes outside it, band +{j.band:.0%} "
         f"({j.band_source.value}), {'+' if a.delta_ns >= 0 else '-'}{fmt_ns(abs(a.delta_ns))}{_measured(j.ratios)}"
+        f"{memory}"
     )
 
 
@@ -355,7 +358,12 @@ def blame_lines(c: Comparison) -> list[str]:
         return out
     a = b.lead
     share = f", {b.share:.0%} of the extra time" if 0 < b.share < 0.995 else ""
-    if a.verdict is not Verdict.SLOWER:  # led because its code changed and it holds most of the extra time
+    if b.by_memory:  # the times name nothing: the allocator's cost, which the plain call pays, does
+        share = (
+            f"; the plain call's +{fmt_ns(b.extra_ns)} is the allocator's: this code took {b.share:.0%} of the page "
+            "faults the call gained, which the graphs' nodes (freeing memory at other points) do not pay"
+        )
+    elif a.verdict is not Verdict.SLOWER:  # led because its code changed and it holds most of the extra time
         factor = "" if a.judgement.paired else f" after the run's speed factor x{c.speed_factor:.2f}"
         share = (
             f"; within its band measured alone, but its code changed and it lost +{fmt_ns(b.share * b.extra_ns)}"
@@ -401,14 +409,33 @@ def _shown_apart(c: Comparison, a: AggregateVerdict) -> bool:
 def total_line(t: TotalVerdict) -> str:
     if t.judgement.paired:
         return (
-            f"total: {fmt_ns(t.baseline_ns)} -> {fmt_ns(t.current_ns)}, x{t.ratio:.2f}, band +{t.band:.0%} "
+            f"total: {fmt_ns(t.baseline_ns)} -> {fmt_ns(t.current_ns)} (the plain call), x{t.ratio:.2f}, "
+            f"band +{t.band:.0%} "
             f"({t.band_source.value}): {t.verdict.value}{_measured(t.judgement.ratios, paired=True)}"
         )
     return (
-        f"total: {fmt_ns(t.baseline_ns)} -> {fmt_ns(t.current_ns)}, x{t.ratio:.2f} against the reference workload "
+        f"total: {fmt_ns(t.baseline_ns)} -> {fmt_ns(t.current_ns)} (the plain call), x{t.ratio:.2f} against the "
+        "reference workload "
         f"(machine x{t.machine_factor:.2f}{machine_credit(t.machine_factor, t.verdict.value)}), band +{t.band:.0%} "
         f"({t.band_source.value}): {t.verdict.value}{_measured(t.judgement.ratios)}"
     )
+
+
+def total_detail_lines(t: TotalVerdict) -> list[str]:
+    """What the total's line rests on, each on a line of its own: the allocator states the processes fell into, the
+    whole call's memory, the profiler's overhead on each side and, where it grew, what that means for the nodes."""
+    out = [f"  {t.states}"] if t.states else []
+    memory = t.memory.text() if t.memory is not None else ""
+    if memory:
+        out.append(f"  memory of the call: {memory}")
+    before, after = t.overhead
+    if before is not None or after is not None:
+        sides = ("old side", "new side") if t.judgement.paired else ("baseline", "this run")
+        shown = ", ".join(f"x{o:.2f} {side}" for o, side in zip((before, after), sides, strict=True) if o is not None)
+        out.append(f"  the profiler's overhead (instrumented pass over the plain call): {shown}")
+    if t.overhead_note:
+        out.append(f"  {t.overhead_note}")
+    return out
 
 
 def machine_credit(factor: float, verdict: str) -> str:
@@ -494,6 +521,7 @@ def regression_message(label: str, c: Comparison) -> str:
     lines.extend(f"  slower small node (its aggregates gate it): {node_line(v)}" for v in small)
     if c.total is not None:
         lines.append(f"  {total_line(c.total)}")
+        lines.extend(f"  {line}" for line in total_detail_lines(c.total))
     if not c.against:
         lines.append(f"  speed factor of the whole run: x{c.speed_factor:.2f} (each node's own comes from its peers)")
     lines.extend("  " + s for s in structural_lines(c))

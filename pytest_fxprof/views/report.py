@@ -22,6 +22,7 @@ from pytest_fxprof.records.verdicts import (
     Comparison,
     Judgement,
     Kind,
+    Memory,
     NodeVerdict,
     Status,
     Verdict,
@@ -58,6 +59,18 @@ class NodeStatsJSON(TypedDict, total=False):
     host_ns: int
     memory_bytes: int
     peak_bytes: int | None
+    allocated: int
+    faults: int
+
+
+class MemoryJSON(TypedDict):
+    """What an item costs in memory a call on each side (``records.verdicts.Memory``): bytes of new memory its nodes
+    hold, page faults its code took in the plain call; null where a side did not measure it."""
+
+    bytes_before: int | None
+    bytes_after: int | None
+    faults_before: float | None
+    faults_after: float | None
 
 
 class JudgementJSON(TypedDict):
@@ -119,16 +132,23 @@ class TotalVerdictJSON(_JudgementFieldsJSON, total=False):
 
     baseline_ns: int
     machine_factor: float
+    memory: MemoryJSON | None
+    overhead_before: float | None
+    overhead_after: float | None
+    overhead_note: str
+    states: str
 
 
 class TotalJSON(TotalVerdictJSON):
-    """The whole instrumented pass (``total``): ``current_ns`` and ``baseline_ns`` are instrumented passes, what
-    the total's verdict compares; ``plain_ns`` the pass without the instrumentation."""
+    """The model's total (``total``): ``current_ns`` and ``baseline_ns`` are the plain call as the user makes it, what
+    the total's verdict compares (the instrumented pass where none was timed), ``samples_ns`` its times;
+    ``instrumented_ns`` the instrumented pass; ``faults`` the page faults of one plain call (null where not read)."""
 
     current_ns: int
     instrumented_ns: int
     plain_ns: int
     samples_ns: list[int]
+    faults: int | None
 
 
 _AggregateFieldsJSON = TypedDict(
@@ -152,6 +172,7 @@ _AggregateFieldsJSON = TypedDict(
         "speed_factor": float,
         "divisor": float,
         "gates": bool,
+        "memory": MemoryJSON | None,
         "changed": NotRequired[str],
     },
 )
@@ -179,6 +200,8 @@ BlameJSON = TypedDict(
         "ratio": float,
         "share": float,
         "extra_ns": int,
+        "by_memory": NotRequired[bool],
+        "memory": NotRequired[str],
         "source": NotRequired[str],
         "changed": NotRequired[str],
         "added": list[NodeRefJSON],
@@ -186,7 +209,9 @@ BlameJSON = TypedDict(
     },
 )
 """What a failed profile leads with (``blame``, ``blame_json``): ``node``, ``source`` where a node leads (``kind``
-``node``); ``direction``, ``instances`` and ``changed`` where a module, a pattern or a class does."""
+``node``); ``direction``, ``instances`` and ``changed`` where a module, a pattern or a class does, with ``memory``
+(what it costs in memory a call, where that changed) and ``by_memory`` (named by the page faults it gained, not
+its time: ``share`` is then its part of the faults)."""
 
 
 class LeaderJSON(TypedDict):
@@ -297,6 +322,7 @@ class ProfileReportJSON(TypedDict):
     protocol: dict[str, Any]
     setup: dict[str, Any] | None
     total: TotalJSON
+    module_faults: dict[str, int]
     overhead: float | None
     remeasured: bool
     disturbance: DisturbanceReportJSON
@@ -365,7 +391,22 @@ def _optional(n: NodeStats) -> NodeStatsJSON:
     if n.memory_bytes is not None:
         out["memory_bytes"] = n.memory_bytes
         out["peak_bytes"] = n.peak_bytes
+    if n.allocated is not None:
+        out["allocated"] = n.allocated
+    if n.faults is not None:
+        out["faults"] = n.faults
     return out
+
+
+def memory_json(m: Memory | None) -> MemoryJSON | None:
+    if m is None:
+        return None
+    return {
+        "bytes_before": m.bytes_before,
+        "bytes_after": m.bytes_after,
+        "faults_before": m.faults_before,
+        "faults_after": m.faults_after,
+    }
 
 
 def _node_verdict(n: NodeStats, v: NodeVerdict | None) -> NodeVerdictJSON:
@@ -388,9 +429,15 @@ def _total_verdict(c: Comparison | None) -> TotalVerdictJSON:
     if c is None or c.total is None:
         return {}
     t = c.total
+    before, after = t.overhead
     return {
         "baseline_ns": round(t.baseline_ns),
         "machine_factor": round(t.machine_factor, 4),
+        "memory": memory_json(t.memory),
+        "overhead_before": round(before, 4) if before is not None else None,
+        "overhead_after": round(after, 4) if after is not None else None,
+        "overhead_note": t.overhead_note,
+        "states": t.states,
         **judgement_json(t.judgement),
     }
 
@@ -442,14 +489,16 @@ def profile_report(
         "capture": capture_to_json(result.capture),
         "protocol": asdict(result.protocol),
         "setup": asdict(result.setup) if result.setup is not None else None,
-        # current_ns and baseline_ns are instrumented passes (what the total verdict compares)
+        # current_ns and baseline_ns are the plain call (what the total verdict compares)
         "total": {
-            "current_ns": result.instrumented_ns,
+            "current_ns": result.total_ns,
             "instrumented_ns": result.instrumented_ns,
             "plain_ns": result.total_ns,
-            "samples_ns": list(result.instrumented_samples_ns),
+            "samples_ns": list(result.total_samples_ns or result.instrumented_samples_ns),
+            "faults": result.faults,
             **_total_verdict(comparison),
         },
+        "module_faults": dict(result.module_faults),
         "overhead": round(result.overhead, 4) if result.overhead is not None else None,
         "remeasured": result.remeasured,
         "disturbance": disturbance_report(result.disturbance),
@@ -511,6 +560,7 @@ def aggregate_json(a: AggregateVerdict) -> AggregateJSON:
         "speed_factor": round(a.speed_factor, 4),
         "divisor": round(a.divisor, 4),
         "gates": a.gates,
+        "memory": memory_json(a.memory),
     }
     out: AggregateJSON = {**fields, **judgement_json(a.judgement)}
     changed = code_change_line(a)
@@ -566,6 +616,8 @@ def blame_json(b: Blame | None) -> BlameJSON | None:
         "changed": code_change_line(a),
         "added": [_node_ref(n) for n in a.added],
         "removed": [_node_ref(n) for n in a.removed],
+        "by_memory": b.by_memory,
+        "memory": a.memory.text() if a.memory is not None else "",
     }
 
 
@@ -577,8 +629,11 @@ def blame_lines_of(profile: ProfileReportJSON) -> list[str]:
         return []
     share = float(b.get("share") or 0.0)
     part = f", {share:.0%} of the extra time" if share < 0.995 else ""
+    if b.get("by_memory"):
+        part = f", {share:.0%} of the page faults the plain call gained (the allocator's cost)"
+    memory = f"; memory {b['memory']}" if b.get("memory") else ""
     times = f"{fmt_ns(int(b.get('baseline_ns') or 0))} -> {fmt_ns(int(b.get('current_ns') or 0))}"
-    out = [f"{b.get('what') or b.get('name')}: {times} = x{float(b.get('ratio') or 0):.2f}{part}"]
+    out = [f"{b.get('what') or b.get('name')}: {times} = x{float(b.get('ratio') or 0):.2f}{part}{memory}"]
     chain = [f"{n} x{r:.2f}" for n, r in zip(b.get("chain") or [], b.get("chain_ratios") or [], strict=False)]
     if chain:
         out.append("in: " + " > ".join(chain))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pytest_fxprof.records.disturbance import BUSY_LINE
-from pytest_fxprof.records.measurement import FORWARD
+from pytest_fxprof.records.measurement import FORWARD, TUNED_ALLOCATOR
 from pytest_fxprof.records.units import fmt_ns
 from pytest_fxprof.records.verdicts import Status
 from pytest_fxprof.views.render import WORST_SHOWN, grid
@@ -43,6 +43,31 @@ def busy_counts(records: Sequence[ProfileRecord]) -> str:
     parts = [f"{undecided} profile(s) undecided, too noisy to decide"] if undecided else []
     parts += [f"{busy} profile(s) {BUSY_LINE}"] if busy else []
     return "; ".join(parts) + ("; measure on a quieter machine" if parts else "")
+
+
+def allocator_lines(records: Sequence[ProfileRecord]) -> list[Line]:
+    """Which allocator the run's measurements ran under, once for the run: the program measured is the user's only
+    with the user's allocator, so a tuned one is said in colour, with what it leaves out."""
+    names = sorted(
+        {
+            str(r["report"]["environment"].get("allocator", ""))
+            for r in records
+            if r["status"] != Status.UNMEASURED and r["report"].get("environment")
+        }
+        - {"", "not measured"}
+    )
+    if not names:
+        return []
+    out: list[Line] = [(f"measured under the allocator {', '.join(names)}", None)]
+    if TUNED_ALLOCATOR in names:
+        out.append(
+            (
+                "the allocator was tuned by fxprof (--fxprof-allocator tuned): what a change costs in page faults and "
+                "in memory handed back to the system is not measured, though the user's program pays it",
+                WARNING_COLOUR,
+            )
+        )
+    return out
 
 
 def profile_lines(record: ProfileRecord, verbose: bool = False) -> list[Line]:
