@@ -5,7 +5,8 @@
 # change to the model's source (a convolution in float64) and blame the block whose code changed, against the
 # base revision and against a stored baseline (measured against the revision it was recorded at), then catch a
 # slower backward in the training step, then keep a baseline's history and check under pytest-xdist, one
-# measurement at a time, then catch a code change in a torch.compile'd model, kernel by kernel.
+# measurement at a time, then catch a code change in a torch.compile'd model, kernel by kernel, then catch a change
+# whose cost is memory, measured with the allocator as the user's program has it.
 # Baselines go to a temporary directory, so the committed ones in baselines/ stay as they are.
 set -uo pipefail
 BIN=${BIN:-.venv/bin}
@@ -14,11 +15,11 @@ DIR="$WORK/baselines"
 PYTEST=("$BIN/pytest" examples -p no:cacheprovider -q --fxprof-baseline-dir "$DIR")
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-step "1/11 Record baselines: each test profiled in this process and 4 fresh ones (pytest --fxprof-update)"
+step "1/12 Record baselines: each test profiled in this process and 4 fresh ones (pytest --fxprof-update)"
 "${PYTEST[@]}" --fxprof-update || exit 1
 ls "$DIR"
 
-step "2/11 Check the unchanged models against them (pytest --fxprof): expect a pass"
+step "2/12 Check the unchanged models against them (pytest --fxprof): expect a pass"
 "${PYTEST[@]}" --fxprof
 checked=$?
 if [ $checked -ne 0 ]; then
@@ -26,7 +27,7 @@ if [ $checked -ne 0 ]; then
     printf 'machine was too noisy to decide; a slower item means a false alarm (BENCHMARKS.md measures their rates).\033[0m\n'
 fi
 
-step "3/11 Make ResNet18's layer3.0.conv2 50% slower (FXPROF_DEMO_SLOWDOWN): expect a failure naming that node"
+step "3/12 Make ResNet18's layer3.0.conv2 50% slower (FXPROF_DEMO_SLOWDOWN): expect a failure naming that node"
 VIEWS=(--fxprof-report "$WORK/report.json" --fxprof-html "$WORK/report.html" --fxprof-trace "$WORK/traces"
        --fxprof-markdown "$WORK/summary.md" --fxprof-benchmark-json "$WORK/benchmark.json" --junitxml "$WORK/junit.xml")
 FXPROF_DEMO_SLOWDOWN=layer3.0.conv2=0.5 "${PYTEST[@]}" --fxprof "${VIEWS[@]}"
@@ -55,7 +56,7 @@ if caught != 1 or not named:
 PY
 printf '\nThe gate caught it.\n'
 
-step "4/11 The same verdicts, as reports"
+step "4/12 The same verdicts, as reports"
 printf 'HTML (open in a browser): %s\nChrome traces (open in Perfetto or chrome://tracing): %s\n' \
     "$WORK/report.html" "$(ls "$WORK"/traces/*resnet18* | head -1)"
 printf 'pytest-benchmark JSON: %s\nJSON report: %s\n' "$WORK/benchmark.json" "$WORK/report.json"
@@ -64,7 +65,7 @@ grep -o '<property name="fxprof[^>]*/>' "$WORK/junit.xml" | head -6
 printf '\nThe Markdown summary for a pull request (also appended to $GITHUB_STEP_SUMMARY in GitHub Actions):\n\n'
 cat "$WORK/summary.md"
 
-step "5/11 The fxprof command: show a baseline, diff it against the report, prune baselines of deleted tests"
+step "5/12 The fxprof command: show a baseline, diff it against the report, prune baselines of deleted tests"
 RESNET=$(grep -l '"test_id": "examples/test_models.py::test_resnet18"' "$DIR"/*.json)
 "$BIN/fxprof" show "$RESNET" --limit 8 || exit 1
 printf '\n'
@@ -82,7 +83,7 @@ PY
 printf '\n'
 "$BIN/fxprof" prune --baseline-dir "$DIR" -- examples || exit 1
 "$BIN/fxprof" prune --baseline-dir "$DIR" --yes -- examples || exit 1
-step "6/11 Against a revision: a branch commits a 25% slower layer3.0.conv2; check both tests (ResNet18 and an unchanged MobileNetV3) against main (pytest --fxprof-against main), one pair of fresh processes serving both, ResNet18 measured again in a second set of pairs before it fails: expect a failure naming it, and MobileNet to pass"
+step "6/12 Against a revision: a branch commits a 25% slower layer3.0.conv2; check both tests (ResNet18 and an unchanged MobileNetV3) against main (pytest --fxprof-against main), one pair of fresh processes serving both, ResNet18 measured again in a second set of pairs before it fails: expect a failure naming it, and MobileNet to pass"
 ABS_BIN=$(cd "$BIN" && pwd)
 REPO="$WORK/repo"
 mkdir -p "$REPO"
@@ -161,7 +162,7 @@ if other["status"] == "regression":
 PY
 printf '\nThe check against main caught it.\n'
 
-step "7/11 A code change, not a hook: a branch runs each block's second convolution in float64; check it against main: expect a failure that leads with the block's class and names the nodes the change added"
+step "7/12 A code change, not a hook: a branch runs each block's second convolution in float64; check it against main: expect a failure that leads with the block's class and names the nodes the change added"
 git -C "$REPO" checkout -q main && git -C "$REPO" checkout -q -b float64 &&
     sed -i 's/^        out = self.bn2(self.conv2(out))$/        out = self.bn2(torch.nn.functional.conv2d(out.double(), self.conv2.weight.double(), padding=1).float())/' "$REPO/net.py" &&
     git -C "$REPO" commit -qam "the second convolution in float64" || exit 1
@@ -186,7 +187,7 @@ if caught != 1 or not blamed or not added:
 PY
 printf '\nThe check against main caught the code change and blamed the block whose code changed.\n'
 
-step "8/11 The same code change against a stored baseline: record ResNet18's baseline at main (its entry names main's commit), then check the float64 branch with pytest --fxprof: its code changed since the recording, so it is measured against that commit in pairs too: expect a failure that leads with the block"
+step "8/12 The same code change against a stored baseline: record ResNet18's baseline at main (its entry names main's commit), then check the float64 branch with pytest --fxprof: its code changed since the recording, so it is measured against that commit in pairs too: expect a failure that leads with the block"
 git -C "$REPO" checkout -q main || exit 1
 (cd "$REPO" && "$ABS_BIN/pytest" -p no:cacheprovider -q --fxprof-update --fxprof-processes 3 test_net.py::test_resnet18) || exit 1
 git -C "$REPO" checkout -q float64 || exit 1
@@ -206,7 +207,7 @@ if caught != 1 or changed.get("status") != "regression" or not blamed:
     sys.exit(f"demo: the code change was not caught against the baseline's revision and blamed (pytest exit {caught})")
 PY
 printf '\nThe stored baseline saw the code change and the pairs against its revision caught and blamed it.\n'
-step "9/11 A training step (fxprof.train_step): make ResNet18's layer3.0.conv2 backward 50% slower (FXPROF_DEMO_SLOW_BACKWARD): expect a failure naming that backward node"
+step "9/12 A training step (fxprof.train_step): make ResNet18's layer3.0.conv2 backward 50% slower (FXPROF_DEMO_SLOW_BACKWARD): expect a failure naming that backward node"
 STEP_TEST=("$BIN/pytest" examples/test_training.py -p no:cacheprovider -q --fxprof-baseline-dir "$DIR")
 TRAIN=$(grep -l '"test_id": "examples/test_training.py::test_resnet18_train_step"' "$DIR"/*.json)
 printf 'The recorded step, slowest nodes first (forward, backward and optimizer nodes):\n'
@@ -230,7 +231,7 @@ if caught != 1 or not named:
 PY
 printf '\nThe gate caught the slower backward.\n'
 
-step "10/11 Baseline history and busy machines: record ResNet18 twice more (its baseline keeps every recording), then check the models under pytest -n 2, measuring one at a time"
+step "10/12 Baseline history and busy machines: record ResNet18 twice more (its baseline keeps every recording), then check the models under pytest -n 2, measuring one at a time"
 RESNET_TEST=(examples/test_models.py::test_resnet18)
 for again in 2 3; do
     printf 'recording %s of ResNet18:\n' "$again"
@@ -258,7 +259,7 @@ PY
 if [ $checked -ne 0 ]; then
     printf '\033[33mnote: the check under -n 2 did not pass (exit %s); see its summary above.\033[0m\n' "$checked"
 fi
-step "11/11 A compiled model (torch.compile): main gains a test of the compiled ResNet18, timed kernel by kernel; a branch runs each block's second convolution in float64; check it against main: expect a failure that names the block and the kernels the change added"
+step "11/12 A compiled model (torch.compile): main gains a test of the compiled ResNet18, timed kernel by kernel; a branch runs each block's second convolution in float64; check it against main: expect a failure that names the block and the kernels the change added"
 git -C "$REPO" checkout -q main || exit 1
 cat > "$REPO/test_compiled.py" <<'PY'
 import torch
@@ -295,4 +296,61 @@ if caught != 1 or not kernels or not blamed or not blame.get("added"):
     sys.exit(f"demo: the compiled model's code change was not caught and blamed on its blocks (pytest exit {caught})")
 PY
 printf '\nThe check against main caught the change in the compiled code and named the kernels it added.\n'
+step "12/12 A change whose cost is memory, measured as the user's program runs it (the allocator as it is): main gains a test of a ViT-sized token MLP; a branch writes its GELU by the tanh formula, whose temporaries are the hidden layer's size; check it against main: expect a failure of the total (the plain call) that leads with the MLP and says what it costs in memory"
+git -C "$REPO" checkout -q main || exit 1
+cat > "$REPO/mlp.py" <<'PY'
+import torch
+from torch import nn
+
+
+class MLP(nn.Module):
+    """A transformer block's MLP: the code a pull request edits."""
+
+    def __init__(self, dim=256, hidden=1024):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
+
+    def forward(self, x):
+        h = self.fc1(x)
+        h = torch.nn.functional.gelu(h)
+        return x + self.fc2(h)
+
+
+def build():
+    torch.manual_seed(0)
+    return nn.Sequential(*(MLP() for _ in range(6))).eval(), torch.randn(8, 197, 256)
+PY
+cat > "$REPO/test_mlp.py" <<'PY'
+from mlp import build
+
+
+def test_token_mlp(fxprof):
+    model, x = build()
+    fxprof(model, x)
+PY
+git -C "$REPO" add mlp.py test_mlp.py && git -C "$REPO" commit -qm "token MLP perf test" || exit 1
+git -C "$REPO" checkout -q -b gelu-by-hand &&
+    sed -i 's/^        h = torch.nn.functional.gelu(h)$/        h = 0.5 * h * (1.0 + torch.tanh(0.7978845608028654 * (h + 0.044715 * torch.pow(h, 3.0))))/' "$REPO/mlp.py" &&
+    git -C "$REPO" commit -qam "GELU by its tanh formula" || exit 1
+git -C "$REPO" diff main -- mlp.py
+(cd "$REPO" && "$ABS_BIN/pytest" test_mlp.py -p no:cacheprovider -q --fxprof-against main --fxprof-report "$WORK/memory.json")
+caught=$?
+python3 - "$WORK/memory.json" "$caught" <<'PY' || exit 1
+import json, sys
+report, caught = json.load(open(sys.argv[1])), int(sys.argv[2])
+(profile,) = report["profiles"]
+total, blame = profile["total"], profile.get("blame") or {}
+print(f"{profile['test_id']}: {profile['status']} against {profile.get('against')}, {profile.get('pairs')} pairs, "
+      f"allocator {profile['environment']['allocator']}")
+print(f"    total (the plain call): x{total.get('ratio', 0):.2f}; the profiler's overhead x{total.get('overhead_before') or 0:.2f} "
+      f"old, x{total.get('overhead_after') or 0:.2f} new")
+memory = total.get("memory") or {}
+if memory.get("faults_before") is not None:
+    print(f"    page faults a call: {memory['faults_before']:,.0f} -> {memory['faults_after']:,.0f}")
+print(f"    leads with: {blame.get('what', 'nothing')}" + (f"; memory {blame['memory']}" if blame.get("memory") else ""))
+blamed = blame.get("class") == "MLP" or blame.get("name", "").startswith(("*", "0", "1", "2", "3", "4", "5"))
+if caught != 1 or total.get("verdict") != "slower" or not blamed or "tuned" in profile["environment"]["allocator"]:
+    sys.exit(f"demo: the change whose cost is memory was not caught in the total and blamed on the MLP (pytest exit {caught})")
+PY
+printf '\nThe check against main caught the change whose cost is memory, as the program the user runs pays it.\n'
 printf '\nDone. Everything this demo wrote is in %s\n' "$WORK"

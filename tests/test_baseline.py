@@ -174,6 +174,23 @@ ROUND_TRIP = [
         ),
         id="history",
     ),
+    pytest.param(
+        as_file(
+            "t::memory",
+            {
+                "0": replace(
+                    make_entry(2, 2),
+                    runs=tuple(
+                        replace(r, faults=12_300, node_faults=(0, 4_000), module_faults=(("", 12_300), ("attn", 8_000)))
+                        for r in make_entry(2, 2).runs
+                    ),
+                    allocated=(1_048_576, 0),
+                    capture=replace(make_entry(2, 2).capture, opaque=("tokenizer",)),
+                )
+            },
+        ),
+        id="memory-and-opaque",
+    ),
 ]
 
 
@@ -436,6 +453,31 @@ BAD_HISTORY: list[Any] = [
         lambda r: _entry(r).update(recorded=None),
         "entries['forward'].recorded should be str, found NoneType",
         id="recorded-null",
+    ),
+    pytest.param(
+        lambda r: _entry(r)["runs"][0].update(faults=-1),
+        "entries['forward'].runs[0].faults should be at least 0, found -1",
+        id="negative-faults",
+    ),
+    pytest.param(
+        lambda r: _entry(r)["runs"][0].update(node_faults=[1]),
+        "entries['forward'].runs[0].node_faults should be",
+        id="node-faults-not-one-per-node",
+    ),
+    pytest.param(
+        lambda r: _entry(r)["runs"][0].update(module_faults={"attn": "many"}),
+        "entries['forward'].runs[0].module_faults should map module paths to non-negative integers",
+        id="module-faults-not-counts",
+    ),
+    pytest.param(
+        lambda r: _entry(r)["nodes"][0].update(allocated=1.5),
+        "entries['forward'].nodes[0].allocated should be int, found float",
+        id="allocated-not-an-integer",
+    ),
+    pytest.param(
+        lambda r: _entry(r)["capture"].update(opaque="tokenizer"),
+        "entries['forward'].capture.opaque should be list, found str",
+        id="opaque-not-a-list",
     ),
     pytest.param(
         lambda r: _entry(r).update(history={}),

@@ -920,3 +920,23 @@ def test_the_stake_table_ranks_what_failed_then_time_lost_and_folds_small_nodes_
 )
 def test_a_targets_short_name_drops_namespace_and_overload(target: str, short: str) -> None:
     assert op_name(target) == short
+
+
+def test_the_capture_says_where_blame_stays_coarse() -> None:
+    """Submodules the automatic capture kept whole on its own that hold much of the time are said with their share
+    and the fix; a small one, or none, says nothing."""
+    from pytest_fxprof.records.measurement import NodeStats
+    from pytest_fxprof.views.render import coarse_line
+
+    def stat(name: str, op: str, module: str, share: float) -> NodeStats:
+        node = NodeInfo(f"{op}:{module}:{name}#0", name, op, name, module)
+        return NodeStats(node, median_ns=1, spread_ns=0, share=share, samples_ns=(1,))
+
+    nodes = [stat("Tokenizer", "call_module", "tokenizer", 0.54), stat("Classifier", "call_module", "classifier", 0.46)]
+    kept = replace(CAPTURE, opaque=("tokenizer", "classifier"))
+    line = coarse_line(kept, nodes)
+    assert line.startswith("blame stays coarse: symbolic_trace kept tokenizer (54%), classifier (46%) of the time whole")
+    assert line.endswith("or make torch.export take the model and set capture='export'")
+    assert coarse_line(CAPTURE, nodes) == ""  # nothing kept whole
+    small = [stat("Dropout", "call_module", "drop", 0.02), stat("mm", "call_function", "", 0.98)]
+    assert coarse_line(replace(CAPTURE, opaque=("drop",)), small) == ""

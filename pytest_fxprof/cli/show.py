@@ -170,7 +170,7 @@ def entry_header(entry: BaselineEntry) -> list[str]:
         + (f"; {cap.detail}" if cap.detail else ""),
         f"protocol: {proto.warmup} warm-up + {proto.passes} passes, {proto.threads} thread(s), "
         f"{proto.processes} process(es); {len(runs)} process(es) recorded",
-        f"total (median over processes): plain forward {fmt_ns(median_int([r.total_ns for r in runs]))}, "
+        f"total (median over processes): plain call {fmt_ns(median_int([r.total_ns for r in runs]))}, "
         f"instrumented pass {fmt_ns(median_int([r.instrumented_ns for r in runs]))}, "
         f"reference workload {fmt_ns(median_int([r.reference_ns for r in runs]))}; "
         f"recorded with tolerances node +{entry.tolerances.node:.0%}, total +{entry.tolerances.total:.0%}",
@@ -220,7 +220,7 @@ def environment_summary(env: Environment) -> str:
 
 
 def recording_lines(entry: BaselineEntry) -> list[str]:
-    """The entry's recordings, newest first: date, processes, the medians of the plain forward and of the reference
+    """The entry's recordings, newest first: date, processes, the medians of the plain call and of the reference
     workload, environment, and whether the bands are learnt from each (and why not)."""
     recordings = entry.recordings
     spreads = [recording_spread(entry.nodes, r.runs, Policy()) for r in recordings]
@@ -242,7 +242,7 @@ def recording_lines(entry: BaselineEntry) -> list[str]:
         "date", "recording", "processes", "total", "reference", "widest band", "machine", "environment", "learnt from",
     ]  # fmt: skip
     return [
-        f"recordings: {len(recordings)}, newest first (total: the plain forward's median over the processes; "
+        f"recordings: {len(recordings)}, newest first (total: the plain call's median over the processes; "
         "reference: the fixed workload's, the machine's speed at the time; widest band: what the recording's own "
         "spread sets; busy: made on a busy machine, its spread a neighbour's; learnt from: whether the bands are "
         "learnt from it, and why not)",

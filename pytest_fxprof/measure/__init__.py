@@ -1,11 +1,11 @@
 """Measure: captured graphs become times, node by node, pass by pass, process by process.
 
-- ``profiler``: ``profile_module``, the protocol of one profile (warm-up and kept passes, the plain forward and
-  the reference workload beside them, preempted passes measured again);
+- ``profiler``: ``profile_module``, the schedule of one profile (warm-up and kept instrumented passes, preempted
+  ones measured again, then the plain call as the user makes it, the reference workload beside it);
 - ``engine``: how one pass becomes a time per node (timestamps compiled into the graph, or an interpreter;
   CUDA events on a GPU);
 - ``machine``: the environment a profile records, the allocator, the clocks and the reference workload;
-- ``facts``: what each node does, seen in one untimed pass (FLOPs, shapes, layouts, inputs, mode);
+- ``facts``: what each node does, seen in untimed passes (FLOPs, shapes, layouts, bytes, inputs, mode, page faults);
 - ``signature``: the test's side of a measurement (the inputs' signatures, the module's mode);
 - ``sampling``: fresh processes that measure a test again, for baselines, confirmations and the sides of a
   check against a revision;

@@ -167,7 +167,7 @@ class Profile:
 
     @property
     def overhead(self) -> float | None:
-        """Instrumented pass / plain forward: the profiler's cost as a ratio (None if not timed)."""
+        """Instrumented pass / plain call: the profiler's cost as a ratio (None if not timed)."""
         if not self.total_samples_ns or not self.total_ns:
             return None
         return self.instrumented_ns / self.total_ns

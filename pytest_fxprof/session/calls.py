@@ -24,7 +24,7 @@ from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.session.reactions import Confirm, Outcome, Reactions, UsageError
 from pytest_fxprof.settings import Mode, Settings
 from pytest_fxprof.store.baseline import BaselineStore
-from pytest_fxprof.views.render import capture_notices, summary_line
+from pytest_fxprof.views.render import capture_notices, coarse_line, summary_line
 from pytest_fxprof.views.report import ProfileRecord, ProfileReportJSON, profile_report
 
 if TYPE_CHECKING:
@@ -128,7 +128,6 @@ class Calls:
                 measured=self.measured,
                 flops=self.flops,
                 reference=self.reference,
-                plain=self.plain,
                 barrier=barrier,
                 leaf_modules=leaf_modules,
                 tracer=tracer,
@@ -178,12 +177,6 @@ class Calls:
     @property
     def reference(self) -> bool:
         """Whether a profile times the reference workload (what a stored baseline's speed factor divides by)."""
-        return True
-
-    @property
-    def plain(self) -> bool:
-        """Whether a profile times the plain forward beside the instrumented passes (the plain total and the
-        profiler's overhead)."""
         return True
 
     def judged(self, key: str, result: ProfileResult, measure: Callable[[], ProfileResult]) -> ProfileResult:
@@ -241,11 +234,16 @@ class Calls:
             if status in JUDGED
             else f"{self.label(key)}: {status}" + (f" ({why})" if why else "")
         )
+        if result.capture.method != "symbolic_trace":  # how blame can see into the model: said where not the default
+            text += f"; captured with {result.capture.method}"
         # a plain string: a record crosses to xdist's controller, which cannot take an enum member
         report = profile_report(self.test_id, key, status.value, result, c)
         # when this call's measuring (and the test's, shared by its calls) held the machine: never overlapping another's
         report["measuring"] = [t.to_json() for t in (*self.taken.get(key, ()), *self.taken.get("", ()))]
         report["notices"] = [*capture_notices(result.capture), *self.notices.get(key, [])]
+        coarse = coarse_line(result.capture, result.nodes)
+        if coarse:
+            report["coarse"] = coarse
         self.extend_report(key, report)
         return {"test_id": self.test_id, "key": key, "status": status.value, "summary": text, "report": report}
 

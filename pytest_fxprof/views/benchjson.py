@@ -1,7 +1,7 @@
 """pytest-benchmark's JSON format (``--fxprof-benchmark-json PATH``), so that ``pytest-benchmark compare`` and
 its tables, CSV and histograms work on fxprof's measurements.
 
-Owns the mapping of profiles onto benchmarks: one benchmark per profile (its instrumented passes,
+Owns the mapping of profiles onto benchmarks: one benchmark per profile (its plain calls,
 ``total.samples_ns``; fullname ``test_id[key]``, group the test id) and one per node (the node's
 ``samples_ns``; fullname ``test_id[key]::node_name``, group ``test_id[key]``), every sample a round of one
 iteration, in seconds. The format itself is pytest-benchmark's: its ``Metadata`` and ``Stats`` compute the

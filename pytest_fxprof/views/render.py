@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pytest_fxprof.judge.aggregates import fold, parent_path
-from pytest_fxprof.records.measurement import DIRECTIONS, FORWARD, Capture, NodeInfo, directed, is_step
+from pytest_fxprof.records.measurement import DIRECTIONS, FORWARD, Capture, NodeInfo, NodeStats, directed, is_step
 from pytest_fxprof.records.profile import ROOT, Profile
 from pytest_fxprof.records.units import fmt_ns, fmt_rate
 from pytest_fxprof.records.verdicts import (
@@ -541,6 +541,32 @@ def capture_notices(capture: Capture) -> list[str]:
     )
     detail = capture.detail.removesuffix(f"; captured with {capture.method}")
     return [f"captured with {capture.method}: {detail}{after}"]
+
+
+COARSE_SHARE = 0.1
+"""Submodules ``auto`` kept whole that hold this share of the model's time or more leave blame coarse enough for the
+terminal to say so (a kept-whole ``Dropout`` does not)."""
+
+
+def coarse_line(capture: Capture, nodes: Sequence[NodeStats]) -> str:
+    """Where the automatic capture kept submodules whole that hold much of the time (``Capture.opaque``), what that
+    means for blame and the options that would resolve them; "" where it kept none, or they hold little."""
+    if not capture.opaque:
+        return ""
+    shares = dict.fromkeys(capture.opaque, 0.0)
+    for n in nodes:
+        if n.op == "call_module" and n.module in shares:
+            shares[n.module] += n.share
+    held = sum(shares.values())
+    if held < COARSE_SHARE:
+        return ""
+    parts = ", ".join(f"{path} ({share:.0%})" for path, share in sorted(shares.items(), key=lambda x: -x[1]))
+    return (
+        f"blame stays coarse: {capture.method} kept {parts} of the time whole, each one node, so a slowdown inside "
+        "them is named at their call, not at the module and line that changed; export and dynamo did not capture "
+        "the model (pytest -v lists why). Fix: make them traceable (torch.fx.wrap the call that breaks tracing, or "
+        "pass tracer=), or make torch.export take the model and set capture='export'"
+    )
 
 
 def notice_lines(c: Comparison) -> list[str]:

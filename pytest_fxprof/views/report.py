@@ -348,6 +348,9 @@ class ProfileReportJSON(TypedDict):
     warned: NotRequired[list[FlagJSON]]
     measuring: NotRequired[list[MeasuringJSON]]
     notices: NotRequired[list[str]]
+    coarse: NotRequired[str]
+    """Where the automatic capture kept submodules holding much of the time whole: what that means for blame, and
+    the fix (``views.render.coarse_line``)."""
     busy_processes: NotRequired[int]
     code_changed: NotRequired[CodeChangedJSON]
     sets: NotRequired[list[SetJSON]]

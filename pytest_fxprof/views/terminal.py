@@ -77,6 +77,9 @@ def profile_lines(record: ProfileRecord, verbose: bool = False) -> list[Line]:
     busy = busy_line(profile)
     if busy:  # the figures below came from a disturbed machine: say so before them
         out.append((f"{INDENT}{busy}", WARNING_COLOUR))
+    coarse = profile.get("coarse")
+    if coarse:  # blame cannot go inside what the capture kept whole: said, not counted among the notices
+        out.append((f"{INDENT}{coarse}", WARNING_COLOUR))
     notices = profile.get("notices") or []
     if verbose:
         out += [(f"{INDENT}notice: {line}", None) for line in notices]
