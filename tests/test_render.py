@@ -935,7 +935,9 @@ def test_the_capture_says_where_blame_stays_coarse() -> None:
     nodes = [stat("Tokenizer", "call_module", "tokenizer", 0.54), stat("Classifier", "call_module", "classifier", 0.46)]
     kept = replace(CAPTURE, opaque=("tokenizer", "classifier"))
     line = coarse_line(kept, nodes)
-    assert line.startswith("blame stays coarse: symbolic_trace kept tokenizer (54%), classifier (46%) of the time whole")
+    assert line.startswith(
+        "blame stays coarse: symbolic_trace kept tokenizer (54%), classifier (46%) of the time whole"
+    )
     assert line.endswith("or make torch.export take the model and set capture='export'")
     assert coarse_line(CAPTURE, nodes) == ""  # nothing kept whole
     small = [stat("Dropout", "call_module", "drop", 0.02), stat("mm", "call_function", "", 0.98)]
