@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
@@ -511,3 +512,39 @@ def test_only_a_time_slice_off_the_cpu_counts_as_preemption() -> None:
     assert off_cpu_share(cpu_ns=9_000, wall_ns=10_000) == 0.0  # 1 us: what reading two clocks costs
     assert off_cpu_share(cpu_ns=2_000_000, wall_ns=4_000_000) == 0.5
     assert off_cpu_share(cpu_ns=0, wall_ns=0) == 0.0
+
+
+def test_one_entrance_makes_the_program_of_a_forward_and_of_a_training_step() -> None:
+    """``measure.program.open_program``: a forward and a training step are kinds of one record that the profiler
+    follows, each with its nodes, its engine and its plain call; the module is put back when the stack closes."""
+    import contextlib
+
+    from pytest_fxprof.capture.step import Step
+    from pytest_fxprof.measure.engine import ClockTimer
+    from pytest_fxprof.measure.program import FORWARD, STEP, CaptureRequest, open_program
+
+    model = Net()
+    x = torch.randn(2, 3, 8, 8)
+    for request, kind in ((CaptureRequest(), FORWARD), (CaptureRequest(step=Step()), STEP)):
+        with contextlib.ExitStack() as stack:
+            program = open_program(
+                model,
+                (x,),
+                {},
+                stack,
+                request=request,
+                threads=1,
+                timer=ClockTimer(time.perf_counter_ns),
+                engine="compiled",
+            )
+            assert program.kind == kind
+            assert len(program.infos) == len(program.nodes) > 0
+            assert program.kernels is None
+            assert program.checked
+            assert len(program.engine.runners()) == len(program.captured.graphs)
+            out = program.plain()()  # the plain call as the user makes it, on fresh inputs
+            program.after()
+            assert out is not None
+        if kind == STEP:
+            assert {info.direction for info in program.infos} >= {"forward", "backward"}
+    assert model.training  # put back as it came (Net() is in train mode)

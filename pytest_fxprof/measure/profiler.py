@@ -1,8 +1,9 @@
-"""Profile a module: capture it, then time it node by node over warm-up and kept passes.
+"""Profile a module: open its program, then time it node by node over a schedule of passes.
 
-Owns ``profile_module``, the protocol of one profile (warm-up passes thrown away, kept passes, the plain
-forward and the reference workload timed beside them, a pass preempted by a neighbour measured again) and
-the ``Profile`` it returns. The caller's module and inputs leave a profile exactly as they came in: mode,
+Owns ``profile_module``, the protocol of one profile (the ``Schedule``: warm-up passes thrown away, kept passes, a
+pass preempted by a neighbour measured again, then the plain call as the user makes it, the reference workload
+beside it; the page faults read after them) and the ``Profile`` it returns; ``measure.program`` makes the program
+it times, whatever its kind. The caller's module and inputs leave a profile exactly as they came in: mode,
 buffers, torch's random state and its thread count are restored, inputs are cloned before every pass, a
 forward runs under ``torch.no_grad`` and a module that changes its own parameters in place is refused. A
 training step (``step=``) runs with grad, and its parameters, their grads and the optimizer's state are put
@@ -18,30 +19,25 @@ import contextlib
 import functools
 import gc
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import torch
-import torch.fx
 
 from pytest_fxprof.capture import inductor
-from pytest_fxprof.capture.choose import capture_module, check_leaf_modules, check_module
-from pytest_fxprof.capture.errors import ProfileError
-from pytest_fxprof.capture.graphs import Captured, LeafSpec, Runner, plain_runners, prepared_inputs, run_pass
-from pytest_fxprof.capture.nodes import describe_nodes, module_classes
-from pytest_fxprof.capture.state import StepKept, fresh_copy, kept_as_is
-from pytest_fxprof.capture.step import Step, capture_step, check_step
+from pytest_fxprof.capture.choose import check_module
+from pytest_fxprof.capture.graphs import Captured, LeafSpec, Runner, prepared_inputs, run_pass
+from pytest_fxprof.capture.nodes import module_classes
+from pytest_fxprof.capture.step import Step
 from pytest_fxprof.measure.engine import (
     Clock,
     ClockTimer,
     DeviceSide,
     Engine,
     EventTimer,
-    KernelEngine,
     PassTimes,
     Timer,
-    make_engine,
     out_of_memory,
     release_memory,
 )
@@ -58,43 +54,15 @@ from pytest_fxprof.measure.machine import (
     sync,
     tune_allocator,
 )
+from pytest_fxprof.measure.program import FORWARD, KERNELS, CaptureRequest, open_program
 from pytest_fxprof.measure.signature import setup_of
 from pytest_fxprof.records.disturbance import OFF_CPU_LIMIT as OFF_CPU_LIMIT  # noqa: PLC0414 - re-exported
 from pytest_fxprof.records.disturbance import disturbance_of
 from pytest_fxprof.records.measurement import Capture, NodeInfo, NodeStats, Protocol, iqr_int, median_int
 from pytest_fxprof.records.profile import Profile
 
-
-@contextlib.contextmanager
-def preserved(module: torch.nn.Module, threads: int) -> Iterator[None]:
-    """Run the body with ``threads`` intra-op threads and no grad, then put everything back: the thread
-    count, and what ``kept_as_is`` keeps (modes, buffers, attributes, random state, parameters)."""
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        with kept_as_is(module), torch.no_grad():
-            yield
-    finally:
-        torch.set_num_threads(previous_threads)
-
-
-@contextlib.contextmanager
-def preserved_step(module: torch.nn.Module, threads: int, step: Step) -> Iterator[StepKept]:
-    """Run the body with ``threads`` intra-op threads and grad enabled, then put everything back: the thread
-    count, and what ``StepKept`` keeps (parameters, their grads, the optimizer's state, modes, buffers, random
-    state), which the body also resets after each step it runs."""
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        kept = StepKept(module, step.optimizer)
-        try:
-            with torch.enable_grad():
-                yield kept
-        finally:
-            kept.close()
-    finally:
-        torch.set_num_threads(previous_threads)
-
+if TYPE_CHECKING:
+    import torch.fx
 
 WALL_CLOCK: Clock = time.perf_counter_ns
 """The wall clock: the compiled engine's node stamps on the CPU, and each pass's wall time, against which its
@@ -192,62 +160,32 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     workload = ReferenceWorkload() if measured and reference else None
     warmup, passes = (protocol.warmup, protocol.passes) if measured else (0, 1)
     with contextlib.ExitStack() as stack:
-        kernels = None
-        if step is not None:
-            if inductor.wanted(module, capture):
-                raise ProfileError(
-                    "fxprof times the kernels of a compiled module in its forward only; a training step "
-                    f"(fxprof.train_step) of {type(inductor.eager_module(module)).__name__} would time its eager "
-                    "graphs instead, and say nothing of what torch.compile generates.\n"
-                    "  Fix: profile the compiled module's forward with fxprof(model, ...), and the step of the eager "
-                    "module (model._orig_mod, or the model without model.compile()) with fxprof.train_step(...)"
-                )
-            check_leaf_modules(module, leaf_modules)
-            check_step(module, args, kwargs, step)
-            kept = stack.enter_context(preserved_step(module, protocol.threads, step))
-            captured = capture_step(module, args, kwargs, step, kept)
-            after: Callable[[], None] = kept.reset
-            plain_pass = _plain_step(captured, args, kwargs)
-        elif inductor.wanted(module, capture):
-            if leaf_modules or tracer is not None:
-                raise ProfileError(
-                    f"leaf_modules= and tracer= shape a graph capture; {type(inductor.eager_module(module)).__name__} "
-                    "is timed by the kernels torch.compile generates, which they cannot shape.\n"
-                    '  Fix: leave them out, or capture the eager module (model._orig_mod, capture="auto") with them.'
-                )
-            stack.enter_context(preserved(module, protocol.threads))
-            kernels = inductor.capture(module, args, kwargs, timer.stamp)
-            captured = _kernel_capture(kernels)
-            after = _nothing
-            plain_pass = _plain_kernels(kernels, args, kwargs)
-        else:
-            stack.enter_context(preserved(module, protocol.threads))
-            captured = capture_module(
-                module, args, kwargs, mode=capture, leaf_modules=leaf_modules, tracer=tracer, known=known
-            )
-            after = _nothing
-            plain_pass = _plain_forward(module, args, kwargs)
-        if kernels is None:
-            described = describe_nodes(captured.graphs)
-            nodes = [node for node, _ in described]
-            infos = [info for _, info in described]
-            timing: Engine = make_engine(engine, captured.graphs, nodes, timer)
-        else:
-            infos = kernels.infos
-            nodes = []
-            timing = KernelEngine(len(infos), timer, kernels.calls)
-        checked = step is not None or capture != "symbolic"  # every other capture ran its graphs once, checked
+        program = open_program(
+            module,
+            args,
+            kwargs,
+            stack,
+            request=CaptureRequest(
+                mode=capture, leaf_modules=tuple(leaf_modules), tracer=tracer, step=step, known=known
+            ),
+            threads=protocol.threads,
+            timer=timer,
+            engine=engine,
+        )
+        captured, nodes, infos, timing = program.captured, program.nodes, program.infos, program.engine
+        after, plain_pass, checked = program.after, program.plain, program.checked
+        graphs = program.kind != KERNELS  # a compiled module's kernels have no graph nodes to count or read
         runners = timing.runners()
         samples = _Samples(len(infos))
         # one untimed pass under torch's flop counter, before the warm-up passes that the engine runs
         seen = (
             count_flops(module, captured, nodes, args, kwargs, infos=infos, ran_before=checked)
-            if flops and measured and kernels is None
+            if flops and measured and graphs
             else None
         )
         after()
         counted = seen.flops if seen is not None else None
-        facts = graph_facts(captured.graphs, nodes) if kernels is None else [((), None, False)] * len(infos)
+        facts = graph_facts(captured.graphs, nodes) if graphs else [((), None, False)] * len(infos)
         watch = measured and node_clock_name == "wall" and clock_name == "thread-cpu"
         one_pass = functools.partial(
             _timed_pass,
@@ -304,10 +242,10 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
             if memory and measured and isinstance(timer, EventTimer):
                 samples.memory, samples.peaks = _memory_pass(timer, lambda: one_pass(ran_before=True))
                 after()
-            if faults is not None and kernels is None:
+            if faults is not None and graphs:
                 fault_pass = functools.partial(_fault_pass, module, captured, args, kwargs, infos=infos, after=after)
                 samples.faults = count_faults(captured, nodes, fault_pass, faults)
-                if step is None:  # the call as the user makes it runs the module's own forwards
+                if program.kind == FORWARD:  # the call as the user makes it runs the module's own forwards
                     samples.module_faults = module_faults(module, plain_pass, after, faults)
         finally:
             if collecting:
@@ -371,10 +309,6 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     )
 
 
-def _nothing() -> None:
-    pass
-
-
 def _plain_call(
     plain_pass: Callable[[], Callable[[], Any]],
     after: Callable[[], None],
@@ -423,62 +357,6 @@ def _memory_pass(
     finally:
         timer.memory_on = False
     return times.memory_bytes, times.peak_bytes
-
-
-def _plain_forward(
-    module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any]
-) -> Callable[[], Callable[[], Any]]:
-    """Each call makes fresh inputs and returns the plain forward to time on them."""
-
-    def make() -> Callable[[], Any]:
-        call_args, call_kwargs = fresh_copy((list(args), kwargs))
-        return lambda: module(*call_args, **call_kwargs)
-
-    return make
-
-
-def _kernel_capture(kernels: inductor.Kernels) -> Captured:
-    """The compiled module as a capture: a pass runs it with its kernels stamped."""
-
-    def prepare(a: Sequence[Any], k: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
-        return list(a), dict(k)
-
-    def forward(runners: Sequence[Runner], prepared: tuple[list[Any], dict[str, Any]]) -> Any:
-        with inductor.passes(kernels, timed=True):
-            kernels.begin()
-            out = kernels(*prepared[0], **prepared[1])
-            kernels.end()
-            return out
-
-    return Captured(graphs=(), capture=inductor.described(kernels), prepare=prepare, forward=forward)
-
-
-def _plain_kernels(
-    kernels: inductor.Kernels, args: Sequence[Any], kwargs: dict[str, Any]
-) -> Callable[[], Callable[[], Any]]:
-    """Each call makes fresh inputs and returns the compiled module's plain forward (no stamps) to time on them."""
-
-    def make() -> Callable[[], Any]:
-        call_args, call_kwargs = fresh_copy((list(args), kwargs))
-
-        def go() -> Any:
-            with inductor.passes(kernels, timed=False):
-                return kernels(*call_args, **call_kwargs)
-
-        return go
-
-    return make
-
-
-def _plain_step(captured: Captured, args: Sequence[Any], kwargs: dict[str, Any]) -> Callable[[], Callable[[], Any]]:
-    """Each call makes fresh inputs and returns the plain step to time on them: the captured graphs, no stamps."""
-    runners = plain_runners(captured)
-
-    def make() -> Callable[[], Any]:
-        prepared = prepared_inputs(captured, args, kwargs)
-        return lambda: captured.forward(runners, prepared)
-
-    return make
 
 
 CUDA_NODE_CLOCK = "cuda-events-only"
