@@ -296,3 +296,25 @@ def test_an_unchanged_node_slower_by_the_page_faults_of_memory_freed_elsewhere_i
     quiet = [with_node_faults(r, (0, 0, 0, 0, 0)) for r in new_runs]
     c = compare_pairs(old, changed_attention_entry(quiet), PairedPolicy(), against="main")
     assert next(v for v in c.nodes if v.node.name == "relu").verdict is Verdict.SLOWER
+
+
+def test_a_plain_call_that_slowed_more_than_the_instrumented_pass_is_said() -> None:
+    # the user's call 30 % slower, the instrumented pass as before: the extra time is where the graphs do not pay it
+    old = entry(runs([3_000_000] * 6, [300] * 6, instrumented=1.0))
+    new = entry(runs([3_900_000] * 6, [12_300] * 6, instrumented=3_000_000 / 3_900_000, attn_faults=12_000))
+    c = compare_pairs(old, new, PairedPolicy(), against="main")
+    assert c.total is not None
+    assert c.total.overhead_note.startswith("the plain call slowed more than the instrumented pass")
+    assert c.total.overhead[1] == pytest.approx(3_000_000 / 3_900_000)
+    assert c.status is Status.REGRESSION  # the total, the plain call, fails; no node is held for it
+
+
+def test_the_stored_gate_holds_unchanged_nodes_to_the_profilers_overhead_too() -> None:
+    # this run's instrumented pass 25 % slower than the baseline's, its plain call as fast: no node is slower
+    baseline = entry(runs([3_000_000] * 5, [300] * 5, instrumented=1.04))
+    current = entry(runs([3_000_000], [300], instrumented=1.30, node_ns=[round(t * 1.25) for t in BASE]))
+    c = compare(baseline, current, Policy(node_tolerance=0.1))
+    assert c.total is not None
+    assert c.total.overhead_note.startswith("the profiler's overhead grew from x1.04 to x1.30 of the plain call")
+    assert c.status is Status.PASS
+    assert all(v.verdict is not Verdict.SLOWER for v in c.nodes)

@@ -64,9 +64,11 @@ from pytest_fxprof.judge.aggregates import Group, corrected_k, plan
 from pytest_fxprof.judge.blame import blame
 from pytest_fxprof.judge.memory import (
     held_to_memory,
+    held_to_overhead,
     item_modules,
     memory,
     memory_of,
+    overhead_note,
     states,
     total_memory,
     with_states,
@@ -665,6 +667,9 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
         ),
         overhead=_overheads(baseline.runs, current.runs),
     )
+    total = replace(total, overhead_note=overhead_note(*total.overhead))
+    held_verdicts, held_aggregates = held_to_overhead(verdicts, aggregates, total)
+    verdicts, aggregates = tuple(held_verdicts), tuple(held_aggregates)
     held_nodes, held = held_to_memory(verdicts, aggregates, baseline, current)
     verdicts, aggregates = held_to_scopes(
         scopes(baseline.nodes, current.nodes, pairs), tuple(held_nodes), tuple(held), total

@@ -1,11 +1,13 @@
-"""What memory a change costs, and the allocator states processes fall into: facts a verdict shows, and the rule
-that decides a total whose processes split between states.
+"""What memory a change costs, the allocator states processes fall into, and what the profiler's own cost means for
+the nodes: facts a verdict shows, and the rules that follow from them.
 
 Owns the memory facts of an item (bytes its nodes' outputs hold, page faults its code takes in the call as the user
-makes it) and the states: glibc's allocator maps, trims and hands back memory by thresholds that follow a process's
-history, so the same program lands in one of two steady states, one of which pays page faults on every call
-(BENCHMARKS.md, "The allocator: the program users run"). A change can move some processes, not all, into the slow
-one: its cost is then real for a share of the processes users run, and a mean over pairs would call it noise.
+makes it); what the profiler's overhead and the allocator's faults mean for the nodes' times (``held_to_overhead``,
+``held_to_memory``: the nodes are timed in the graphs, the total in the call as the user makes it); and the states:
+glibc's allocator maps, trims and hands back memory by thresholds that follow a process's history, so the same
+program lands in one of two steady states, one of which pays page faults on every call (BENCHMARKS.md, "The
+allocator: the program users run"). A change can move some processes, not all, into the slow one: its cost is then
+real for a share of the processes users run, and a mean over pairs would call it noise.
 
 Pure. Must not import torch, pytest or pandas.
 """
@@ -19,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, Run
-from pytest_fxprof.records.verdicts import AggregateVerdict, Judgement, Kind, Memory, NodeVerdict, Verdict
+from pytest_fxprof.records.verdicts import AggregateVerdict, Judgement, Kind, Memory, NodeVerdict, TotalVerdict, Verdict
 
 STATE_GAP = 4.0
 """Two groups of processes are in different allocator states where the page faults of their plain calls lie this
@@ -239,6 +241,70 @@ def held_to_memory(
 def _named(changed: Sequence[AggregateVerdict]) -> str:
     names = sorted({f"{a.kind.value} {a.where}" for a in changed})
     return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+OVERHEAD_TOLERANCE = 0.05
+"""The profiler's overhead (the instrumented pass over the plain call) may differ this much between the sides before
+the nodes' times are read as carrying a cost of the profiler's own: the node times come from the instrumented pass,
+the total from the plain call, and where the instrumented pass alone slowed, an unchanged node that looks slower by
+no more than that is the profiler's, not the code's."""
+
+
+def overheads(runs: Sequence[Run]) -> list[float]:
+    """Each run's profiler overhead (its instrumented pass over its plain call; runs that timed none left out)."""
+    return [r.instrumented_ns / r.total_ns for r in runs if r.total_ns and r.instrumented_ns]
+
+
+def overhead_note(before: float | None, after: float | None) -> str:
+    """What a change of the profiler's overhead between the sides (``before`` and ``after``: instrumented pass over
+    plain call) means for the nodes' times; "" where it stayed within ``OVERHEAD_TOLERANCE`` or a side has none."""
+    if not before or not after:
+        return ""
+    if after > before * (1.0 + OVERHEAD_TOLERANCE):
+        return (
+            f"the profiler's overhead grew from x{before:.2f} to x{after:.2f} of the plain call "
+            f"(x{after / before:.2f}): the nodes' times on the new side carry that much of the profiler's own, so no "
+            "node, module or class whose code did not change fails on it"
+        )
+    if after * (1.0 + OVERHEAD_TOLERANCE) < before:
+        return (
+            f"the plain call slowed more than the instrumented pass (the profiler's overhead x{before:.2f} -> "
+            f"x{after:.2f}): part of the extra time is paid where the graphs, which free memory at other points than "
+            "eager code, do not pay it, so the nodes' times cannot show it; the memory lines say where it goes"
+        )
+    return ""
+
+
+def held_to_overhead(
+    nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict], total: TotalVerdict
+) -> tuple[list[NodeVerdict], list[AggregateVerdict]]:
+    """Where the profiler's overhead grew between the sides (``TotalVerdict.overhead_note``; not where it shrank),
+    every slower node and aggregate whose code did not change and whose ratio that growth explains (within its band
+    once divided by it) held within its band: the instrumented pass alone slowed there, not the code."""
+    before, after = total.overhead
+    if not total.overhead_note or not before or not after or after <= before:
+        return list(nodes), list(aggregates)
+    growth = after / before
+    changed = [a.where for a in aggregates if a.changed and a.kind is Kind.MODULE]
+
+    def explained(j: Judgement) -> bool:
+        return j.verdict is Verdict.SLOWER and j.ratio / growth <= 1.0 + j.band
+
+    def held(j: Judgement) -> Judgement:
+        why = f"; but the profiler's overhead grew x{growth:.2f} on the new side, which explains it: not the code's"
+        return replace(j, verdict=Verdict.OK, reason=j.reason + why)
+
+    def inside_changed(module: str) -> bool:
+        return any(not c or module == c or module.startswith(c + ".") for c in changed)
+
+    out_nodes = [
+        replace(v, judgement=held(v.judgement)) if explained(v.judgement) and not inside_changed(v.node.module) else v
+        for v in nodes
+    ]
+    out_aggregates = [
+        replace(a, judgement=held(a.judgement)) if explained(a.judgement) and not a.changed else a for a in aggregates
+    ]
+    return out_nodes, out_aggregates
 
 
 def faults_text(value: float) -> str:

@@ -57,10 +57,14 @@ from pytest_fxprof.judge.aggregates import Group, corrected_confidence, plan
 from pytest_fxprof.judge.blame import blame
 from pytest_fxprof.judge.decision import align, large_enough, regressed
 from pytest_fxprof.judge.memory import (
+    OVERHEAD_TOLERANCE,
     held_to_memory,
+    held_to_overhead,
     item_modules,
     memory,
     memory_of,
+    overhead_note,
+    overheads,
     states,
     total_memory,
     with_states,
@@ -351,18 +355,6 @@ def _medians(runs: Sequence[Run], idx: Sequence[int]) -> list[float]:
     return [float(sum(run.node_ns[i] for i in idx)) for run in runs]
 
 
-OVERHEAD_TOLERANCE = 0.05
-"""The profiler's overhead (the instrumented pass over the plain call) may differ this much between the sides before
-the nodes' times are read as carrying a cost of the profiler's own: the node times come from the instrumented pass,
-the total from the plain call, and where the instrumented pass alone slowed, an unchanged node that looks slower by
-no more than that is the profiler's, not the code's."""
-
-
-def overheads(runs: Sequence[Run]) -> list[float]:
-    """Each run's profiler overhead (its instrumented pass over its plain call; runs that timed none left out)."""
-    return [r.instrumented_ns / r.total_ns for r in runs if r.total_ns and r.instrumented_ns]
-
-
 def _judge_total(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy) -> TotalVerdict:
     """The total, the plain call pair by pair (``Run.timed_ns``), decided again where the processes split between
     allocator states (``judge.memory.with_states``), with the memory of the whole call and the profiler's overhead on
@@ -380,13 +372,11 @@ def _judge_total(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy) -
     shown = (statistics.median(before_o) if before_o else None, statistics.median(after_o) if after_o else None)
     note = ""
     if len(before_o) == len(after_o) == len(old_runs) >= MIN_PAIRS:
-        grown = judge_pairs(before_o, after_o, OVERHEAD_TOLERANCE, BandSource.TOLERANCE, confidence=policy.confidence)
-        if grown.verdict is Verdict.SLOWER:
-            note = (
-                f"the profiler's overhead grew from x{shown[0]:.2f} to x{shown[1]:.2f} of the plain call "
-                f"(x{grown.ratio:.2f}): the nodes' times on the new side carry that much of the profiler's own, so no "
-                "node, module or class whose code did not change fails on it"
-            )
+        # judged as times are (scaled up: judge_pairs reads values under 1 as 1, a time of 0 ns)
+        scaled = [o * 1e6 for o in before_o], [o * 1e6 for o in after_o]
+        grown = judge_pairs(*scaled, OVERHEAD_TOLERANCE, BandSource.TOLERANCE, confidence=policy.confidence)
+        if grown.verdict in (Verdict.SLOWER, Verdict.FASTER):
+            note = overhead_note(shown[0], shown[1])
     return TotalVerdict(
         statistics.median(before_total),
         statistics.median(after_total),
@@ -397,38 +387,6 @@ def _judge_total(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy) -
         overhead_note=note,
         states=found.line() if found is not None else "",
     )
-
-
-def held_to_overhead(
-    nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict], total: TotalVerdict
-) -> tuple[list[NodeVerdict], list[AggregateVerdict]]:
-    """Where the profiler's overhead grew between the sides (``TotalVerdict.overhead_note``), every slower node and
-    aggregate whose code did not change and whose ratio that growth explains (within its band once divided by it)
-    held within its band: the instrumented pass alone slowed there, not the code."""
-    before, after = total.overhead
-    if not total.overhead_note or not before or not after:
-        return list(nodes), list(aggregates)
-    growth = after / before
-    changed = [a.where for a in aggregates if a.changed and a.kind is Kind.MODULE]
-
-    def explained(j: Judgement) -> bool:
-        return j.verdict is Verdict.SLOWER and j.ratio / growth <= 1.0 + j.band
-
-    def held(j: Judgement) -> Judgement:
-        why = f"; but the profiler's overhead grew x{growth:.2f} on the new side, which explains it: not the code's"
-        return replace(j, verdict=Verdict.OK, reason=j.reason + why)
-
-    def inside_changed(module: str) -> bool:
-        return any(not c or module == c or module.startswith(c + ".") for c in changed)
-
-    out_nodes = [
-        replace(v, judgement=held(v.judgement)) if explained(v.judgement) and not inside_changed(v.node.module) else v
-        for v in nodes
-    ]
-    out_aggregates = [
-        replace(a, judgement=held(a.judgement)) if explained(a.judgement) and not a.changed else a for a in aggregates
-    ]
-    return out_nodes, out_aggregates
 
 
 CORROBORATE = 0.5
