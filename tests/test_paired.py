@@ -540,3 +540,15 @@ def test_a_test_passes_from_the_fewest_pairs_that_resolve_a_usual_total() -> Non
     wide = _total([1.05, 0.96, 1.0])  # within its band, but too wide to tell +6 % from none: more pairs
     assert wide.verdict is Verdict.NOISY
     assert "disagree too much to tell a slowdown of +6%" in wide.reason
+
+
+def test_pairs_that_disagree_by_orders_of_magnitude_are_too_noisy_not_an_error() -> None:
+    """An item one process measured at next to nothing (0 ns) and the others at a millisecond: its interval reaches
+    past any ratio a float holds, and it is too noisy to decide, said with the bound as ``inf``."""
+    from pytest_fxprof.judge.paired import judge_pairs
+
+    j = judge_pairs([0.0, 1_000_000.0], [1_000_000.0, 1_000_000.0], 0.05, BandSource.TOLERANCE)
+    assert j.verdict is Verdict.NOISY
+    assert "..xinf at 99.9%" in j.reason
+    j = judge_pairs([0.0, 1_000_000.0, 1_000_000.0], [1_000_000.0] * 3, 0.05, BandSource.TOLERANCE)
+    assert "interval x0.00..x4.51e+46 at 99.9%" in j.reason

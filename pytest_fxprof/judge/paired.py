@@ -255,7 +255,7 @@ def judge_pairs(
     estimate = math.exp(interval.mean)
     limit = f"band +{band:.0%} ({source.value})"
     level = f"{confidence:.1%}".rstrip("0").rstrip(".")
-    span = f"{len(ratios)} pairs, interval x{math.exp(interval.low):.2f}..x{math.exp(interval.high):.2f} at {level}"
+    span = f"{len(ratios)} pairs, interval x{_shown(interval.low)}..x{_shown(interval.high)} at {level}"
     lost = f", {scale_ns * (estimate - 1.0) / 1e3:+.1f} us" if scale_ns else ""
     edge = math.log1p(band)
     if interval.low > 0 and interval.mean > edge and len(ratios) < MIN_DECIDING_PAIRS:
@@ -293,6 +293,19 @@ def judge_pairs(
     else:
         verdict, reason = Verdict.OK, f"x{estimate:.2f} within {limit} ({span})"
     return Judgement(ratios, band, source, verdict, reason, None, floor, estimate=estimate)
+
+
+def _shown(log_ratio: float) -> str:
+    """A bound of an interval as a ratio, ``inf`` where it lies beyond any ratio a float holds (a few pairs that
+    disagree by orders of magnitude: an item one side measured at next to nothing)."""
+    if log_ratio >= LOG_MAX:
+        return "inf"
+    ratio = math.exp(log_ratio)
+    return f"{ratio:.2f}" if ratio < 1000 else f"{ratio:.3g}"
+
+
+LOG_MAX = math.log(1e300)
+"""The largest log ratio shown as a number."""
 
 
 def band_of(tolerance: float, floor_share: float) -> tuple[float, BandSource]:
