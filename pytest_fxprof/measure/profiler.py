@@ -27,6 +27,7 @@ import torch
 
 from pytest_fxprof.capture import inductor
 from pytest_fxprof.capture.choose import check_module
+from pytest_fxprof.capture.errors import ProfileError, one_line
 from pytest_fxprof.capture.graphs import Captured, LeafSpec, Runner, prepared_inputs, run_pass
 from pytest_fxprof.capture.nodes import module_classes
 from pytest_fxprof.capture.step import Step
@@ -54,7 +55,15 @@ from pytest_fxprof.measure.machine import (
     sync,
     tune_allocator,
 )
-from pytest_fxprof.measure.program import FORWARD, KERNELS, CaptureRequest, open_program
+from pytest_fxprof.measure.program import (
+    FORWARD,
+    KERNELS,
+    CaptureRequest,
+    nothing,
+    open_program,
+    plain_forward,
+    preserved,
+)
 from pytest_fxprof.measure.signature import setup_of
 from pytest_fxprof.records.disturbance import OFF_CPU_LIMIT as OFF_CPU_LIMIT  # noqa: PLC0414 - re-exported
 from pytest_fxprof.records.disturbance import disturbance_of
@@ -159,66 +168,95 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     node_clock_name, timer = _node_timer(engine, device, clock_name, clock, memory=memory and not measured)
     workload = ReferenceWorkload() if measured and reference else None
     warmup, passes = (protocol.warmup, protocol.passes) if measured else (0, 1)
-    with contextlib.ExitStack() as stack:
-        program = open_program(
-            module,
-            args,
-            kwargs,
-            stack,
-            request=CaptureRequest(
-                mode=capture, leaf_modules=tuple(leaf_modules), tracer=tracer, step=step, known=known
-            ),
-            threads=protocol.threads,
-            timer=timer,
-            engine=engine,
-        )
-        captured, nodes, infos, timing = program.captured, program.nodes, program.infos, program.engine
-        after, plain_pass, checked = program.after, program.plain, program.checked
-        graphs = program.kind != KERNELS  # a compiled module's kernels have no graph nodes to count or read
-        runners = timing.runners()
-        samples = _Samples(len(infos))
-        # one untimed pass under torch's flop counter, before the warm-up passes that the engine runs
-        seen = (
-            count_flops(module, captured, nodes, args, kwargs, infos=infos, ran_before=checked)
-            if flops and measured and graphs
-            else None
-        )
-        after()
-        counted = seen.flops if seen is not None else None
-        facts = graph_facts(captured.graphs, nodes) if graphs else [((), None, False)] * len(infos)
-        watch = measured and node_clock_name == "wall" and clock_name == "thread-cpu"
-        one_pass = functools.partial(
-            _timed_pass,
-            module,
-            captured=captured,
-            timing=timing,
-            runners=runners,
-            args=args,
-            kwargs=kwargs,
-            clock=clock,
-            device=device,
-            nodes=infos,
-        )
-        time_plain = functools.partial(_plain_call, plain_pass, after, clock=clock, device=device, faults=faults)
-        schedule = Schedule.of(warmup, passes, plain=measured and plain, remeasure=watch)
-        i = 0
-        phases = {"capture_s": time.perf_counter() - began, "warmup_s": 0.0, "measuring_s": 0.0}
-        mark = time.perf_counter()
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+    watch = measured and node_clock_name == "wall" and clock_name == "thread-cpu"
+    first = step is None and not inductor.wanted(module, capture)  # a forward's plain call needs no capture
+    schedule = Schedule.of(warmup, passes, plain=measured and plain, remeasure=watch, plain_first=first)
+    phases = {"capture_s": time.perf_counter() - began, "warmup_s": 0.0, "measuring_s": 0.0}
+    plain_times: list[tuple[int, int | None, int | None]] = []
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with contextlib.ExitStack() as stack:
+            i = 0
+            failed: Exception | None = None
+            if schedule.plain_first:  # as a program that built the model calls it, before anything else runs it
+                call = functools.partial(
+                    _plain_call, plain_forward(module, args, kwargs), nothing, clock=clock, device=device, faults=faults
+                )
+                try:
+                    with preserved(module, protocol.threads):
+                        i = _plain_phase(
+                            call,
+                            schedule,
+                            barrier=barrier,
+                            workload=workload,
+                            clock=clock,
+                            out=plain_times,
+                            phases=phases,
+                            start=i,
+                        )
+                except Exception as exc:  # noqa: BLE001 - the capture's checks say first why a module cannot run
+                    failed = exc
+            mark = time.perf_counter()
+            program = open_program(
+                module,
+                args,
+                kwargs,
+                stack,
+                request=CaptureRequest(
+                    mode=capture, leaf_modules=tuple(leaf_modules), tracer=tracer, step=step, known=known
+                ),
+                threads=protocol.threads,
+                timer=timer,
+                engine=engine,
+            )
+            if failed is not None:
+                raise ProfileError(
+                    f"{type(module).__name__} failed when called as the test calls it ({one_line(failed)}), though "
+                    "its capture ran it: it fails only on some calls.\n  Fix: make the forward deterministic (no state "
+                    "kept between calls, no randomness that can fail), or pass inputs it always accepts"
+                ) from failed
+            captured, nodes, infos, timing = program.captured, program.nodes, program.infos, program.engine
+            after, plain_pass, checked = program.after, program.plain, program.checked
+            graphs = program.kind != KERNELS  # a compiled module's kernels have no graph nodes to count or read
+            runners = timing.runners()
+            samples = _Samples(len(infos))
+            # one untimed pass under torch's flop counter, before the warm-up passes that the engine runs
+            seen = (
+                count_flops(module, captured, nodes, args, kwargs, infos=infos, ran_before=checked)
+                if flops and measured and graphs
+                else None
+            )
+            after()
+            counted = seen.flops if seen is not None else None
+            facts = graph_facts(captured.graphs, nodes) if graphs else [((), None, False)] * len(infos)
+            one_pass = functools.partial(
+                _timed_pass,
+                module,
+                captured=captured,
+                timing=timing,
+                runners=runners,
+                args=args,
+                kwargs=kwargs,
+                clock=clock,
+                device=device,
+                nodes=infos,
+            )
+            start = i
+            phases["capture_s"] += time.perf_counter() - mark
+            mark = time.perf_counter()
             # the instrumented passes: warm-up, then kept (a preempted one measured again, up to schedule.remeasure)
-            while i < schedule.instrumented and not (
-                i >= warmup + passes and _stop(barrier, i, samples.enough(passes))
+            while i - start < schedule.instrumented and not (
+                i - start >= warmup + passes and _stop(barrier, i, samples.enough(passes))
             ):
-                keep = i >= warmup
+                keep = i - start >= warmup
                 if barrier is not None:
                     barrier(i)
                 if workload is not None and not schedule.plain:
                     ref = workload(clock)
                     if keep:
                         samples.references.append(ref)
-                whole, wall, times = one_pass(ran_before=checked or i > 0 or seen is not None)
+                whole, wall, times = one_pass(ran_before=checked or i > start or seen is not None)
                 after()
                 if keep:
                     samples.keep(whole, times, off_cpu=off_cpu_share(whole, wall) if watch else 0.0)
@@ -226,19 +264,21 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
                 phases["measuring_s" if keep else "warmup_s"] += now - mark
                 mark = now
                 i += 1
-            # the plain call as the user makes it, call after call: the heap in the state its own calls leave
-            for j in range(schedule.plain_warmup + schedule.plain):
-                if barrier is not None:
-                    barrier(i)
-                i += 1
-                ref = workload(clock) if workload is not None else 0
-                took, taken = time_plain()
-                if j >= schedule.plain_warmup:
-                    samples.plain(took, taken, ref if workload is not None else None)
-            phases["measuring_s"] += time.perf_counter() - mark
-            mark = time.perf_counter()
+            if schedule.plain and not schedule.plain_first:  # a step's or compiled module's plain call: its graphs
+                call = functools.partial(_plain_call, plain_pass, after, clock=clock, device=device, faults=faults)
+                i = _plain_phase(
+                    call,
+                    schedule,
+                    barrier=barrier,
+                    workload=workload,
+                    clock=clock,
+                    out=plain_times,
+                    phases=phases,
+                    start=i,
+                )
             if barrier is not None:
                 barrier(-1)
+            mark = time.perf_counter()
             if memory and measured and isinstance(timer, EventTimer):
                 samples.memory, samples.peaks = _memory_pass(timer, lambda: one_pass(ran_before=True))
                 after()
@@ -247,12 +287,14 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
                 samples.faults = count_faults(captured, nodes, fault_pass, faults)
                 if program.kind == FORWARD:  # the call as the user makes it runs the module's own forwards
                     samples.module_faults = module_faults(module, plain_pass, after, faults)
-        finally:
-            if collecting:
-                gc.enable()
-        measured_off_cpu = list(samples.off_cpu)
-        picked = samples.choose(passes)
-        phases["measuring_s"] += time.perf_counter() - mark
+            for plain_ns, plain_faults, plain_ref in plain_times:
+                samples.plain(plain_ns, plain_faults, plain_ref)
+            measured_off_cpu = list(samples.off_cpu)
+            picked = samples.choose(passes)
+            phases["measuring_s"] += time.perf_counter() - mark
+    finally:
+        if collecting:
+            gc.enable()
     if spent is not None:
         for phase, seconds in phases.items():
             spent[phase] = spent.get(phase, 0.0) + seconds
@@ -329,6 +371,35 @@ def _plain_call(
     taken = faults() - before if faults is not None else None
     after()
     return took, taken
+
+
+def _plain_phase(
+    call: Callable[[], tuple[int, int | None]],
+    schedule: Schedule,
+    *,
+    barrier: Barrier | None,
+    workload: ReferenceWorkload | None,
+    clock: Clock,
+    out: list[tuple[int, int | None, int | None]],
+    phases: dict[str, float],
+    start: int,
+) -> int:
+    """The plain calls of ``schedule`` (``call`` times one), numbered from ``start`` for the twin's lock-step: each
+    timed one's time, faults and the reference workload timed before it appended to ``out``; the next pass's number."""
+    i = start
+    mark = time.perf_counter()
+    for j in range(schedule.plain_warmup + schedule.plain):
+        if barrier is not None:
+            barrier(i)
+        i += 1
+        ref = workload(clock) if workload is not None else None
+        took, taken = call()
+        if j >= schedule.plain_warmup:
+            out.append((took, taken, ref))
+        now = time.perf_counter()
+        phases["measuring_s" if j >= schedule.plain_warmup else "warmup_s"] += now - mark
+        mark = now
+    return i
 
 
 def _fault_pass(
@@ -409,33 +480,43 @@ def chosen_passes(off_cpu: Sequence[float], wanted: int) -> list[int]:
 
 
 PLAIN_WARMUP = 1
-"""Untimed plain calls before the timed ones: the instrumented passes free memory at other points than the plain call,
-so the first plain call after them meets a heap left as they left it; the next ones meet the heap the plain call's
-own calls leave, as in the user's program, which calls the model again and again."""
+"""Untimed plain calls before the timed ones where they follow the instrumented passes (a training step, a compiled
+module): those free memory at other points than the plain call, so the first plain call after them meets a heap left
+as they left it; the next ones meet the heap the plain call's own calls leave, as in the user's program, which calls
+the model again and again. A forward's plain calls come first, before anything else runs the model (capture and
+instrumented passes ran before them put a third of the processes of a memory-bound change in the other allocator
+state: BENCHMARKS.md, "The allocator: the program users run"), warmed up as the instrumented passes are."""
 
 
 @dataclass(frozen=True)
 class Schedule:
-    """The passes of a measured profile, in the order it runs them, as plain data the loop follows: ``warmup``
-    instrumented passes thrown away, ``passes`` kept (and up to ``remeasure`` more where a kept one was preempted: its
-    thread off the CPU), then ``plain_warmup`` plain calls thrown away and ``plain`` timed (0: none)."""
+    """The passes of a measured profile, in the order it runs them, as plain data the loop follows: where
+    ``plain_first`` (a forward), ``plain_warmup`` plain calls thrown away and ``plain`` timed, before the capture, as a
+    program that built the model calls it; then ``warmup`` instrumented passes thrown away, ``passes`` kept (and up to
+    ``remeasure`` more where a kept one was preempted: its thread off the CPU); then, where not ``plain_first`` (a
+    training step's graphs, a compiled module's call, which the capture makes), the plain calls (0: none)."""
 
     warmup: int
     passes: int
     plain: int
     plain_warmup: int = PLAIN_WARMUP
     remeasure: int = 0
+    plain_first: bool = False
 
     @classmethod
-    def of(cls, warmup: int, passes: int, *, plain: bool, remeasure: bool) -> Schedule:
+    def of(cls, warmup: int, passes: int, *, plain: bool, remeasure: bool, plain_first: bool = False) -> Schedule:
         """The schedule of ``warmup`` and ``passes`` passes: the plain call timed as often as the instrumented pass
-        where ``plain``, and a preempted pass measured again where ``remeasure``."""
+        where ``plain``, first (before the capture, warmed up as the instrumented passes are) where ``plain_first``,
+        else after the instrumented passes (one call thrown away); a preempted pass measured again where
+        ``remeasure``."""
+        first = plain and plain_first
         return cls(
             warmup=warmup,
             passes=passes,
             plain=passes if plain else 0,
-            plain_warmup=PLAIN_WARMUP if plain else 0,
+            plain_warmup=(max(warmup, PLAIN_WARMUP) if first else PLAIN_WARMUP) if plain else 0,
             remeasure=passes if remeasure else 0,
+            plain_first=first,
         )
 
     @property

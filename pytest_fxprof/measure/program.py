@@ -114,7 +114,7 @@ def open_program(
             infos=list(kernels.infos),
             engine=KernelEngine(len(kernels.infos), timer, kernels.calls),
             plain=_plain_kernels(kernels, args, kwargs),
-            after=_nothing,
+            after=nothing,
             checked=True,
             kernels=kernels,
         )
@@ -130,8 +130,8 @@ def open_program(
     )
     # every capture but an explicit symbolic one ran its graphs once, checked against the module
     checked = request.mode != "symbolic"
-    plain = _plain_forward(module, args, kwargs)
-    return _graphs(FORWARD, captured, engine=engine, timer=timer, plain=plain, after=_nothing, checked=checked)
+    plain = plain_forward(module, args, kwargs)
+    return _graphs(FORWARD, captured, engine=engine, timer=timer, plain=plain, after=nothing, checked=checked)
 
 
 def _graphs(
@@ -190,7 +190,7 @@ def preserved_step(module: torch.nn.Module, threads: int, step: Step) -> Iterato
         torch.set_num_threads(previous_threads)
 
 
-def _plain_forward(
+def plain_forward(
     module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any]
 ) -> Callable[[], Callable[[], Any]]:
     """Each call makes fresh inputs and returns the plain forward to time on them."""
@@ -246,5 +246,5 @@ def _plain_step(captured: Captured, args: Sequence[Any], kwargs: dict[str, Any])
     return make
 
 
-def _nothing() -> None:
+def nothing() -> None:
     """Nothing to put back after a pass of a forward or of kernels."""
