@@ -1,8 +1,8 @@
 """Profile a module: open its program, then time it node by node over a schedule of passes.
 
-Owns ``profile_module``, the protocol of one profile (the ``Schedule``: warm-up passes thrown away, kept passes, a
-pass preempted by a neighbour measured again, then the plain call as the user makes it, the reference workload
-beside it; the page faults read after them) and the ``Profile`` it returns; ``measure.program`` makes the program
+Owns ``profile_module``, the protocol of one profile (the ``Schedule``: the plain call as the user makes it, the
+reference workload beside it, then warm-up passes thrown away, kept passes, a pass preempted by a neighbour measured
+again; the page faults read after them) and the ``Profile`` it returns; ``measure.program`` makes the program
 it times, whatever its kind. The caller's module and inputs leave a profile exactly as they came in: mode,
 buffers, torch's random state and its thread count are restored, inputs are cloned before every pass, a
 forward runs under ``torch.no_grad`` and a module that changes its own parameters in place is refused. A
@@ -122,11 +122,12 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
 ) -> Profile:
     """Capture ``module``, run ``protocol.warmup`` discarded and ``protocol.passes`` kept passes.
 
-    The passes follow a ``Schedule``: the instrumented passes (warm-up, then kept), then the plain call as the user
-    makes it (``module(*args)``, the compiled module's call, the training step's graphs without stamps), called
-    again and again as a program calls it, the first call thrown away, each timed one beside the reference workload:
-    the plain calls make the total the verdict rests on, the instrumented passes attribute it to nodes, and their
-    ratio is the profiler's overhead. The thread's page faults are read around each plain call, and after the
+    The passes follow a ``Schedule``: the plain call as the user makes it (``module(*args)``), called again and again
+    as a program that built the model calls it, warm-up calls thrown away, each timed one beside the reference
+    workload, before the capture and the instrumented passes touch the process's heap; then the instrumented passes
+    (warm-up, then kept). A training step's plain call (its graphs without stamps) and a compiled module's come after
+    the instrumented passes, since the capture makes them. The plain calls make the total the verdict rests on, the
+    instrumented passes attribute it to nodes, and their ratio is the profiler's overhead. The thread's page faults are read around each plain call, and after the
     kept passes each node's in passes of their own (``facts.count_faults``) and each submodule's in plain calls of
     their own (``facts.module_faults``), on the CPU. Cyclic garbage collection
     is off while passes run, as ``timeit`` has it: a collection would land on whichever node happens to allocate
