@@ -127,11 +127,11 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     workload, before the capture and the instrumented passes touch the process's heap; then the instrumented passes
     (warm-up, then kept). A training step's plain call (its graphs without stamps) and a compiled module's come after
     the instrumented passes, since the capture makes them. The plain calls make the total the verdict rests on, the
-    instrumented passes attribute it to nodes, and their ratio is the profiler's overhead. The thread's page faults are read around each plain call, and after the
-    kept passes each node's in passes of their own (``facts.count_faults``) and each submodule's in plain calls of
-    their own (``facts.module_faults``), on the CPU. Cyclic garbage collection
-    is off while passes run, as ``timeit`` has it: a collection would land on whichever node happens to allocate
-    when it falls due. The allocator is the process's as it is (``allocator="as-is"``) unless ``allocator="tuned"``
+    instrumented passes attribute it to nodes, and their ratio is the profiler's overhead. The thread's page faults
+    are read around each plain call, and after the kept passes each node's in passes of their own
+    (``facts.count_faults``) and each submodule's in plain calls of their own (``facts.module_faults``), on the CPU.
+    Cyclic garbage collection is off while passes run, as ``timeit`` has it: a collection would land on whichever
+    node happens to allocate when it falls due. The allocator is the process's as it is (``allocator="as-is"``) unless ``allocator="tuned"``
     (``machine.tune_allocator``); the environment records which. Where nodes are stamped on the wall clock and
     passes on the thread's CPU clock, a kept pass whose thread was preempted is measured again
     (``chosen_passes``). With ``measured=False`` the module runs once,
