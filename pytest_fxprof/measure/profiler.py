@@ -131,9 +131,9 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     are read around each plain call, and after the kept passes each node's in passes of their own
     (``facts.count_faults``) and each submodule's in plain calls of their own (``facts.module_faults``), on the CPU.
     Cyclic garbage collection is off while passes run, as ``timeit`` has it: a collection would land on whichever
-    node happens to allocate when it falls due. The allocator is the process's as it is (``allocator="as-is"``) unless ``allocator="tuned"``
-    (``machine.tune_allocator``); the environment records which. Where nodes are stamped on the wall clock and
-    passes on the thread's CPU clock, a kept pass whose thread was preempted is measured again
+    node happens to allocate when it falls due. The allocator is the process's as it is (``allocator="as-is"``)
+    unless ``allocator="tuned"`` (``machine.tune_allocator``); the environment records which. Where nodes are stamped
+    on the wall clock and passes on the thread's CPU clock, a kept pass whose thread was preempted is measured again
     (``chosen_passes``). With ``measured=False`` the module runs once,
     instrumented and cold, and nothing else is timed. ``flops`` counts each node's floating-point
     operations in one more, untimed pass under torch's flop counter (not in an unmeasured profile): a
