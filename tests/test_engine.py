@@ -353,3 +353,54 @@ def test_a_measured_profile_reads_the_allocator_in_one_pass_of_its_own_never_in_
     assert [m.memory_on for m in made] == [True]
     assert reads == [3]
     assert [n.memory_bytes is not None for n in cold.nodes] == [True, True]
+
+
+class WatchingClock:
+    """A clock whose every reading notes whether ``watched`` (a weak reference) had died."""
+
+    def __init__(self) -> None:
+        self.watched: Any = None
+        self.dead: list[bool] = []
+
+    def __call__(self) -> int:
+        self.dead.append(self.watched is not None and self.watched() is None)
+        return len(self.dead)
+
+
+WATCH = WatchingClock()
+
+
+@torch.fx.wrap
+def made(x: torch.Tensor) -> torch.Tensor:
+    """A node whose output is watched until it dies."""
+    import weakref
+
+    out = x * 2
+    WATCH.watched = weakref.ref(out)
+    return out
+
+
+class Frees(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = made(x)  # node 1: its output's last use is node 2
+        z = torch.neg(y)  # node 2
+        return torch.relu(z)  # node 3
+
+
+@pytest.mark.parametrize("engine", ["compiled", "interpreter"])
+def test_a_value_is_freed_inside_the_node_that_last_uses_it(engine: str) -> None:
+    """Both engines free a node's output within the stamps of its last user, as eager code frees it there: never
+    after the end stamp, where what the free costs the allocator would land on the next node."""
+    gm, _ = trace_symbolic(Frees())
+    described = describe_nodes([gm])
+    timed = make_engine(engine, [gm], [n for n, _ in described], ClockTimer(WATCH))
+    WATCH.dead.clear()
+    timed.begin_pass()
+    (runner,) = timed.runners()
+    runner(torch.ones(4))
+    # the stamps that bracket neg (the last use of made's output): the one before it finds the value alive, the one
+    # after it finds it freed
+    neg = [info.name for _, info in described].index("neg")
+    before, after = (2 * neg, 2 * neg + 1) if engine == "interpreter" else (neg, neg + 1)  # own stamps, or shared
+    assert WATCH.dead[before] is False
+    assert WATCH.dead[after] is True

@@ -346,27 +346,54 @@ class KernelEngine(Engine):
         return list(itertools.pairwise(stamps))
 
 
+def last_uses(graph: torch.fx.Graph) -> dict[torch.fx.Node, list[torch.fx.Node]]:
+    """Per node, the values whose last use it is (as ``torch.fx.Interpreter`` and generated code free them)."""
+    seen: set[torch.fx.Node] = set()
+    out: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+    for node in reversed(graph.nodes):
+        if node.op == "output":  # what the graph returns is never freed
+            seen.update(node.all_input_nodes)
+            continue
+        for used in node.all_input_nodes:
+            if used not in seen:
+                seen.add(used)
+                out.setdefault(node, []).append(used)
+    return out
+
+
 class _StampingInterpreter(torch.fx.Interpreter):
+    """Each timed node stamped around fetching its arguments, running it and freeing the values whose last use it is:
+    where the generated code, and eager code, pay for that memory (``torch.fx.Interpreter`` frees them after the node
+    returns, outside any stamp, and what that costs the allocator would land on the next node that allocates)."""
+
     def __init__(self, gm: torch.fx.GraphModule, engine: InterpreterEngine) -> None:
-        super().__init__(gm)
+        super().__init__(gm, garbage_collect_values=False)
         self.extra_traceback = False  # the node is named by the NodeError, not in the message of what it raised
         self.engine = engine
         self.idx: list[int] = []
         self.pairs: list[tuple[Any, Any]] = []
+        self.last_uses = last_uses(gm.graph)
 
     def run_node(self, n: torch.fx.Node) -> Any:
         k = self.engine.index.get(n)
         if k is None:
-            return super().run_node(n)
+            out = super().run_node(n)
+            self._free(n)
+            return out
         stamp = self.engine.timer.stamp
         start = stamp()
         try:
             out = super().run_node(n)
         except Exception as exc:
             raise NodeError(k, exc) from exc
+        self._free(n)
         self.pairs.append((start, stamp()))
         self.idx.append(k)
         return out
+
+    def _free(self, n: torch.fx.Node) -> None:
+        for gone in self.last_uses.get(n, ()):
+            self.env.pop(gone, None)
 
 
 class InterpreterEngine(Engine):
