@@ -19,7 +19,7 @@ import contextlib
 import functools
 import gc
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -59,10 +59,12 @@ from pytest_fxprof.measure.program import (
     FORWARD,
     KERNELS,
     CaptureRequest,
+    eager_step,
     nothing,
     open_program,
     plain_forward,
     preserved,
+    preserved_step,
 )
 from pytest_fxprof.measure.signature import setup_of
 from pytest_fxprof.records.disturbance import OFF_CPU_LIMIT as OFF_CPU_LIMIT  # noqa: PLC0414 - re-exported
@@ -170,7 +172,7 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     workload = ReferenceWorkload() if measured and reference else None
     warmup, passes = (protocol.warmup, protocol.passes) if measured else (0, 1)
     watch = measured and node_clock_name == "wall" and clock_name == "thread-cpu"
-    first = step is None and not inductor.wanted(module, capture)  # a forward's plain call needs no capture
+    first = not inductor.wanted(module, capture)  # a forward's, or a step's as written, needs no capture
     schedule = Schedule.of(warmup, passes, plain=measured and plain, remeasure=watch, plain_first=first)
     phases = {"capture_s": time.perf_counter() - began, "warmup_s": 0.0, "measuring_s": 0.0}
     plain_times: list[tuple[int, int | None, int | None]] = []
@@ -181,11 +183,11 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
             i = 0
             failed: Exception | None = None
             if schedule.plain_first:  # as a program that built the model calls it, before anything else runs it
-                call = functools.partial(
-                    _plain_call, plain_forward(module, args, kwargs), nothing, clock=clock, device=device, faults=faults
-                )
                 try:
-                    with preserved(module, protocol.threads):
+                    with _plain_first(module, args, kwargs, step, protocol.threads) as (plain_call, reset):
+                        call = functools.partial(
+                            _plain_call, plain_call, reset, clock=clock, device=device, faults=faults
+                        )
                         i = _plain_phase(
                             call,
                             schedule,
@@ -372,6 +374,20 @@ def _plain_call(
     taken = faults() - before if faults is not None else None
     after()
     return took, taken
+
+
+@contextlib.contextmanager
+def _plain_first(
+    module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any], step: Step | None, threads: int
+) -> Iterator[tuple[Callable[[], Callable[[], Any]], Callable[[], None]]]:
+    """The plain call before any capture (the module's forward, or the training step as written) and what puts the
+    module back after each, the module kept as it was meanwhile (``measure.program``)."""
+    if step is None:
+        with preserved(module, threads):
+            yield plain_forward(module, args, kwargs), nothing
+    else:
+        with preserved_step(module, threads, step) as kept:
+            yield eager_step(module, args, kwargs, step), kept.reset
 
 
 def _plain_phase(

@@ -24,10 +24,10 @@ import torch.fx
 from pytest_fxprof.capture import inductor
 from pytest_fxprof.capture.choose import capture_module, check_leaf_modules
 from pytest_fxprof.capture.errors import ProfileError
-from pytest_fxprof.capture.graphs import Captured, LeafSpec, Runner, plain_runners, prepared_inputs
+from pytest_fxprof.capture.graphs import Captured, LeafSpec, Runner
 from pytest_fxprof.capture.nodes import describe_nodes
-from pytest_fxprof.capture.state import StepKept, fresh_copy, kept_as_is
-from pytest_fxprof.capture.step import Step, capture_step, check_step
+from pytest_fxprof.capture.state import StepKept, fresh_copy, fresh_inputs, kept_as_is
+from pytest_fxprof.capture.step import Step, capture_step, check_step, default_loss
 from pytest_fxprof.measure.engine import Engine, KernelEngine, Timer, make_engine
 from pytest_fxprof.records.measurement import Capture, NodeInfo
 
@@ -53,8 +53,9 @@ class Program:
     """What a profile times, whatever the kind: ``captured`` (its graphs, or the compiled module's kernels, and how a
     pass runs them), ``nodes`` (the graph nodes timed; none for kernels) and ``infos`` (what each timed node is, in
     order), the ``engine`` that times a pass, ``plain`` (each call makes fresh inputs and returns the plain call as
-    the user makes it), ``after`` (what puts the module back after a pass), ``checked`` (whether the capture ran its
-    graphs once already, checked against the module) and, for a compiled module, its ``kernels``."""
+    the user makes it: the module's forward, the training step as written, the compiled module's call), ``after``
+    (what puts the module back after a pass), ``checked`` (whether the capture ran its graphs once already, checked
+    against the module) and, for a compiled module, its ``kernels``."""
 
     kind: str
     captured: Captured
@@ -96,7 +97,7 @@ def open_program(
         check_step(module, args, kwargs, step)
         kept = stack.enter_context(preserved_step(module, threads, step))
         captured = capture_step(module, args, kwargs, step, kept)
-        plain = _plain_step(captured, args, kwargs)
+        plain = eager_step(module, args, kwargs, step)
         return _graphs(STEP, captured, engine=engine, timer=timer, plain=plain, after=kept.reset, checked=True)
     if inductor.wanted(module, request.mode):
         if request.leaf_modules or request.tracer is not None:
@@ -235,13 +236,25 @@ def _plain_kernels(
     return make
 
 
-def _plain_step(captured: Captured, args: Sequence[Any], kwargs: dict[str, Any]) -> Callable[[], Callable[[], Any]]:
-    """Each call makes fresh inputs and returns the plain step to time on them: the captured graphs, no stamps."""
-    runners = plain_runners(captured)
+def eager_step(
+    module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any], step: Step
+) -> Callable[[], Callable[[], Any]]:
+    """Each call makes fresh inputs and returns the training step as written to time on them: the module's own
+    forward, the loss, ``backward()`` and ``optimizer.step()``; the caller resets what it changed (``StepKept``)."""
+    loss_fn = step.loss_fn or default_loss
 
     def make() -> Callable[[], Any]:
-        prepared = prepared_inputs(captured, args, kwargs)
-        return lambda: captured.forward(runners, prepared)
+        call_args, call_kwargs = fresh_inputs(args, kwargs)
+
+        def go() -> Any:
+            with torch.enable_grad():
+                loss = loss_fn(module(*call_args, **call_kwargs))
+                loss.backward()
+            if step.optimizer is not None:
+                step.optimizer.step()
+            return loss
+
+        return go
 
     return make
 
