@@ -128,9 +128,10 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     as a program that built the model calls it, warm-up calls thrown away, each timed one beside the reference
     workload, before the capture and the instrumented passes touch the process's heap (a training step's plain call is
     the step as written: forward, loss, ``backward()``, ``optimizer.step()``); then the instrumented passes (warm-up,
-    then kept). A compiled module's plain call comes after the instrumented passes, since the capture compiles it. The plain calls make the total the verdict rests on, the
-    instrumented passes attribute it to nodes, and their ratio is the profiler's overhead. The thread's page faults
-    are read around each plain call, and after the kept passes each node's in passes of their own
+    then kept). A compiled module's plain call comes after the instrumented passes, since the capture compiles it.
+    The plain calls make the total the verdict rests on, the instrumented passes attribute it to nodes, and their
+    ratio is the profiler's overhead. The thread's page faults are read around each plain call, and after the kept
+    passes each node's in passes of their own
     (``facts.count_faults``) and each submodule's in plain calls of their own (``facts.module_faults``), on the CPU.
     Cyclic garbage collection is off while passes run, as ``timeit`` has it: a collection would land on whichever
     node happens to allocate when it falls due. The allocator is the process's as it is (``allocator="as-is"``)
