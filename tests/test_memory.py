@@ -318,3 +318,28 @@ def test_the_stored_gate_holds_unchanged_nodes_to_the_profilers_overhead_too() -
     assert c.total.overhead_note.startswith("the profiler's overhead grew from x1.04 to x1.30 of the plain call")
     assert c.status is Status.PASS
     assert all(v.verdict is not Verdict.SLOWER for v in c.nodes)
+
+
+def test_an_unchanged_item_that_a_few_processes_made_noisy_is_held_to_its_median() -> None:
+    """A node whose code did not change, x2 and x1.6 in two pairs of eighteen (the allocator's state in those
+    processes), within a few percent in the others: the mean leaves it too noisy to decide, the median within its
+    band; a node whose pairs mostly lie beyond its band stays too noisy, and so does one with too few pairs."""
+    from pytest_fxprof.judge.memory import ROBUST_PAIRS, held_to_the_median
+    from pytest_fxprof.judge.paired import judge_pairs
+    from pytest_fxprof.records.verdicts import NodeVerdict
+
+    def verdict(ratios: Sequence[float]) -> NodeVerdict:
+        j = judge_pairs([1_000_000.0] * len(ratios), [1_000_000.0 * r for r in ratios], 0.05, BandSource.TOLERANCE)
+        return NodeVerdict(NODES[0], 1e6, 1e6, 1.0, 0.0, True, j)
+
+    spiky = [0.99, 2.01, 1.0, 1.02, 0.97, 1.03, 0.95, 0.98, 0.96, 0.99, 1.59, 0.94, 1.04, 1.01, 1.03, 1.0, 0.99, 0.97]
+    assert verdict(spiky).verdict is Verdict.NOISY
+    (held,), _ = held_to_the_median([verdict(spiky)], [])
+    assert held.verdict is Verdict.OK
+    assert "the median of its pairs, x0.99, lies within the band" in held.reason
+    mostly = [1.2, 1.3, 0.9, 1.25, 1.1, 1.4, 0.95, 1.15, 1.3, 1.2]  # most pairs slower: the mean's verdict stands
+    (kept,), _ = held_to_the_median([verdict(mostly)], [])
+    assert kept.verdict is verdict(mostly).verdict
+    few = spiky[: ROBUST_PAIRS - 1]
+    (kept,), _ = held_to_the_median([verdict(few)], [])
+    assert kept.verdict is verdict(few).verdict

@@ -307,6 +307,38 @@ def held_to_overhead(
     return out_nodes, out_aggregates
 
 
+ROBUST_PAIRS = 8
+"""From this many pairs on, an item whose code did not change and that its pairs leave too noisy to decide is within
+its band where the median of its pair ratios is (``held_to_the_median``) ..."""
+
+
+def held_to_the_median(
+    nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict]
+) -> tuple[list[NodeVerdict], list[AggregateVerdict]]:
+    """... : the processes of an unchanged model fall into allocator states that make one node or another pay page
+    faults in a few of them (x2 to x5 in a pair, the others within a few percent), which widens the interval of the
+    geometric mean past any band however many pairs are added; the median is the ratio most pairs agree on, and a
+    minority of processes' allocator state is not the code's (BENCHMARKS.md, "The allocator: the program users run").
+    An item whose code changed keeps the mean's verdict: a change can move a share of the processes for real
+    (``with_states``)."""
+
+    def hold(j: Judgement) -> Judgement:
+        if j.verdict is not Verdict.NOISY or len(j.ratios) < ROBUST_PAIRS:
+            return j
+        middle = statistics.median(j.ratios)
+        if middle > 1.0 + j.band:
+            return j
+        why = (
+            f"; but the median of its pairs, x{middle:.2f}, lies within the band: a minority of processes pay what "
+            "the allocator's state costs them, not its code, which did not change"
+        )
+        return replace(j, verdict=Verdict.OK, reason=j.reason + why)
+
+    out_nodes = [replace(v, judgement=hold(v.judgement)) for v in nodes]
+    out_aggregates = [a if a.changed else replace(a, judgement=hold(a.judgement)) for a in aggregates]
+    return out_nodes, out_aggregates
+
+
 def faults_text(value: float) -> str:
     """A count of page faults as people read it: ``1,300``."""
     return f"{value:,.0f}"

@@ -60,6 +60,7 @@ from pytest_fxprof.judge.memory import (
     OVERHEAD_TOLERANCE,
     held_to_memory,
     held_to_overhead,
+    held_to_the_median,
     item_modules,
     memory,
     memory_of,
@@ -510,6 +511,7 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
     total = _judge_total(old, new, policy)
     verdicts, aggregates = held_to_overhead(verdicts, aggregates, total)
     verdicts, aggregates = held_to_memory(verdicts, aggregates, old, new)
+    verdicts, aggregates = held_to_the_median(verdicts, aggregates)
     aggregates = held_to_the_call(aggregates, total, policy)
     held_nodes, held = held_to_scopes(scopes(old.nodes, new.nodes, pairs), verdicts, aggregates, total)
     failed = regressed(total, held_nodes, held)
