@@ -302,6 +302,13 @@ def test_a_twin_that_is_done_leaves_the_stop_to_this_side(twins: tuple[Any, Any]
     assert not a.stop(5, enough=False)  # it needs more: it runs them alone
     assert a.alone_from == 5
     assert a.stop(6, enough=True)
+    # alone only in passes after those whose times count (measured again for preemption): it says it held
+    a.counted_until = 4
+    assert a.alone_in_counted is None
+    a.counted_until = 5
+    assert a.alone_in_counted == 5
+    a.counted_until = None  # not said: every pass counts
+    assert a.alone_in_counted == 5
 
 
 def test_without_cores_a_twin_stays_where_the_system_put_it(tmp_path: Path) -> None:

@@ -393,7 +393,7 @@ def _baseline_text(tmp_path: Path) -> str:
         pytest.param("conflict", "the file contains git merge-conflict markers. Resolve the conflict", id="conflict"),
         pytest.param('{"schema_version": 7}', "it has schema version 7, newer than the 2", id="newer-baseline"),
         pytest.param(
-            '{"report_version": 9, "profiles": []}', "it has report version 9, newer than the 1", id="newer-report"
+            '{"report_version": 9, "profiles": []}', "it has report version 9, newer than the 2", id="newer-report"
         ),
         pytest.param(
             '{"report_version": 1, "profiles": {}}', "the report's 'profiles' should be a list", id="report-shape"
@@ -662,6 +662,15 @@ def test_merge_refuses_overlapping_shards_and_mixed_modes(tmp_path: Path, capsys
     code, _, err = run(capsys, "merge", tmp_path / "out.json", *shards)
     assert code == 2
     assert "checked against different revisions: main (1a2b3c4)" in err
+    assert not (tmp_path / "out.json").exists()
+    # a shard written before the total was the plain call: its totals mean something else
+    old = write_profiles(tmp_path / "old.json", [("t.py::test_d", "call0", result())])
+    data = json.loads(old.read_text())
+    data["report_version"] = 1
+    old.write_text(json.dumps(data))
+    code, _, err = run(capsys, "merge", tmp_path / "out.json", a, old)
+    assert code == 2
+    assert "versions of pytest-fxprof whose reports differ: version 1" in err
     assert not (tmp_path / "out.json").exists()
 
 

@@ -3,6 +3,7 @@ thread's page-fault counter."""
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 import sys
@@ -16,15 +17,22 @@ from pytest_fxprof.records.measurement import TUNED_ALLOCATOR
 
 @pytest.fixture(autouse=True)
 def untuned(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test sees a process whose allocator fxprof did not tune, whatever ran before it here."""
+    """Each test sees a process whose allocator fxprof did not tune and no setting of any allocator, whatever ran
+    before it here or the machine sets."""
     monkeypatch.setattr(machine, "_allocator_state", [])
-    for name in ("LD_PRELOAD", "MALLOC_CONF", "MALLOC_ARENA_MAX", "GLIBC_TUNABLES", "TCMALLOC_RELEASE_RATE"):
-        monkeypatch.delenv(name, raising=False)
+    for name in list(os.environ):
+        if name.startswith(machine._SETTINGS_PREFIXES) or name in (*machine._TORCH_SETTINGS, "LD_PRELOAD"):
+            monkeypatch.delenv(name)
+
+
+def preloaded(monkeypatch: pytest.MonkeyPatch, library: str) -> None:
+    """The process's ``malloc`` as ``library``'s (what ``dladdr`` would say of it)."""
+    monkeypatch.setattr(machine, "_malloc_library", lambda: library)
 
 
 def test_the_allocator_is_named_with_the_settings_that_change_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(machine, "_transparent_huge_pages", lambda: "madvise")
-    monkeypatch.setattr(machine, "_preloaded", lambda: None)
+    preloaded(monkeypatch, "/lib/x86_64-linux-gnu/libc.so.6")
     monkeypatch.setattr(platform, "libc_ver", lambda: ("glibc", "2.36"))
     assert allocator_in_use() == "glibc (thp madvise)"
     monkeypatch.setenv("MALLOC_ARENA_MAX", "2")
@@ -34,17 +42,21 @@ def test_the_allocator_is_named_with_the_settings_that_change_it(monkeypatch: py
 
 def test_a_preloaded_allocator_is_named_by_its_library(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(machine, "_transparent_huge_pages", lambda: "")
-    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
+    preloaded(monkeypatch, "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
     monkeypatch.setenv("MALLOC_CONF", "background_thread:true")
     assert allocator_in_use() == "jemalloc (MALLOC_CONF=background_thread:true)"
-    monkeypatch.setenv("LD_PRELOAD", "/opt/lib/libtcmalloc_minimal.so.4")
+    preloaded(monkeypatch, "/opt/lib/libtcmalloc_minimal.so.4")
     monkeypatch.delenv("MALLOC_CONF")
     assert allocator_in_use() == "tcmalloc"
+    # where the platform cannot say whose malloc runs, LD_PRELOAD names it
+    preloaded(monkeypatch, "")
+    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/libjemalloc.so.2")
+    assert allocator_in_use() == "jemalloc"
 
 
 def test_tuning_is_named_and_only_glibc_is_tuned(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(machine, "_transparent_huge_pages", lambda: "")
-    monkeypatch.setenv("LD_PRELOAD", "/usr/lib/libjemalloc.so.2")
+    preloaded(monkeypatch, "/usr/lib/libjemalloc.so.2")
     # with another allocator preloaded, glibc's settings would change nothing: the allocator stays as it is, named so
     assert machine.tune_allocator() == "jemalloc"
     assert allocator_in_use() == "jemalloc"
@@ -71,3 +83,8 @@ def test_the_fault_counter_counts_the_pages_a_fresh_buffer_touches() -> None:
     after = faults()
     assert len(buffer) == 64 << 20
     assert after - before >= 1_000
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="dladdr of glibc")
+def test_the_library_whose_malloc_runs_is_read_from_the_process() -> None:
+    assert "libc.so" in machine._malloc_library()

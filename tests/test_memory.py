@@ -330,7 +330,7 @@ def test_an_unchanged_item_that_a_few_processes_made_noisy_is_held_to_its_median
 
     def verdict(ratios: Sequence[float]) -> NodeVerdict:
         j = judge_pairs([1_000_000.0] * len(ratios), [1_000_000.0 * r for r in ratios], 0.05, BandSource.TOLERANCE)
-        return NodeVerdict(NODES[0], 1e6, 1e6, 1.0, 0.0, True, j)
+        return NodeVerdict(NODES[0], 1e6, 1e6, 1.0, 0.0, gates=True, judgement=j)
 
     spiky = [0.99, 2.01, 1.0, 1.02, 0.97, 1.03, 0.95, 0.98, 0.96, 0.99, 1.59, 0.94, 1.04, 1.01, 1.03, 1.0, 0.99, 0.97]
     assert verdict(spiky).verdict is Verdict.NOISY

@@ -1038,7 +1038,7 @@ def test_report_json(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
     path = pytester.path / "out" / "report.json"
     result.stdout.fnmatch_lines([f"report: {path}"])
     report = load(path)
-    assert report["report_version"] == 1
+    assert report["report_version"] == 2
     assert report["mode"] == "check"
     assert report["unused_baselines"] == []
     profiles = {p["test_id"]: p for p in report["profiles"]}

@@ -521,11 +521,11 @@ def test_one_entrance_makes_the_program_of_a_forward_and_of_a_training_step() ->
 
     from pytest_fxprof.capture.step import Step
     from pytest_fxprof.measure.engine import ClockTimer
-    from pytest_fxprof.measure.program import FORWARD, STEP, CaptureRequest, open_program
+    from pytest_fxprof.measure.program import CaptureRequest, ProgramKind, open_program
 
     model = Net()
     x = torch.randn(2, 3, 8, 8)
-    for request, kind in ((CaptureRequest(), FORWARD), (CaptureRequest(step=Step()), STEP)):
+    for request, kind in ((CaptureRequest(), ProgramKind.FORWARD), (CaptureRequest(step=Step()), ProgramKind.STEP)):
         with contextlib.ExitStack() as stack:
             program = open_program(
                 model,
@@ -545,7 +545,7 @@ def test_one_entrance_makes_the_program_of_a_forward_and_of_a_training_step() ->
             out = program.plain()()  # the plain call as the user makes it, on fresh inputs
             program.after()
             assert out is not None
-        if kind == STEP:
+        if kind is ProgramKind.STEP:
             assert {info.direction for info in program.infos} >= {"forward", "backward"}
     assert model.training  # put back as it came (Net() is in train mode)
 
@@ -575,3 +575,38 @@ def test_a_forward_that_fails_on_a_later_plain_call_says_so_after_its_capture_ra
     )
     assert "it fails only on some calls" in message
     assert isinstance(info.value.__cause__, RuntimeError)
+
+
+def test_each_node_says_the_bytes_of_new_memory_its_outputs_hold() -> None:
+    """``NodeStats.allocated``: a new tensor counts its bytes, a view of what the node was handed none, and a
+    tensor that lands where a freed one lay counts again (a chain of same-sized temporaries reuses addresses)."""
+
+    class Chain(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for _ in range(4):
+                x = (x * 2).view(-1, 64)  # a new 16 KiB tensor, then a view of it
+            return x
+
+    result = profile(Chain(), torch.randn(64, 64), warmup=0, passes=1, capture="symbolic")
+    by_op = [(n.target.rpartition(".")[2], n.allocated) for n in result.nodes]
+    assert [b for op, b in by_op if op == "mul"] == [64 * 64 * 4] * 4
+    assert [b for op, b in by_op if op == "view"] == [0] * 4
+
+
+def test_cyclic_garbage_collection_is_off_while_passes_run_and_back_after() -> None:
+    """As ``timeit`` has it: a collection would land on whichever node allocates when it falls due. It runs while the
+    capture and the counting pass make and drop their garbage, and is on again after the profile."""
+    import gc
+
+    seen: list[bool] = []
+
+    class Probe(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen.append(gc.isenabled())
+            return x
+
+    assert gc.isenabled()
+    profile(nn.Sequential(Probe()), torch.ones(1), warmup=1, passes=2, leaf_modules=[Probe], capture="symbolic")
+    assert gc.isenabled()
+    # the plain calls (1 thrown away, 2 timed), the counting pass, the instrumented passes (1 + 2), the fault passes
+    assert seen == [False] * 3 + [True] + [False] * 3 + [False] * 2

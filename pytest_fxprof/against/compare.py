@@ -214,11 +214,12 @@ def _entries(children: Sequence[Child], key: str, where: str) -> list[BaselineEn
     return out
 
 
-def _out_of_step(child: Child, key: str, entry: BaselineEntry) -> bool:
-    """Whether the process ran call ``key`` without its twin within the protocol's passes (the passes measured
-    again after them, for preemption, run alone whenever the twin needed fewer)."""
+def _out_of_step(child: Child, key: str) -> bool:
+    """Whether the process ran call ``key`` without its twin in passes whose times count (its plain calls, its kept
+    passes): the process says so (``Barrier.alone_in_counted``); passes measured again for preemption after them
+    may run alone."""
     alone = (_calls(child).get(key) or {}).get("alone_from")
-    return isinstance(alone, int) and alone < entry.protocol.warmup + entry.protocol.passes
+    return isinstance(alone, int)
 
 
 @dataclass(frozen=True)
@@ -244,7 +245,7 @@ def paired_entries(got: Pairs, key: str) -> PairedEntries | None:
     kept = [
         (a, b)
         for a, b, child_a, child_b in zip(old, new, got.old, got.new, strict=True)
-        if not (_out_of_step(child_a, key, a) or _out_of_step(child_b, key, b))
+        if not (_out_of_step(child_a, key) or _out_of_step(child_b, key))
     ]
     if len(kept) < MIN_PAIRS:
         return PairedEntries(old, new, 0, len(old) - len(kept))

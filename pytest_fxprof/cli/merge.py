@@ -47,6 +47,21 @@ def add_parser(sub: Any) -> None:
     p.set_defaults(run=run)
 
 
+def _one_run(modes: dict[str, Path], versions: dict[int, Path], first: Path) -> None:
+    """Refuse shards of runs of different modes, or written by versions whose reports differ (a version 1 report's
+    total is the instrumented pass, a later one's the plain call)."""
+    if len(versions) > 1:
+        shown = ", ".join(f"version {v} ({p})" for v, p in sorted(versions.items()))
+        raise error(
+            first,
+            f"the reports come from versions of pytest-fxprof whose reports differ: {shown}",
+            "Merge the shards of one run, each written by the same pytest-fxprof",
+        )
+    if len(modes) > 1:
+        shown = ", ".join(f"{m or '?'} ({p})" for m, p in modes.items())
+        raise error(first, f"the reports come from runs of different modes: {shown}", "Merge one run's shards")
+
+
 def run(args: argparse.Namespace) -> int:
     reports = [Path(name) for name in args.reports]
     outputs = [(Path(args.out), "the merged report (OUT)")]
@@ -56,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     unused: set[str] = set()
     owner: dict[tuple[str, str], Path] = {}
     modes: dict[str, Path] = {}
+    versions: dict[int, Path] = {}
     sides: list[_Side] = []
     spent: dict[str, float] = {}
     for path in reports:
@@ -64,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
             if isinstance(seconds, int | float) and not isinstance(seconds, bool):
                 spent[name] = spent.get(name, 0) + seconds
         modes.setdefault(str(raw.get("mode", "")), path)
+        versions.setdefault(int(raw["report_version"]), path)
         for profile in raw["profiles"]:
             ident = (str(profile["test_id"]), str(profile["key"]))
             if ident in owner:
@@ -76,9 +93,7 @@ def run(args: argparse.Namespace) -> int:
             profiles.append(profile)
         unused.update(str(u) for u in raw.get("unused_baselines", []))
         sides += _sides(raw, path)
-    if len(modes) > 1:
-        shown = ", ".join(f"{m or '?'} ({p})" for m, p in modes.items())
-        raise error(reports[0], f"the reports come from runs of different modes: {shown}", "Merge one run's shards")
+    _one_run(modes, versions, reports[0])
     against = _one_side(sides, reports[0])
     mode = next(iter(modes))
     if mode == "against":

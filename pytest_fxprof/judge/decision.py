@@ -63,15 +63,15 @@ from difflib import SequenceMatcher
 from pytest_fxprof.judge.aggregates import Group, corrected_k, plan
 from pytest_fxprof.judge.blame import blame
 from pytest_fxprof.judge.memory import (
+    OVERHEAD_TOLERANCE,
     held_to_memory,
     held_to_overhead,
-    item_modules,
     memory,
-    memory_of,
     overhead_note,
+    overheads,
     states,
     total_memory,
-    with_states,
+    with_memory,
 )
 from pytest_fxprof.judge.moved import held_to_scopes, scopes
 from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, Recording, Run
@@ -656,18 +656,17 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
         for group in groups
     )
     total = _judge_total([rec.runs for rec in learnt_from(baseline, policy)], current.runs, policy)
-    found = states(baseline.runs, current.runs)
+    found = states(baseline.runs, current.runs)  # said, not decided on: one or two measurements never could be
     total = replace(
         total,
-        judgement=with_states(total.judgement, found, confidence=STATES_CONFIDENCE),
         states=found.line() if found is not None else "",
         memory=memory(
             total_memory(baseline.nodes, baseline.allocated, baseline.runs),
             total_memory(current.nodes, current.allocated, current.runs),
         ),
-        overhead=_overheads(baseline.runs, current.runs),
+        overhead=(_median_overhead(baseline.runs), _median_overhead(current.runs)),
     )
-    total = replace(total, overhead_note=overhead_note(*total.overhead))
+    total = replace(total, overhead_note=overhead_note(*total.overhead, tolerance=_overhead_band(baseline.runs)))
     held_verdicts, held_aggregates = held_to_overhead(verdicts, aggregates, total)
     verdicts, aggregates = tuple(held_verdicts), tuple(held_aggregates)
     held_nodes, held = held_to_memory(verdicts, aggregates, baseline, current)
@@ -693,31 +692,18 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
     return settle(comparison)
 
 
-STATES_CONFIDENCE = 0.999
-"""How sure a split between allocator states must be before it decides a total against a stored baseline, as
-against a revision (``judge.paired.CONFIDENCE``): one or two measurements never are, so the states are said, and
-the code-change rule measures the change in pairs."""
+def _median_overhead(runs: Sequence[Run]) -> float | None:
+    """The profiler's overhead of a side: the median over its runs that timed the plain call too."""
+    got = overheads(runs)
+    return float(statistics.median(got)) if got else None
 
 
-def with_memory(
-    a: AggregateVerdict, group: Group, old: BaselineEntry, new: BaselineEntry, pairs: Sequence[tuple[int, int]]
-) -> AggregateVerdict:
-    """``a`` with its memory on each side (``judge.memory``): its nodes' bytes, its modules' page faults."""
-    old_idx = [pairs[k][0] for k in group.matched] + list(group.only_old)
-    new_idx = [pairs[k][1] for k in group.matched] + list(group.only_new)
-    modules = item_modules(a.kind.value, a.where, a.instances)
-    before = memory_of(old.nodes, old.allocated, old.runs, old_idx, modules)
-    return replace(a, memory=memory(before, memory_of(new.nodes, new.allocated, new.runs, new_idx, modules)))
-
-
-def _overheads(before: Sequence[Run], after: Sequence[Run]) -> tuple[float | None, float | None]:
-    """The profiler's overhead of each side (instrumented pass over plain call, median over runs that timed both)."""
-
-    def of(runs: Sequence[Run]) -> float | None:
-        got = [r.instrumented_ns / r.total_ns for r in runs if r.total_ns and r.instrumented_ns]
-        return float(statistics.median(got)) if got else None
-
-    return of(before), of(after)
+def _overhead_band(runs: Sequence[Run]) -> float:
+    """How far one measurement's overhead may lie from the baseline's before it says anything: ``OVERHEAD_TOLERANCE``,
+    or ``SPREAD_K`` of the baseline processes' spread of it where wider (one process is noisier than a pair's mean)."""
+    logs = [math.log(o) for o in overheads(runs)]
+    sigma = statistics.stdev(logs) if len(logs) > 1 else 0.0
+    return max(OVERHEAD_TOLERANCE, math.exp(SPREAD_K * sigma) - 1.0)
 
 
 def learnt_from(baseline: BaselineEntry, policy: Policy) -> list[Recording]:

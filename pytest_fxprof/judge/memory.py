@@ -20,17 +20,27 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from pytest_fxprof.judge.aggregates import Group
 from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, Run
-from pytest_fxprof.records.verdicts import AggregateVerdict, Judgement, Kind, Memory, NodeVerdict, TotalVerdict, Verdict
+from pytest_fxprof.records.verdicts import (
+    FAULTS_SHOWN,
+    AggregateVerdict,
+    Judgement,
+    Kind,
+    Memory,
+    NodeVerdict,
+    TotalVerdict,
+    Verdict,
+)
 
 STATE_GAP = 4.0
 """Two groups of processes are in different allocator states where the page faults of their plain calls lie this
 many times apart (a process that reuses its heap takes few faults a call, one that hands memory back and takes it
 again thousands: x15-x50 apart in the talking-heads change of BENCHMARKS.md) ..."""
 
-STATE_FAULTS = 256
-"""... and at least this many faults a call apart (1 MiB of 4 KiB pages): fewer are the allocator's own bookkeeping,
-not a state."""
+STATE_FAULTS = FAULTS_SHOWN
+"""... and at least this many faults a call apart (``records.verdicts.FAULTS_SHOWN``, 1 MiB of 4 KiB pages): fewer are
+the allocator's own bookkeeping, not a state."""
 
 SUBSTANTIAL_SHARE = 1 / 3
 """A change that puts this share of the new side's processes more than the old side's into the slow state, and makes
@@ -163,6 +173,18 @@ def memory_of(
     return held, taken
 
 
+def with_memory(
+    a: AggregateVerdict, group: Group, old: BaselineEntry, new: BaselineEntry, pairs: Sequence[tuple[int, int]]
+) -> AggregateVerdict:
+    """``a`` (the verdict of ``group``, over the nodes ``pairs`` matched) with its memory on each side: its nodes'
+    bytes, its modules' page faults."""
+    old_idx = [pairs[k][0] for k in group.matched] + list(group.only_old)
+    new_idx = [pairs[k][1] for k in group.matched] + list(group.only_new)
+    modules = item_modules(a.kind.value, a.where, a.instances)
+    before = memory_of(old.nodes, old.allocated, old.runs, old_idx, modules)
+    return replace(a, memory=memory(before, memory_of(new.nodes, new.allocated, new.runs, new_idx, modules)))
+
+
 def memory(before: tuple[int | None, float | None], after: tuple[int | None, float | None]) -> Memory | None:
     """The memory facts of one item from its two sides' ``memory_of`` (None where neither side holds any)."""
     if before == (None, None) and after == (None, None):
@@ -197,6 +219,16 @@ def node_faults(entry: BaselineEntry) -> dict[str, float]:
     return {n.key: statistics.median(f[i] for f in read) for i, n in enumerate(entry.nodes)}
 
 
+def changed_places(aggregates: Sequence[AggregateVerdict]) -> list[str]:
+    """The module subtrees whose code changed (other operations added than removed)."""
+    return [a.where for a in aggregates if a.changed and a.kind is Kind.MODULE]
+
+
+def inside_any(module: str, places: Sequence[str]) -> bool:
+    """Whether ``module`` lies in one of ``places`` (module paths; "" the whole model)."""
+    return any(not p or module == p or module.startswith(p + ".") for p in places)
+
+
 def held_to_memory(
     nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict], old: BaselineEntry, new: BaselineEntry
 ) -> tuple[list[NodeVerdict], list[AggregateVerdict]]:
@@ -208,10 +240,7 @@ def held_to_memory(
     before, after = node_faults(old), node_faults(new)
     if not changed or not before or not after:
         return list(nodes), list(aggregates)
-    places = [a.where for a in changed if a.kind is Kind.MODULE]
-
-    def inside_changed(module: str) -> bool:
-        return any(not p or module == p or module.startswith(p + ".") for p in places)
+    places = changed_places(aggregates)
 
     def extra(keys: Iterable[str]) -> float:
         keys = list(keys)
@@ -227,13 +256,13 @@ def held_to_memory(
     out_nodes = []
     for v in nodes:
         gained = extra([v.node.key])
-        hold = v.verdict is Verdict.SLOWER and not inside_changed(v.node.module) and gained >= STATE_FAULTS
+        hold = v.verdict is Verdict.SLOWER and not inside_any(v.node.module, places) and gained >= STATE_FAULTS
         out_nodes.append(replace(v, judgement=held(v.judgement, gained)) if hold else v)
     out_aggregates = []
     for a in aggregates:
         gained = extra(m.key for m in a.members)
         hold = a.verdict is Verdict.SLOWER and not a.changed and a.kind is not Kind.OP and gained >= STATE_FAULTS
-        hold = hold and not (a.kind is Kind.MODULE and inside_changed(a.where))
+        hold = hold and not (a.kind is Kind.MODULE and inside_any(a.where, places))
         out_aggregates.append(replace(a, judgement=held(a.judgement, gained)) if hold else a)
     return out_nodes, out_aggregates
 
@@ -255,18 +284,18 @@ def overheads(runs: Sequence[Run]) -> list[float]:
     return [r.instrumented_ns / r.total_ns for r in runs if r.total_ns and r.instrumented_ns]
 
 
-def overhead_note(before: float | None, after: float | None) -> str:
+def overhead_note(before: float | None, after: float | None, tolerance: float = OVERHEAD_TOLERANCE) -> str:
     """What a change of the profiler's overhead between the sides (``before`` and ``after``: instrumented pass over
-    plain call) means for the nodes' times; "" where it stayed within ``OVERHEAD_TOLERANCE`` or a side has none."""
+    plain call) means for the nodes' times; "" where it stayed within ``tolerance`` or a side has none."""
     if not before or not after:
         return ""
-    if after > before * (1.0 + OVERHEAD_TOLERANCE):
+    if after > before * (1.0 + tolerance):
         return (
             f"the profiler's overhead grew from x{before:.2f} to x{after:.2f} of the plain call "
             f"(x{after / before:.2f}): the nodes' times on the new side carry that much of the profiler's own, so no "
             "node, module or class whose code did not change fails on it"
         )
-    if after * (1.0 + OVERHEAD_TOLERANCE) < before:
+    if after * (1.0 + tolerance) < before:
         return (
             f"the plain call slowed more than the instrumented pass (the profiler's overhead x{before:.2f} -> "
             f"x{after:.2f}): part of the extra time is paid where the graphs, which free memory at other points than "
@@ -285,7 +314,7 @@ def held_to_overhead(
     if not total.overhead_note or not before or not after or after <= before:
         return list(nodes), list(aggregates)
     growth = after / before
-    changed = [a.where for a in aggregates if a.changed and a.kind is Kind.MODULE]
+    places = changed_places(aggregates)
 
     def explained(j: Judgement) -> bool:
         return j.verdict is Verdict.SLOWER and j.ratio / growth <= 1.0 + j.band
@@ -294,11 +323,10 @@ def held_to_overhead(
         why = f"; but the profiler's overhead grew x{growth:.2f} on the new side, which explains it: not the code's"
         return replace(j, verdict=Verdict.OK, reason=j.reason + why)
 
-    def inside_changed(module: str) -> bool:
-        return any(not c or module == c or module.startswith(c + ".") for c in changed)
-
     out_nodes = [
-        replace(v, judgement=held(v.judgement)) if explained(v.judgement) and not inside_changed(v.node.module) else v
+        replace(v, judgement=held(v.judgement))
+        if explained(v.judgement) and not inside_any(v.node.module, places)
+        else v
         for v in nodes
     ]
     out_aggregates = [
@@ -334,7 +362,8 @@ def held_to_the_median(
         )
         return replace(j, verdict=Verdict.OK, reason=j.reason + why)
 
-    out_nodes = [replace(v, judgement=hold(v.judgement)) for v in nodes]
+    places = changed_places(aggregates)
+    out_nodes = [v if inside_any(v.node.module, places) else replace(v, judgement=hold(v.judgement)) for v in nodes]
     out_aggregates = [a if a.changed else replace(a, judgement=hold(a.judgement)) for a in aggregates]
     return out_nodes, out_aggregates
 

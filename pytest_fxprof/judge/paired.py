@@ -61,13 +61,12 @@ from pytest_fxprof.judge.memory import (
     held_to_memory,
     held_to_overhead,
     held_to_the_median,
-    item_modules,
     memory,
-    memory_of,
     overhead_note,
     overheads,
     states,
     total_memory,
+    with_memory,
     with_states,
 )
 from pytest_fxprof.judge.moved import held_to_scopes, scopes
@@ -502,12 +501,7 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
             divisor=1.0,
             gates=large_enough(centre, busy),
         )
-        modules = item_modules(a.kind.value, a.where, a.instances)
-        facts = memory(
-            memory_of(old.nodes, old.allocated, old_runs, old_idx, modules),
-            memory_of(new.nodes, new.allocated, new_runs, new_idx, modules),
-        )
-        aggregates.append(replace(a, memory=facts))
+        aggregates.append(with_memory(a, g, old, new, pairs))
     total = _judge_total(old, new, policy)
     verdicts, aggregates = held_to_overhead(verdicts, aggregates, total)
     verdicts, aggregates = held_to_memory(verdicts, aggregates, old, new)

@@ -1,8 +1,8 @@
 """Measure: captured graphs become times, node by node, pass by pass, process by process.
 
 - ``program``: the program a profile times, one entrance for a forward, a training step and a compiled module;
-- ``profiler``: ``profile_module``, the schedule of one profile (warm-up and kept instrumented passes, preempted
-  ones measured again, then the plain call as the user makes it, the reference workload beside it);
+- ``profiler``: ``profile_module``, the schedule of one profile (the plain call as the user makes it, the reference
+  workload beside it, then warm-up and kept instrumented passes, preempted ones measured again);
 - ``engine``: how one pass becomes a time per node (timestamps compiled into the graph, or an interpreter;
   CUDA events on a GPU);
 - ``machine``: the environment a profile records, the allocator, the clocks and the reference workload;

@@ -21,7 +21,7 @@ from torch.utils._pytree import tree_flatten
 
 from pytest_fxprof.capture.graphs import Captured, Runner, prepared_inputs, run_pass
 from pytest_fxprof.measure.engine import ClockTimer, CompiledEngine
-from pytest_fxprof.records.measurement import NodeInfo
+from pytest_fxprof.records.measurement import NodeInfo, median_int
 
 
 @dataclass
@@ -56,23 +56,32 @@ def count_flops(
 
     counter = FlopCounterMode(display=False)
     shapes, layouts, allocated = [""] * len(nodes), [""] * len(nodes), [0] * len(nodes)
-    handed = [t for t in (*module.parameters(), *module.buffers()) if isinstance(t, torch.Tensor)]
-    handed += [t for t in tree_flatten((list(args), kwargs))[0] if isinstance(t, torch.Tensor)]
-    known = {storage_key(t) for t in handed}
+    # memory a node may hand on without allocating it: the module's own tensors, the graph call's inputs and what the
+    # nodes it reads made (all alive while it runs, so no freed address can stand for them)
+    owned = {storage_key(t) for t in (*module.parameters(), *module.buffers())}
+    index = {node: k for k, node in enumerate(nodes)}
+    reads = [[index[n] for n in node.all_input_nodes if n in index] for node in nodes]
+    made: dict[int, set[tuple[str, int]]] = {}
+    handed: list[set[tuple[str, int]]] = [set()]
 
     def flops_so_far() -> int:
         return int(counter.get_total_flops())
 
     def observe(k: int, value: Any) -> None:
         shapes[k], layouts[k] = shape_of(value), layout_of(value)
-        allocated[k] = new_bytes(value, known)
+        aliased = owned | handed[-1] | set().union(*(made.get(j, set()) for j in reads[k]))
+        allocated[k], made[k] = new_bytes(value, aliased)
 
     engine = CompiledEngine(captured.graphs, nodes, ClockTimer(flops_so_far), observe)
 
     def counted(runner: Runner) -> Runner:
         def run(*inputs: Any) -> Any:
-            with counter:  # entered per graph call: dynamo runs the Python between graphs outside it
-                return runner(*inputs)
+            handed.append({storage_key(t) for t in tree_flatten(list(inputs))[0] if isinstance(t, torch.Tensor)})
+            try:
+                with counter:  # entered per graph call: dynamo runs the Python between graphs outside it
+                    return runner(*inputs)
+            finally:
+                handed.pop()
 
         return run
 
@@ -90,21 +99,23 @@ def storage_key(tensor: torch.Tensor) -> tuple[str, int]:
         return (str(tensor.device), 0)
 
 
-def new_bytes(value: Any, known: set[tuple[str, int]]) -> int:
-    """The bytes of memory ``value``'s tensors hold that ``known`` (the storages seen so far) does not: what the
-    node that made ``value`` asked the allocator for and kept, views of memory it was handed counting nothing.
-    Adds the storages it counts to ``known``."""
+def new_bytes(value: Any, aliased: set[tuple[str, int]]) -> tuple[int, set[tuple[str, int]]]:
+    """The bytes of memory ``value``'s tensors hold beyond ``aliased`` (storages the node was handed: views of them
+    count nothing), each storage once, and every storage ``value`` holds: what the node that made ``value`` asked the
+    allocator for and kept."""
     total = 0
+    keys: set[tuple[str, int]] = set()
     for leaf in tree_flatten(value)[0]:
         if not isinstance(leaf, torch.Tensor) or leaf.layout != torch.strided:
             continue
         key = storage_key(leaf)
-        if key[1] == 0 or key in known:
+        if key[1] == 0 or key in keys:
             continue
-        known.add(key)
-        with contextlib.suppress(RuntimeError, NotImplementedError):
-            total += int(leaf.untyped_storage().nbytes())
-    return total
+        keys.add(key)
+        if key not in aliased:
+            with contextlib.suppress(RuntimeError, NotImplementedError):
+                total += int(leaf.untyped_storage().nbytes())
+    return total, keys
 
 
 FAULT_PASSES = 1
@@ -184,15 +195,14 @@ def count_faults(
 ) -> list[int]:
     """Each node's minor page faults: ``passes`` untimed passes of the graphs (``run`` runs one with the runners it
     is given) whose clock is the thread's fault counter, so that a node's count is the faults taken from its stamp
-    to the next, where the memory it asks for is taken and what it frees is handed back; the median per node (the
-    upper one of an even count)."""
+    to the next, where the memory it asks for is taken and what it frees is handed back; the median per node."""
     engine = CompiledEngine(captured.graphs, nodes, ClockTimer(faults))
     per_pass: list[list[int]] = []
     for _ in range(passes):
         engine.begin_pass()
         run(engine.runners())
         per_pass.append(engine.end_pass().node_ns)
-    return [sorted(column)[len(column) // 2] for column in zip(*per_pass, strict=True)] if per_pass else []
+    return [median_int(list(column)) for column in zip(*per_pass, strict=True)] if per_pass else []
 
 
 def module_faults(
@@ -237,4 +247,4 @@ def module_faults(
         for handle in handles:
             handle.remove()
     paths = sorted({p for call in per_call for p in call})
-    return {p: sorted(call.get(p, 0) for call in per_call)[len(per_call) // 2] for p in paths}
+    return {p: median_int([call.get(p, 0) for call in per_call]) for p in paths}

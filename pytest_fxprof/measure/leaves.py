@@ -93,6 +93,8 @@ def merge_leaves(
                 share=median / busy,
                 samples_ns=samples,
                 flops=sum(counted) if len(counted) == len(members) else None,
+                allocated=_summed([n.allocated for n in members]),
+                faults=_summed([n.faults for n in members]),
                 shape=members[-1].shape,
                 layout=members[-1].layout,
                 inputs=inputs,
@@ -100,3 +102,8 @@ def merge_leaves(
             )
         )
     return out
+
+
+def _summed(values: list[int | None]) -> int | None:
+    """The sum of the members' figures, None where any member has none (not read)."""
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)

@@ -95,6 +95,17 @@ class Barrier:
         self.place = place
         self.alone_from: int | None = None
         """The pass from which this call ran without its twin (None: in lock-step throughout)."""
+        self.counted_until: int | None = None
+        """The last pass whose times count (the profile says, once measured; None: every pass counts): a call that
+        went alone only after it, in passes measured again for preemption, still ran its counted passes in
+        lock-step."""
+
+    @property
+    def alone_in_counted(self) -> int | None:
+        """``alone_from`` where the call went alone within the passes whose times count, else None."""
+        if self.alone_from is None or (self.counted_until is not None and self.alone_from > self.counted_until):
+            return None
+        return self.alone_from
 
     def _mark(self, side: str, what: str) -> Path:
         return self.directory / f"{self.tag}.{side}.{what}"

@@ -71,9 +71,10 @@ _PRELOADED = ("jemalloc", "tcmalloc", "mimalloc", "hoard", "snmalloc")
 
 _SETTINGS_PREFIXES = ("MALLOC_", "GLIBC_TUNABLES", "TCMALLOC_", "MIMALLOC_", "JEMALLOC_", "_RJEM_MALLOC_CONF")
 """Environment variables that change how an allocator behaves (glibc's ``MALLOC_*`` aliases and tunables,
-jemalloc's ``MALLOC_CONF``, tcmalloc's and mimalloc's own), and torch's huge-page switch below."""
+jemalloc's ``MALLOC_CONF``, tcmalloc's and mimalloc's own)."""
 
 _TORCH_SETTINGS = ("THP_MEM_ALLOC_ENABLE",)
+"""torch's own switches of how its CPU allocator asks for memory (huge pages for blocks of 2 MiB or more)."""
 
 _allocator_state: list[str] = []
 
@@ -95,14 +96,33 @@ def tune_allocator() -> str:
     return _allocator_state[0] or allocator_in_use()
 
 
+class _DlInfo(ctypes.Structure):
+    """What ``dladdr`` says of an address: the file of the library that holds it, and the symbol."""
+
+    _fields_ = (
+        ("dli_fname", ctypes.c_char_p),
+        ("dli_fbase", ctypes.c_void_p),
+        ("dli_sname", ctypes.c_char_p),
+        ("dli_saddr", ctypes.c_void_p),
+    )
+
+
+def _malloc_library() -> str:
+    """The file of the library whose ``malloc`` this process calls ("" where the platform cannot say): a preloaded
+    allocator's, or the C library's."""
+    with contextlib.suppress(OSError, AttributeError, ValueError, TypeError):
+        libc = ctypes.CDLL(None)
+        address = ctypes.cast(libc.malloc, ctypes.c_void_p)
+        info = _DlInfo()
+        if libc.dladdr(address, ctypes.byref(info)) and info.dli_fname:
+            return str(info.dli_fname.decode(errors="replace"))
+    return ""
+
+
 def _preloaded() -> str | None:
-    """The allocator library this process runs with instead of its C library's, by name (None: the C library's)."""
-    names = os.environ.get("LD_PRELOAD", "")
-    with contextlib.suppress(OSError):
-        names += " " + " ".join(
-            line.rpartition(" ")[2] for line in Path("/proc/self/maps").read_text(encoding="utf-8").splitlines()
-        )
-    lowered = names.lower()
+    """The allocator this process runs with instead of its C library's, by name (None: the C library's): the library
+    whose ``malloc`` it calls, else what ``LD_PRELOAD`` names (a library a module loaded later replaces nothing)."""
+    lowered = (_malloc_library() or os.environ.get("LD_PRELOAD", "")).lower()
     return next((name for name in _PRELOADED if f"lib{name}" in lowered), None)
 
 

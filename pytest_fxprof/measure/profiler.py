@@ -56,9 +56,8 @@ from pytest_fxprof.measure.machine import (
     tune_allocator,
 )
 from pytest_fxprof.measure.program import (
-    FORWARD,
-    KERNELS,
     CaptureRequest,
+    ProgramKind,
     eager_step,
     nothing,
     open_program,
@@ -153,8 +152,9 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     and each graph call's entry; no flop count.
 
     With ``step``, a pass is a training step (``capture.step``): the forward and the loss, the backward and the
-    optimizer step, timed node by node, and the plain step is the same graphs without stamps. Parameters, grads,
-    the optimizer's state, buffers and the random state are put back after every step.
+    optimizer step, timed node by node, and the plain step is the step as written (the module's forward, the loss,
+    ``backward()``, ``optimizer.step()``). Parameters, grads, the optimizer's state, buffers and the random state are
+    put back after every step.
 
     ``spent``, where given, gets the seconds this took added to its ``capture_s`` (the capture, its checks and the
     flop count: all before the first pass), ``warmup_s`` and ``measuring_s`` (the kept passes and those measured
@@ -199,8 +199,12 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
                             phases=phases,
                             start=i,
                         )
-                except Exception as exc:  # noqa: BLE001 - the capture's checks say first why a module cannot run
-                    failed = exc
+                except Exception as exc:
+                    if out_of_memory(exc):  # no capture would run it either: the memory goes back now
+                        raise
+                    failed = exc  # the capture's checks say first why a module cannot run
+            if collecting:  # on while the capture and the counting pass make and drop their garbage
+                gc.enable()
             mark = time.perf_counter()
             program = open_program(
                 module,
@@ -222,7 +226,9 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
                 ) from failed
             captured, nodes, infos, timing = program.captured, program.nodes, program.infos, program.engine
             after, plain_pass, checked = program.after, program.plain, program.checked
-            graphs = program.kind != KERNELS  # a compiled module's kernels have no graph nodes to count or read
+            graphs = (
+                program.kind is not ProgramKind.KERNELS
+            )  # a compiled module's kernels have no graph nodes to count or read
             runners = timing.runners()
             samples = _Samples(len(infos))
             # one untimed pass under torch's flop counter, before the warm-up passes that the engine runs
@@ -248,6 +254,7 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
             )
             start = i
             phases["capture_s"] += time.perf_counter() - mark
+            gc.disable()
             mark = time.perf_counter()
             # the instrumented passes: warm-up, then kept (a preempted one measured again, up to schedule.remeasure)
             while i - start < schedule.instrumented and not (
@@ -256,6 +263,8 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
                 keep = i - start >= warmup
                 if barrier is not None:
                     barrier(i)
+                    if keep and i - start < warmup + passes:
+                        barrier.counted_until = i
                 if workload is not None and not schedule.plain:
                     ref = workload(clock)
                     if keep:
@@ -268,7 +277,7 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
                 phases["measuring_s" if keep else "warmup_s"] += now - mark
                 mark = now
                 i += 1
-            if schedule.plain and not schedule.plain_first:  # a step's or compiled module's plain call: its graphs
+            if schedule.plain and not schedule.plain_first:  # a compiled module's call, which the capture compiles
                 call = functools.partial(_plain_call, plain_pass, after, clock=clock, device=device, faults=faults)
                 i = _plain_phase(
                     call,
@@ -289,7 +298,7 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
             if faults is not None and graphs:
                 fault_pass = functools.partial(_fault_pass, module, captured, args, kwargs, infos=infos, after=after)
                 samples.faults = count_faults(captured, nodes, fault_pass, faults)
-                if program.kind == FORWARD:  # the call as the user makes it runs the module's own forwards
+                if program.kind is ProgramKind.FORWARD:  # the call as the user makes it runs the module's own forwards
                     samples.module_faults = module_faults(module, plain_pass, after, faults)
             for plain_ns, plain_faults, plain_ref in plain_times:
                 samples.plain(plain_ns, plain_faults, plain_ref)
@@ -409,6 +418,8 @@ def _plain_phase(
     for j in range(schedule.plain_warmup + schedule.plain):
         if barrier is not None:
             barrier(i)
+            if j >= schedule.plain_warmup:
+                barrier.counted_until = max(i, barrier.counted_until or 0)
         i += 1
         ref = workload(clock) if workload is not None else None
         took, taken = call()
@@ -498,21 +509,21 @@ def chosen_passes(off_cpu: Sequence[float], wanted: int) -> list[int]:
 
 
 PLAIN_WARMUP = 1
-"""Untimed plain calls before the timed ones where they follow the instrumented passes (a training step, a compiled
-module): those free memory at other points than the plain call, so the first plain call after them meets a heap left
-as they left it; the next ones meet the heap the plain call's own calls leave, as in the user's program, which calls
-the model again and again. A forward's plain calls come first, before anything else runs the model (capture and
-instrumented passes ran before them put a third of the processes of a memory-bound change in the other allocator
-state: BENCHMARKS.md, "The allocator: the program users run"), warmed up as the instrumented passes are."""
+"""Untimed plain calls before the timed ones where they follow the instrumented passes (a compiled module's): those
+free memory at other points than the plain call, so the first plain call after them meets a heap left as they left
+it; the next ones meet the heap the plain call's own calls leave, as in the user's program, which calls the model
+again and again. A forward's and a training step's plain calls come first, before anything else runs the model
+(the capture and the instrumented passes touch the process's heap, and can move it into another allocator state:
+BENCHMARKS.md, "The allocator: the program users run"), warmed up as the instrumented passes are."""
 
 
 @dataclass(frozen=True)
 class Schedule:
     """The passes of a measured profile, in the order it runs them, as plain data the loop follows: where
-    ``plain_first`` (a forward), ``plain_warmup`` plain calls thrown away and ``plain`` timed, before the capture, as a
-    program that built the model calls it; then ``warmup`` instrumented passes thrown away, ``passes`` kept (and up to
-    ``remeasure`` more where a kept one was preempted: its thread off the CPU); then, where not ``plain_first`` (a
-    training step's graphs, a compiled module's call, which the capture makes), the plain calls (0: none)."""
+    ``plain_first`` (a forward, a training step), ``plain_warmup`` plain calls thrown away and ``plain`` timed, before
+    the capture, as a program that built the model calls it; then ``warmup`` instrumented passes thrown away,
+    ``passes`` kept (and up to ``remeasure`` more where a kept one was preempted: its thread off the CPU); then, where
+    not ``plain_first`` (a compiled module's call, which the capture compiles), the plain calls (0: none)."""
 
     warmup: int
     passes: int

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import torch
@@ -31,8 +32,13 @@ from pytest_fxprof.capture.step import Step, capture_step, check_step, default_l
 from pytest_fxprof.measure.engine import Engine, KernelEngine, Timer, make_engine
 from pytest_fxprof.records.measurement import Capture, NodeInfo
 
-FORWARD, STEP, KERNELS = "forward", "step", "kernels"
-"""The kinds of program: a forward's graphs, a training step's graphs, a compiled module's kernels."""
+
+class ProgramKind(StrEnum):
+    """The kinds of program: a forward's graphs, a training step's graphs, a compiled module's kernels."""
+
+    FORWARD = "forward"
+    STEP = "step"
+    KERNELS = "kernels"
 
 
 @dataclass(frozen=True)
@@ -57,7 +63,7 @@ class Program:
     (what puts the module back after a pass), ``checked`` (whether the capture ran its graphs once already, checked
     against the module) and, for a compiled module, its ``kernels``."""
 
-    kind: str
+    kind: ProgramKind
     captured: Captured
     nodes: list[torch.fx.Node]
     infos: list[NodeInfo]
@@ -98,7 +104,9 @@ def open_program(
         kept = stack.enter_context(preserved_step(module, threads, step))
         captured = capture_step(module, args, kwargs, step, kept)
         plain = eager_step(module, args, kwargs, step)
-        return _graphs(STEP, captured, engine=engine, timer=timer, plain=plain, after=kept.reset, checked=True)
+        return _graphs(
+            ProgramKind.STEP, captured, engine=engine, timer=timer, plain=plain, after=kept.reset, checked=True
+        )
     if inductor.wanted(module, request.mode):
         if request.leaf_modules or request.tracer is not None:
             raise ProfileError(
@@ -109,7 +117,7 @@ def open_program(
         stack.enter_context(preserved(module, threads))
         kernels = inductor.capture(module, args, kwargs, timer.stamp)
         return Program(
-            kind=KERNELS,
+            kind=ProgramKind.KERNELS,
             captured=_kernel_capture(kernels),
             nodes=[],
             infos=list(kernels.infos),
@@ -132,11 +140,13 @@ def open_program(
     # every capture but an explicit symbolic one ran its graphs once, checked against the module
     checked = request.mode != "symbolic"
     plain = plain_forward(module, args, kwargs)
-    return _graphs(FORWARD, captured, engine=engine, timer=timer, plain=plain, after=nothing, checked=checked)
+    return _graphs(
+        ProgramKind.FORWARD, captured, engine=engine, timer=timer, plain=plain, after=nothing, checked=checked
+    )
 
 
 def _graphs(
-    kind: str,
+    kind: ProgramKind,
     captured: Captured,
     *,
     engine: str,

@@ -159,6 +159,12 @@ class _Judged:
         return self.baseline_ns * (self.ratio - 1.0)
 
 
+FAULTS_SHOWN = 256
+"""Page faults a call that say something of a program's memory: fewer (1 MiB of 4 KiB pages) are the allocator's own
+bookkeeping, and a change of that size is not said (``Memory.text``) nor read as an allocator state
+(``judge.memory.STATE_FAULTS``)."""
+
+
 @dataclass(frozen=True)
 class Memory:
     """What an item costs in memory a call, on each side: ``bytes_*`` the new memory its nodes' outputs hold (what
@@ -171,6 +177,7 @@ class Memory:
     faults_after: float | None
 
     MB = 1e6
+    """Bytes in a megabyte, as the memory lines count them."""
 
     @property
     def bytes_delta(self) -> int | None:
@@ -184,7 +191,7 @@ class Memory:
             return None
         return self.faults_after - self.faults_before
 
-    def text(self, *, faults_from: int = 256) -> str:
+    def text(self, *, faults_from: int = FAULTS_SHOWN) -> str:
         """``+5.3 MB a call (12.1 -> 17.4 MB), +1,300 page faults a call (40 -> 1,340)``: the bytes where they
         changed, the faults where they changed by ``faults_from`` or more ("" where neither did)."""
         parts = []

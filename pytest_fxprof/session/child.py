@@ -62,7 +62,7 @@ class ChildCalls(Calls):
 
     def _alone_from(self, key: str) -> int | None:
         barrier = self._barriers.get(key)
-        return barrier.alone_from if barrier is not None else None
+        return barrier.alone_in_counted if barrier is not None else None
 
     def finish(self, run: RunState, passed: bool) -> Outcome:
         """Write the samples (or, for a side, whole entries) the parent asked for."""

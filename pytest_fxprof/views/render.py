@@ -563,8 +563,8 @@ def coarse_line(capture: Capture, nodes: Sequence[NodeStats]) -> str:
     parts = ", ".join(f"{path} ({share:.0%})" for path, share in sorted(shares.items(), key=lambda x: -x[1]))
     return (
         f"blame stays coarse: {capture.method} kept {parts} of the time whole, each one node, so a slowdown inside "
-        "them is named at their call, not at the module and line that changed; export and dynamo did not capture "
-        "the model (pytest -v lists why). Fix: make them traceable (torch.fx.wrap the call that breaks tracing, or "
+        "them is named at their call, not at the module and line that changed; export and dynamo resolved no more "
+        "of it (pytest -v lists why). Fix: make them traceable (torch.fx.wrap the call that breaks tracing, or "
         "pass tracer=), or make torch.export take the model and set capture='export'"
     )
 

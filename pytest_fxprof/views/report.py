@@ -31,7 +31,7 @@ from pytest_fxprof.store.baseline import RunJSON, capture_to_json, run_to_json
 from pytest_fxprof.store.files import dumps, write_atomic
 from pytest_fxprof.views.render import aggregate_what, at_stake, code_change_line
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2
 REPORT_MAX_BYTES = 1 << 30
 """A report larger than this (1 GiB) is refused unread where one is read back (``read_report``, ``fxprof``)."""
 
@@ -322,7 +322,7 @@ class ProfileReportJSON(TypedDict):
     protocol: dict[str, Any]
     setup: dict[str, Any] | None
     total: TotalJSON
-    module_faults: dict[str, int]
+    module_faults: NotRequired[dict[str, int]]
     overhead: float | None
     remeasured: bool
     disturbance: DisturbanceReportJSON
