@@ -1,6 +1,6 @@
 """A bench of real code changes: does the gate catch the edits pull requests make, and does it blame the right module?
 
-    .venv/bin/pip install -c requirements/test.txt -r requirements/bench.txt     # timm and transformers, once
+    .venv/bin/pip install -c requirements/test.txt -r requirements/bench.txt     # timm, transformers, vit-pytorch, once
     .venv/bin/python bench/code_changes.py --out bench/code_changes.jsonl --neutral-repeats 3
     .venv/bin/python bench/code_changes.py --out q.jsonl --modes against --families gpt-style --changes gpt-gelu-tanh
     .venv/bin/python bench/code_changes.py --out q.jsonl -- --fxprof-schedule alternate   # pytest arguments
@@ -1039,6 +1039,12 @@ def check(repo: Repo, mode: str, c: Change, repeat: int, *, reports: Path, extra
         # its ratios per pair, each kept in total_ratios; against a baseline over the baseline); null where not compared
         "total_ratio": (profile.get("total") or {}).get("ratio"),
         "total_ratios": (profile.get("total") or {}).get("ratios"),
+        # what the total's line rests on: the allocator states its processes fell into, the profiler's overhead per
+        # side where it differs, and the verdict's reason (the report's ``total``)
+        "states": (profile.get("total") or {}).get("states") or "",
+        "overhead_note": (profile.get("total") or {}).get("overhead_note") or "",
+        "overhead": [(profile.get("total") or {}).get(f"overhead_{side}") for side in ("before", "after")],
+        "total_reason": (profile.get("total") or {}).get("reason") or "",
         # against a revision, where a second set of pairs measured it again: each set's verdict and pairs
         "sets": profile.get("sets"),
         # against a baseline, where the model's code changed since the recording: what the pairs against the

@@ -610,6 +610,8 @@ def compare(
                     "agrees": [agrees(t["direction"], s) for s in statuses],
                     "within": [within(v, t["min"], t["max"]) if v is not None else None for v in totals],
                     "failed": [s == "regression" for s in statuses],
+                    # where the check said its processes fell into allocator states (code_changes.py's ``states``)
+                    "states": [bool(x.get("states")) for x in of],
                 }
             )
     rows.sort(key=lambda r: (DESIGNS.index(r["design"]) if r["design"] in DESIGNS else len(DESIGNS), r["mode"]))
@@ -624,12 +626,14 @@ def compare(
             f["must_fail_changes"] = add(f["must_fail_changes"], [all(r["failed"])])
         if r["kind"] == "neutral":
             f["neutral_failed"] = add(f["neutral_failed"], r["failed"])
+            f["neutral_undecided"] = add(f["neutral_undecided"], [s == "undecided" for s in r["statuses"]])
     return {"allocator": allocator, "rows": rows, "figures": figures}
 
 
 def empty_figures() -> dict[str, Any]:
     return {"checks": 0, "direction": [0, 0], "within": [0, 0], "must_fail": [0, 0], "must_fail_changes": [0, 0]} | {
-        "neutral_failed": [0, 0]
+        "neutral_failed": [0, 0],
+        "neutral_undecided": [0, 0],
     }
 
 
@@ -652,6 +656,8 @@ def print_compare(result: dict[str, Any]) -> None:
             ("ok" if a else "WRONG" if a is not None else "") + ("" if w is None else " in" if w else " out")
             for a, w in zip(r["agrees"], r["within"], strict=True)
         ]
+        said = r.get("states") or [False] * len(marks)
+        marks = [m + (" states" if x else "") for m, x in zip(marks, said, strict=True)]
         statuses = ", ".join(
             f"{s} ({m.strip()})" if m.strip() else s for s, m in zip(r["statuses"], marks, strict=True)
         )
@@ -662,18 +668,20 @@ def print_compare(result: dict[str, Any]) -> None:
         )
     print(
         "\nper check: ok / WRONG: its verdict against the truth's direction (none where the truth is mixed);"
-        "\nin / out: its total within 5 % of the truth's range or not\n"
+        "\nin / out: its total within 5 % of the truth's range or not; states: it said its processes fell into"
+        " allocator states\n"
     )
     print(f"{'design / mode':24} {'checks':>6} {'direction':>10} {'total in 5 %':>12} {'must-fail':>10} {'changes':>8}")
     for name, f in result["figures"].items():
         print(
             f"{name:24} {f['checks']:>6} {frac(f['direction']):>10} {frac(f['within']):>12} "
-            f"{frac(f['must_fail']):>10} {frac(f['must_fail_changes']):>8}   neutral failed {frac(f['neutral_failed'])}"
+            f"{frac(f['must_fail']):>10} {frac(f['must_fail_changes']):>8}   "
+            f"neutral failed {frac(f['neutral_failed'])}, undecided {frac(f['neutral_undecided'])}"
         )
     print(
         "direction: verdicts agreeing with the truth where its processes agree; total in 5 %: totals within 5 % of "
         "the truth's range;\nmust-fail: checks of must-fail changes that failed; changes: must-fail changes every "
-        "check of which failed;\nneutral failed: checks of neutral edits that failed"
+        "check of which failed;\nneutral failed, undecided: checks of neutral edits that failed, that ended undecided"
     )
 
 

@@ -223,13 +223,14 @@ def test_compare_figures() -> None:
         truth("slow", [1.00, 1.00, 1.00], allocator="glibc-tuned"),  # another allocator: not joined
     ]
     checks = [
-        check("slow", "regression", 1.33),  # agrees, within
+        check("slow", "regression", 1.33, states="the processes fell into two allocator states: ..."),  # agrees
         check("slow", "pass", 1.02),  # wrong, out
         check("slow", "regression", 1.30, mode="baseline"),  # another mode: its own figures
         check("bimodal", "regression", 1.10),  # mixed truth: no direction; within 0.90/1.05..1.45*1.05
         check("free", "pass", None),  # agrees; no total
         check("comment", "regression", 1.04, kind="neutral"),  # wrong (a false alarm), within
         check("comment", "pass", 1.00, kind="neutral"),  # agrees, within
+        check("comment", "undecided", 1.00, kind="neutral"),  # no direction, within: undecided on unchanged code
         check("elsewhere", "pass", 1.00),  # no truth: not joined
         {"type": "header"},
     ]
@@ -245,16 +246,18 @@ def test_compare_figures() -> None:
     slow = rows[("against", "slow")]
     assert slow["agrees"] == [True, False]
     assert slow["within"] == [True, False]
+    assert slow["states"] == [True, False]
     assert slow["truth"]["must_fail"]
     assert rows[("against", "bimodal")]["agrees"] == [None]
     assert rows[("against", "free")]["within"] == [None]
     against = result["figures"]["interleaved / against"]
-    assert against["checks"] == 6
-    assert against["direction"] == [3, 5]  # slow 1 of 2, free 1, comment 1 of 2; bimodal left out
-    assert against["within"] == [4, 5]  # slow 1 of 2, bimodal, comment 2
+    assert against["checks"] == 7
+    assert against["direction"] == [3, 5]  # slow 1 of 2, free 1, comment 1 of 2; bimodal, undecided left out
+    assert against["within"] == [5, 6]  # slow 1 of 2, bimodal, comment 3
     assert against["must_fail"] == [2, 3]  # slow 1 of 2, bimodal 1
     assert against["must_fail_changes"] == [1, 2]  # bimodal failed every check, slow not
-    assert against["neutral_failed"] == [1, 2]
+    assert against["neutral_failed"] == [1, 3]
+    assert against["neutral_undecided"] == [1, 3]
     baseline = result["figures"]["interleaved / baseline"]
     assert (baseline["checks"], baseline["must_fail"], baseline["must_fail_changes"]) == (1, [1, 1], [1, 1])
 
