@@ -39,6 +39,10 @@ to this project; ``vit-pytorch`` needs ``vit-pytorch`` and ``einops`` installed 
   feed-forward both lie at ``patch_transformer.layers.*.*.fn`` once indices fold (a list of pairs), so that its
   changes' class tells them apart; the class-attention layer (``cls_transformer``, 8 % of the time) holds instances
   of the same classes, inside or on the path to which nothing counts as outside.
+* ``vit-pytorch-cct``: ``cct``, the same library's ``vit_pytorch/cct.py``'s ``CCT`` (compact convolutional
+  transformer): images of 64 x 64, two 3 x 3 convolutions each pooled by 2 into 256 tokens, 192 wide, 4 layers of 4
+  heads, MLP 384, 100 classes; 2 images. einops in its tokenizer stops symbolic tracing, which keeps ``tokenizer``
+  and ``classifier`` whole (2 nodes); the automatic capture resolves it further through ``torch.export``.
 
 Each forward takes 10 to 25 ms on one thread here (CaiT's 60 to 80 ms). Changes, with what each should blame (a
 module pattern, block indices as ``*``, and the class):
@@ -89,12 +93,15 @@ module pattern, block indices as ``*``, and the class):
   ``patch_transformer.layers.*.*.fn``, ``FeedForward``.
 * ``cait-mlp-wider``: the feed-forward 1.25 times as wide (640 instead of 512): ``patch_transformer.layers.*.*.fn``,
   ``FeedForward``.
+* ``cct-softmax-double``: CCT's attention softmax in float64 (``attn.double().softmax(dim=-1).float()``):
+  ``classifier.blocks.*.self_attn``, ``Attention``.
 
 Neutral edits, which should never fail (their failures are the false alarms): per family a comment
 (``*-comment``), a renamed local variable (``*-rename-local``) and a reordering (``*-reorder``): GPT's ``q`` and
 ``k`` reshapes swapped, BERT's ``query_layer`` and ``key_layer`` lines swapped, ConvNeXt's residual sum with its
 operands swapped, ResNet's ``downsample`` of the identity moved before ``conv1``, CaiT's two residual sums with
-their operands swapped. Each runs ``--neutral-repeats`` times per mode (3: 45 neutral checks per mode).
+their operands swapped; CCT has a comment only. Each runs ``--neutral-repeats`` times per mode (3: 48 neutral
+checks per mode).
 
 ``--compiled``: each test hands the fixture ``torch.compile(model)``, so the checks time Inductor's kernels (each
 line says ``compiled``; keep such runs in a file of their own).
@@ -221,6 +228,7 @@ FAMILIES = {
         "torchvision", "resnet18", "zoo/tv_resnet.py", "torchvision.models.resnet", drop_lines=("@register_model()",)
     ),
     "vit-pytorch": Family("vit-pytorch", "cait", "zoo/vit_cait.py", "vit_pytorch.cait", "vit_pytorch"),
+    "vit-pytorch-cct": Family("vit-pytorch-cct", "cct", "zoo/vit_cct.py", "vit_pytorch.cct", "vit_pytorch"),
 }
 
 BUILD = '''\
@@ -267,6 +275,24 @@ def make(name, source):
             mlp_dim=512,
         )
         return model.eval(), torch.randn(8, 3, 128, 128)
+    if name == "cct":  # vit_pytorch's compact convolutional transformer, small: 256 tokens from 2 conv layers
+        model = source.CCT(
+            img_size=(64, 64),
+            embedding_dim=192,
+            n_conv_layers=2,
+            kernel_size=3,
+            stride=1,
+            padding=1,
+            pooling_kernel_size=3,
+            pooling_stride=2,
+            pooling_padding=1,
+            num_layers=4,
+            num_heads=4,
+            mlp_ratio=2.0,
+            num_classes=100,
+            positional_embedding="learnable",
+        )
+        return model.eval(), torch.randn(2, 3, 64, 64)
     raise ValueError(f"unknown model {{name!r}}")
 
 
@@ -375,6 +401,8 @@ CAIT_SOFTMAX = "        attn = self.attend(dots)\n"
 # and the feed-forward alike (their indices fold: the class tells them apart)
 CAIT_BLOCK = "patch_transformer.layers.*.*"
 CAIT_FN = "patch_transformer.layers.*.*.fn"
+CCT_ATTN = "class Attention("
+CCT_SOFTMAX = "        attn = attn.softmax(dim=-1)\n"
 
 
 def change(name: str, family: str, module: str, cls: str, *edits: Edit) -> Change:
@@ -739,6 +767,13 @@ CHANGES = (
         ),
     ),
     change(
+        "cct-softmax-double",
+        "vit-pytorch-cct",
+        "classifier.blocks.*.self_attn",
+        "Attention",
+        Edit(CCT_SOFTMAX, "        attn = attn.double().softmax(dim=-1).float()\n", CCT_ATTN),
+    ),
+    change(
         "cait-mlp-wider",
         "vit-pytorch",
         CAIT_FN,
@@ -866,6 +901,9 @@ CHANGES = (
             "            x = x + attn(x, context = context)\n            x = x + ff(x)\n",
             "class Transformer(",
         ),
+    ),
+    neutral(
+        "cct-comment", "vit-pytorch-cct", Edit(CCT_SOFTMAX, "        # softmax over the keys\n" + CCT_SOFTMAX, CCT_ATTN)
     ),
 )
 
