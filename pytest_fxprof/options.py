@@ -89,9 +89,9 @@ REACTIONS: dict[str, tuple[type[StrEnum], str]] = {
     "on_code_change": (
         OnCodeChange,
         "A check (--fxprof) of a test whose model's code changed since its baseline was recorded (operations added "
-        "or removed): measured as well against the git revision the baseline was recorded at, in pairs of fresh "
-        "processes, and held to the stricter verdict (revision); or judged by the baseline alone (baseline) "
-        "(default revision)",
+        "or removed, or captured another way): measured as well against the git revision the baseline was recorded "
+        "at, in pairs of fresh processes, and held to the stricter verdict (revision); or judged by the baseline "
+        "alone (baseline), a call captured another way then a mismatch (default revision)",
     ),
     "confirm": (
         Confirm,

@@ -135,6 +135,32 @@ def test_code_changed_means_other_operations_never_the_same_ones_renamed_or_move
     assert not code_changed(None)
 
 
+def _captured_otherwise(*more: str) -> Comparison:
+    """The comparison of a call captured another way than its baseline (``judge.decision.mismatches_of``)."""
+    return Comparison(
+        Status.MISMATCH, ("capture: baseline 'export', this run 'dynamo'", *more), 1.0, 3, (), None, (), ()
+    )
+
+
+def test_a_call_captured_another_way_than_its_baseline_is_code_that_changed_unless_its_setup_did_too() -> None:
+    assert code_changed(_captured_otherwise())
+    assert not code_changed(_captured_otherwise("torch: baseline 2.5.0, this run 2.6.0"))  # another machine
+
+
+@pytest.mark.parametrize("paired", [Status.REGRESSION, Status.PASS, Status.UNDECIDED])
+def test_a_call_the_baseline_could_not_judge_for_its_capture_shows_what_its_pairs_found(paired: Status) -> None:
+    mine = result(comparison=_captured_otherwise())
+    got, is_paired = _stricter(mine, RevisionCheck("a" * 40, _comparison(paired), result(seconds=2.0), 4))
+    assert is_paired
+    assert got.comparison is not None
+    assert got.comparison.status is paired
+    # the pairs measured nothing: the mismatch stands
+    got, is_paired = _stricter(mine, RevisionCheck("a" * 40, _comparison(Status.MISMATCH), result(seconds=2.0), 4))
+    assert not is_paired
+    assert got.comparison is not None
+    assert got.comparison.status is Status.MISMATCH
+
+
 @pytest.mark.parametrize(
     ("stored", "paired", "shown"),
     [
@@ -271,3 +297,32 @@ def test_a_slowdown_the_pairs_find_leads_the_failure_with_their_verdict_and_the_
     )
     (record,) = run.records
     assert record["report"]["against"] == f"{REF} (aaaaaaa)"
+
+
+def test_a_call_captured_another_way_than_its_baseline_is_judged_by_its_pairs_against_the_baselines_revision(
+    tmp_path: Path,
+) -> None:
+    """A data-dependent branch that export cannot capture moves the call from export to dynamo: its nodes cannot be
+    matched with the baseline's, and a mismatch would skip the test green; its pairs against the revision the
+    baseline was recorded at decide it instead."""
+    _, slower = checked({"relu": 3.0}, {"relu": 3.0})
+    against = replace(slower, against=f"{REF} (aaaaaaa)", pairs=4)
+    calls, run = _calls(tmp_path, _captured_otherwise(), against)
+    outcome = calls.finish(run, passed=True)
+    (failure,) = outcome.failures
+    assert failure.startswith(f"fxprof: t.py::test [call0] got slower than {REF} (aaaaaaa) (4 pairs")
+    assert not outcome.skips
+    (record,) = run.records
+    assert record["status"] == "regression"
+    assert record["report"]["code_changed"]["status"] == "regression"
+    notices = " ".join(calls.notices["call0"])
+    assert "it was captured another way than its baseline (capture: baseline 'export', this run 'dynamo')" in notices
+
+    _, same = checked({})
+    passed = replace(same, against=f"{REF} (aaaaaaa)", pairs=4)
+    calls, run = _calls(tmp_path, _captured_otherwise(), passed)
+    outcome = calls.finish(run, passed=True)
+    assert not outcome.failures
+    assert not outcome.skips  # judged, not skipped
+    (record,) = run.records
+    assert record["status"] == "pass"

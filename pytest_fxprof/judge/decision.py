@@ -572,13 +572,30 @@ def _judge_total(recordings: Sequence[Sequence[Run]], runs: Sequence[Run], polic
     return TotalVerdict(base_total, timed(runs[0]), machine, verdict)
 
 
+CAPTURE_CHANGED = "capture: "
+"""How the mismatch of a call captured another way than its baseline begins (``capture_changed``)."""
+
+
+def capture_changed(c: Comparison | None) -> bool:
+    """Whether ``c`` could not be judged only because the call was captured another way than its baseline (code
+    that symbolic tracing or export no longer captures, a data-dependent branch say): the same setup and machine,
+    the model's code changed; its nodes cannot be matched, but the call can be measured against the baseline's
+    revision."""
+    return (
+        c is not None
+        and c.status is Status.MISMATCH
+        and bool(c.mismatches)
+        and all(m.startswith(CAPTURE_CHANGED) for m in c.mismatches)
+    )
+
+
 def mismatches_of(baseline: BaselineEntry, current: BaselineEntry) -> list[str]:
     """Why the two entries cannot be compared (empty when they can)."""
     out = baseline.environment.differences(current.environment)
     if baseline.setup is not None and current.setup is not None:  # a test that measures something else
         out += baseline.setup.differences(current.setup)
     if baseline.capture.method != current.capture.method:
-        out.append(f"capture: baseline {baseline.capture.method!r}, this run {current.capture.method!r}")
+        out.append(f"{CAPTURE_CHANGED}baseline {baseline.capture.method!r}, this run {current.capture.method!r}")
     ref_centre = statistics.median(r.reference_ns for r in baseline.runs)
     run = current.runs[0]
     if ref_centre and run.reference_ns:

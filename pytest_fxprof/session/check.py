@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_fxprof.against.compare import AgainstError
 from pytest_fxprof.against.recorded import RecordedSides, baseline_revision
-from pytest_fxprof.judge.decision import compare, weak_baseline
+from pytest_fxprof.judge.decision import capture_changed, compare, weak_baseline
 from pytest_fxprof.measure.sampling import BUSY_RETRIES, SamplingError, sample
 from pytest_fxprof.measure.turns import TurnError
 from pytest_fxprof.records.disturbance import Disturbance
@@ -34,7 +34,10 @@ def noisy(baseline: BaselineEntry, why: str) -> Comparison:
 
 def code_changed(c: Comparison | None) -> bool:
     """Whether the model's code changed since its baseline was recorded, as the comparison ``c`` saw it: operations
-    added or removed (the same operations renamed or in another order are no change)."""
+    added or removed (the same operations renamed or in another order are no change), or a capture that no longer
+    works as it did (``judge.decision.capture_changed``)."""
+    if capture_changed(c):
+        return True
     return c is not None and c.status is not Status.MISMATCH and operations_changed(c.added, c.removed)
 
 
@@ -213,10 +216,15 @@ class CheckCalls(Calls):
                     else f"it hands the model another setup than at {where}"  # judged as a mismatch there
                 )
                 self.revision_checks[key] = RevisionCheck(sha, why=reason)
+                stored = self.results[key].comparison
                 outcome.warnings.append(
-                    f"fxprof: {self.label(key)}: its code changed since its baseline was recorded, but it was judged "
-                    f"by the baseline alone, whose bands hold the drift between a recording and a check and so miss "
-                    f"changes of a few percent: {reason}"
+                    f"fxprof: {self.label(key)}: it was captured another way than its baseline "
+                    f"({'; '.join(stored.mismatches)}), so the baseline could not judge it, and it was not measured "
+                    f"against the baseline's revision either: {reason}"
+                    if capture_changed(stored) and stored is not None
+                    else f"fxprof: {self.label(key)}: its code changed since its baseline was recorded, but it was "
+                    f"judged by the baseline alone, whose bands hold the drift between a recording and a check and so "
+                    f"miss changes of a few percent: {reason}"
                 )
                 continue
             assert tested is not None
@@ -256,7 +264,12 @@ def _stricter(result: ProfileResult, checked: RevisionCheck | None) -> tuple[Pro
     stored = result.comparison
     if checked is None or paired is None or checked.profile is None or stored is None:
         return result, False
-    if paired.status is not Status.REGRESSION and _STRICT.get(paired.status, 0) <= _STRICT.get(stored.status, 0):
+    judged_once = capture_changed(stored) and paired.status is not Status.MISMATCH  # the pairs alone judged it
+    if (
+        not judged_once
+        and paired.status is not Status.REGRESSION
+        and _STRICT.get(paired.status, 0) <= _STRICT.get(stored.status, 0)
+    ):
         return result, False
     seconds = result.seconds + checked.profile.seconds
     return ProfileResult.of(replace(checked.profile, comparison=paired, seconds=seconds)), True
@@ -269,6 +282,12 @@ def _revision_notice(stored: Comparison | None, checked: RevisionCheck, paired: 
     added = len(stored.added) if stored is not None else 0
     removed = len(stored.removed) if stored is not None else 0
     total = f", total x{c.total.ratio:.3f}" if c.total is not None else ""
+    if capture_changed(stored) and stored is not None:
+        return (
+            f"it was captured another way than its baseline ({'; '.join(stored.mismatches)}), so its code changed "
+            f"since the recording: measured against {c.against} in {checked.pairs} pairs of fresh processes instead: "
+            f"{c.status.value}{total}"
+        )
     kept = (
         "; this verdict kept"
         if paired
