@@ -298,6 +298,37 @@ def test_an_unchanged_node_slower_by_the_page_faults_of_memory_freed_elsewhere_i
     assert next(v for v in c.nodes if v.node.name == "relu").verdict is Verdict.SLOWER
 
 
+def test_where_no_code_changed_a_node_slower_by_its_page_faults_is_held_while_the_users_call_is_not_slower() -> None:
+    """No code changed; in these processes the allocator makes relu, not the others, take 3,000 page faults a call
+    in the graphs and x1.6 the time: where the plain call is as fast as before that is the processes' allocator
+    state, not relu's code; where the plain call is slower too, or relu took no more faults, the node stands."""
+    old = entry([with_node_faults(r, (0, 0, 0, 0)) for r in runs([3_000_000] * 6, [300] * 6)])
+    slow_relu = (*BASE[:2], 640_000, BASE[3])
+
+    def new(total_ns: int, relu_faults: int) -> BaselineEntry:
+        kept = runs([total_ns] * 6, [300] * 6, node_ns=slow_relu)
+        return entry([with_node_faults(r, (0, 0, relu_faults, 0)) for r in kept])
+
+    c = compare_pairs(old, new(3_000_000, 3_000), PairedPolicy(), against="main")
+    relu = next(v for v in c.nodes if v.node.name == "relu")
+    assert relu.judgement.ratio == pytest.approx(1.6)
+    assert relu.verdict is Verdict.OK
+    assert "its nodes took +3,000 page faults a call in the graphs, while the call as the user makes it is x1.000" in (
+        relu.reason
+    )
+    assert c.status is Status.PASS
+    # the stored gate holds it too, and fails it without the faults
+    for faults, verdict in ((3_000, Verdict.OK), (0, Verdict.SLOWER)):
+        stored = compare(old, replace(new(3_000_000, faults), runs=new(3_000_000, faults).runs[:1]), Policy())
+        assert next(v for v in stored.nodes if v.node.name == "relu").verdict is verdict
+    # the user's call slower too: the node is part of what slowed it
+    c = compare_pairs(old, new(3_600_000, 3_000), PairedPolicy(), against="main")
+    assert next(v for v in c.nodes if v.node.name == "relu").verdict is Verdict.SLOWER
+    # no more faults: the same slowdown stands
+    c = compare_pairs(old, new(3_000_000, 0), PairedPolicy(), against="main")
+    assert next(v for v in c.nodes if v.node.name == "relu").verdict is Verdict.SLOWER
+
+
 def test_a_plain_call_that_slowed_more_than_the_instrumented_pass_is_said() -> None:
     # the user's call 30 % slower, the instrumented pass as before: the extra time is where the graphs do not pay it
     old = entry(runs([3_000_000] * 6, [300] * 6, instrumented=1.0))

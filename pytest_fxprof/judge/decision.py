@@ -686,7 +686,7 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
     total = replace(total, overhead_note=overhead_note(*total.overhead, tolerance=_overhead_band(baseline.runs)))
     held_verdicts, held_aggregates = held_to_overhead(verdicts, aggregates, total)
     verdicts, aggregates = tuple(held_verdicts), tuple(held_aggregates)
-    held_nodes, held = held_to_memory(verdicts, aggregates, baseline, current)
+    held_nodes, held = held_to_memory(verdicts, aggregates, baseline, current, total)
     verdicts, aggregates = held_to_scopes(
         scopes(baseline.nodes, current.nodes, pairs), tuple(held_nodes), tuple(held), total
     )

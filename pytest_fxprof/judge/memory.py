@@ -230,15 +230,22 @@ def inside_any(module: str, places: Sequence[str]) -> bool:
 
 
 def held_to_memory(
-    nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict], old: BaselineEntry, new: BaselineEntry
+    nodes: Sequence[NodeVerdict],
+    aggregates: Sequence[AggregateVerdict],
+    old: BaselineEntry,
+    new: BaselineEntry,
+    total: TotalVerdict | None = None,
 ) -> tuple[list[NodeVerdict], list[AggregateVerdict]]:
-    """Where some module's code changed, every slower node, module, pattern or class whose own code did not change and
-    whose nodes took ``STATE_FAULTS`` or more page faults a call more in the graphs than on the old side, held within
-    its band: memory the changed code holds or frees makes the allocator fault in whichever node allocates next, and
-    that node's code is not what changed. Said in its reason, with the faults."""
+    """Every slower node, module, pattern or class whose own code did not change and whose nodes took ``STATE_FAULTS``
+    or more page faults a call more in the graphs than on the old side, held within its band, where some module's
+    code changed or, where none did, the call as the user makes it (``total``) was found not slower: memory the
+    changed code holds or frees, or the allocator's state in a process, makes the allocator fault in whichever node
+    allocates next, and that node's code is not what changed (BENCHMARKS.md, "The allocator: the program users
+    run"). Said in its reason, with the faults."""
     changed = [a for a in aggregates if a.changed]
     before, after = node_faults(old), node_faults(new)
-    if not changed or not before or not after:
+    user_call_kept = total is not None and total.verdict in (Verdict.OK, Verdict.FASTER)
+    if not before or not after or not (changed or user_call_kept):
         return list(nodes), list(aggregates)
     places = changed_places(aggregates)
 
@@ -247,10 +254,15 @@ def held_to_memory(
         return sum(after.get(k, 0.0) for k in keys) - sum(before.get(k, 0.0) for k in keys)
 
     def held(j: Judgement, faults: float) -> Judgement:
-        why = (
-            f"; but its nodes took {faults:+,.0f} page faults a call in the graphs, where the code of "
-            f"{_named(changed)} changed: the allocator's cost of memory held or freed there, not this code's"
+        where = (
+            f"where the code of {_named(changed)} changed: the allocator's cost of memory held or freed there"
+            if changed
+            else f"while the call as the user makes it is x{total.ratio:.3f}, not slower: the allocator's state in "
+            "these processes"
+            if total is not None
+            else ""
         )
+        why = f"; but its nodes took {faults:+,.0f} page faults a call in the graphs, {where}, not this code's"
         return replace(j, verdict=Verdict.OK, reason=j.reason + why)
 
     out_nodes = []

@@ -504,7 +504,7 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
         aggregates.append(with_memory(a, g, old, new, pairs))
     total = _judge_total(old, new, policy)
     verdicts, aggregates = held_to_overhead(verdicts, aggregates, total)
-    verdicts, aggregates = held_to_memory(verdicts, aggregates, old, new)
+    verdicts, aggregates = held_to_memory(verdicts, aggregates, old, new, total)
     verdicts, aggregates = held_to_the_median(verdicts, aggregates)
     aggregates = held_to_the_call(aggregates, total, policy)
     held_nodes, held = held_to_scopes(scopes(old.nodes, new.nodes, pairs), verdicts, aggregates, total)
