@@ -229,6 +229,10 @@ def inside_any(module: str, places: Sequence[str]) -> bool:
     return any(not p or module == p or module.startswith(p + ".") for p in places)
 
 
+HELD = (Verdict.SLOWER, Verdict.NOISY)
+"""The verdicts of unchanged items that the faults they took can explain (``held_to_memory``)."""
+
+
 def held_to_memory(
     nodes: Sequence[NodeVerdict],
     aggregates: Sequence[AggregateVerdict],
@@ -236,12 +240,13 @@ def held_to_memory(
     new: BaselineEntry,
     total: TotalVerdict | None = None,
 ) -> tuple[list[NodeVerdict], list[AggregateVerdict]]:
-    """Every slower node, module, pattern or class whose own code did not change and whose nodes took ``STATE_FAULTS``
-    or more page faults a call more in the graphs than on the old side, held within its band, where some module's
-    code changed or, where none did, the call as the user makes it (``total``) was found not slower: memory the
-    changed code holds or frees, or the allocator's state in a process, makes the allocator fault in whichever node
-    allocates next, and that node's code is not what changed (BENCHMARKS.md, "The allocator: the program users
-    run"). Said in its reason, with the faults."""
+    """Every node, module, pattern or class slower or too noisy to decide whose own code did not change and whose nodes
+    took ``STATE_FAULTS`` or more page faults a call more in the graphs than on the old side, held within its band,
+    where some module's code changed or, where none did, the call as the user makes it (``total``) was found not
+    slower (then operator types too, which hold no changed code): memory the changed code holds or frees, or the
+    allocator's state in a process, makes the allocator fault in whichever node allocates next, and that node's code
+    is not what changed (BENCHMARKS.md, "The allocator: the program users run"). Said in its reason, with the
+    faults."""
     changed = [a for a in aggregates if a.changed]
     before, after = node_faults(old), node_faults(new)
     user_call_kept = total is not None and total.verdict in (Verdict.OK, Verdict.FASTER)
@@ -268,12 +273,12 @@ def held_to_memory(
     out_nodes = []
     for v in nodes:
         gained = extra([v.node.key])
-        hold = v.verdict is Verdict.SLOWER and not inside_any(v.node.module, places) and gained >= STATE_FAULTS
+        hold = v.verdict in HELD and not inside_any(v.node.module, places) and gained >= STATE_FAULTS
         out_nodes.append(replace(v, judgement=held(v.judgement, gained)) if hold else v)
     out_aggregates = []
     for a in aggregates:
         gained = extra(m.key for m in a.members)
-        hold = a.verdict is Verdict.SLOWER and not a.changed and a.kind is not Kind.OP and gained >= STATE_FAULTS
+        hold = a.verdict in HELD and not a.changed and (a.kind is not Kind.OP or not changed) and gained >= STATE_FAULTS
         hold = hold and not (a.kind is Kind.MODULE and inside_any(a.where, places))
         out_aggregates.append(replace(a, judgement=held(a.judgement, gained)) if hold else a)
     return out_nodes, out_aggregates
