@@ -59,7 +59,7 @@ def test_a_second_set_that_a_budget_cut_short_leaves_the_first_verdict_standing(
     got = settled(outcome(SLOWER), outcome(UNDECIDED, 1, stopped="the run's time budget of 60 s"))
     assert got.comparison is not None
     assert got.comparison.status is SLOWER
-    assert "was cut short by the run's time budget of 60 s undecided" in got.confirmation
+    assert "was cut short, undecided, by the run's time budget of 60 s" in got.confirmation
 
 
 def asked(test_id: str, *, budget_s: float = 100.0, keys: tuple[str, ...] | None = None) -> AskedTest:

@@ -625,7 +625,7 @@ def _fitting(
         g = got[a.test_id]
         cost = a.pairs * g.seconds / len(g.old)
         if g.seconds + cost > a.budget_s:
-            g.unconfirmed = f"the time budget of {a.budget_s:g} s per test"
+            g.unconfirmed = f"the time budget of {a.budget_s:.3g} s per test"
         elif left is not None and cost > left:
             g.unconfirmed = f"{RUN_BUDGET} of {run_budget_s:g} s"
         else:
@@ -742,7 +742,7 @@ def settled(first: CallOutcome, second: CallOutcome | None) -> CallOutcome:
     found = f"a first set of {first.pairs} pairs found it {_found(a)}"
     again = f"a second, independent set of {second.pairs} pairs (fresh processes, the revision exported afresh)"
     if b.status is Status.UNDECIDED and "budget" in second.stopped:
-        return replace(first, confirmation=f"{again} was cut short by {second.stopped} undecided: {found}")
+        return replace(first, confirmation=f"{again} was cut short, undecided, by {second.stopped}: {found}")
     if a.status is Status.REGRESSION and b.status is Status.REGRESSION:
         return replace(first, confirmation=f"confirmed by {again}: {_found(b)}")
     if b.status is Status.PASS:

@@ -326,7 +326,7 @@ def _open(t: PairedTest, g: Pairs, done: set[str]) -> bool:
     if n >= t.max_pairs:
         g.stopped = f"the limit of {t.max_pairs} pairs"
     elif g.seconds + g.seconds / n > t.budget_s:
-        g.stopped = f"the time budget of {t.budget_s:g} s per test"
+        g.stopped = f"the time budget of {t.budget_s:.3g} s per test"
     if g.stopped:
         done.add(t.test_id)
         return False
