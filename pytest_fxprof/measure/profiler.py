@@ -177,6 +177,10 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     schedule = Schedule.of(warmup, passes, plain=measured and plain, remeasure=watch, plain_first=first)
     phases = {"capture_s": time.perf_counter() - began, "warmup_s": 0.0, "measuring_s": 0.0}
     plain_times: list[tuple[int, int | None, int | None]] = []
+    # the plain call's passes, before the capture (a forward, a step) or after it (a compiled module): one phase
+    plain_phase = functools.partial(
+        _plain_phase, schedule=schedule, barrier=barrier, workload=workload, clock=clock, out=plain_times, phases=phases
+    )
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -189,16 +193,7 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
                         call = functools.partial(
                             _plain_call, plain_call, reset, clock=clock, device=device, faults=faults
                         )
-                        i = _plain_phase(
-                            call,
-                            schedule,
-                            barrier=barrier,
-                            workload=workload,
-                            clock=clock,
-                            out=plain_times,
-                            phases=phases,
-                            start=i,
-                        )
+                        i = plain_phase(call, start=i)
                 except Exception as exc:
                     if out_of_memory(exc):  # no capture would run it either: the memory goes back now
                         raise
@@ -279,16 +274,7 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
                 i += 1
             if schedule.plain and not schedule.plain_first:  # a compiled module's call, which the capture compiles
                 call = functools.partial(_plain_call, plain_pass, after, clock=clock, device=device, faults=faults)
-                i = _plain_phase(
-                    call,
-                    schedule,
-                    barrier=barrier,
-                    workload=workload,
-                    clock=clock,
-                    out=plain_times,
-                    phases=phases,
-                    start=i,
-                )
+                i = plain_phase(call, start=i)
             if barrier is not None:
                 barrier(-1)
             mark = time.perf_counter()
