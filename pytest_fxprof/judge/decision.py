@@ -73,7 +73,7 @@ from pytest_fxprof.judge.memory import (
     total_memory,
     with_memory,
 )
-from pytest_fxprof.judge.moved import held_to_scopes, scopes
+from pytest_fxprof.judge.moved import held_to_changes, held_to_scopes, scopes
 from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, Recording, Run
 from pytest_fxprof.records.verdicts import (
     AggregateVerdict,
@@ -690,6 +690,7 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
     verdicts, aggregates = held_to_scopes(
         scopes(baseline.nodes, current.nodes, pairs), tuple(held_nodes), tuple(held), total
     )
+    verdicts, aggregates = held_to_changes(verdicts, aggregates)
     failed = regressed(total, verdicts, aggregates)
     comparison = Comparison(
         status=Status.REGRESSION if failed else Status.PASS,

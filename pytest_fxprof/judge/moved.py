@@ -8,12 +8,18 @@ every node, module and pattern inside that module whose operations did not chang
 (its aggregate, else the nearest ancestor judged, else the model's total) is slower too (``held_to_scopes``). New
 operations are the change's and keep their band; a graph with nothing moved is untouched.
 
+Code that changed trades time between its operations the same way: a head-by-head loop instead of one ``einsum``
+adds matrix products and makes the scaling ``mul`` that follows them slower while the attention as a whole got
+faster. Inside a module whose code changed and that the check found not slower, a node or an operator type's share
+of it that is slower or too noisy to decide is that trade, not a regression: the module is what changed, and it
+decides (``held_to_changes``).
+
 Pure. Must not import torch, pytest or pandas.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
@@ -126,3 +132,80 @@ def held_to_scopes(
             held = holder(a.where, a.direction, folded=a.kind is Kind.PATTERN, node=False)
         out_aggregates.append(_held(a, *held) if held is not None else a)
     return tuple(out_nodes), tuple(out_aggregates)
+
+
+DECIDED_NOT_SLOWER = (Verdict.OK, Verdict.FASTER)
+"""The verdicts of a changed module that speak for what it holds (``held_to_changes``): found within its band or
+faster, not merely not found slower."""
+
+
+def held_to_changes(
+    nodes: Sequence[NodeVerdict], aggregates: Sequence[AggregateVerdict]
+) -> tuple[tuple[NodeVerdict, ...], tuple[AggregateVerdict, ...]]:
+    """``nodes`` and ``aggregates`` with every node and operator type that is slower or too noisy to decide held
+    within its band where it lies inside modules whose code changed and that were found not slower
+    (``DECIDED_NOT_SLOWER``): each node's place is the deepest such module holding it; an operator type is held where
+    the nodes it has outside those places are, together, within its band (see the module's docstring)."""
+    changed = {(a.where, a.direction): a for a in aggregates if a.kind is Kind.MODULE and a.changed}
+    if not changed:
+        return tuple(nodes), tuple(aggregates)
+    step = any(d for _, d in changed)  # outside a training step the aggregates have no direction
+
+    def place(node: NodeInfo) -> AggregateVerdict | None:
+        """The deepest module holding ``node`` whose code changed, where it was found not slower; else None."""
+        path, direction = node.module, node.direction if step else ""
+        while True:
+            if (path, direction) in changed:
+                found = changed[(path, direction)]
+                return found if found.verdict in DECIDED_NOT_SLOWER else None
+            if not path:
+                return None
+            path = parent_path(path)
+
+    def held(j: Judgement, holder: AggregateVerdict) -> Judgement:
+        why = (
+            f"; but it lies inside {holder.kind.value} {holder.name}, whose code changed and which is "
+            f"{'faster' if holder.verdict is Verdict.FASTER else 'not slower'} (x{holder.ratio:.3f}): the change moved "
+            "time between its operations, no regression"
+        )
+        return replace(j, verdict=Verdict.OK, reason=j.reason + why, replaced="")
+
+    open_verdicts = (Verdict.SLOWER, Verdict.NOISY)
+    out_nodes = []
+    by_key = {v.node.key: v for v in nodes}
+    for v in nodes:
+        holder = place(v.node) if v.verdict in open_verdicts else None
+        out_nodes.append(replace(v, judgement=held(v.judgement, holder)) if holder is not None else v)
+    out_aggregates = []
+    for a in aggregates:
+        holder = None
+        if a.kind is Kind.OP and a.verdict in open_verdicts:
+            holder = _op_holder(a, by_key, place)
+        out_aggregates.append(replace(a, judgement=held(a.judgement, holder)) if holder is not None else a)
+    return tuple(out_nodes), tuple(out_aggregates)
+
+
+def _op_holder(
+    a: AggregateVerdict, by_key: dict[str, NodeVerdict], place: Callable[[NodeInfo], AggregateVerdict | None]
+) -> AggregateVerdict | None:
+    """The changed module that holds most of operator type ``a``'s time and was found not slower, where every node of
+    ``a`` that came or went lies in such a module and its other nodes are, together, within ``a``'s band; else None."""
+    if any(place(n) is None for n in (*a.added, *a.removed)):
+        return None
+    weight: dict[str, float] = {}
+    holders: dict[str, AggregateVerdict] = {}
+    outside_base = outside_now = 0.0
+    for m in a.members:
+        v = by_key.get(m.key)
+        if v is None:
+            return None
+        h = place(m)
+        if h is None:
+            outside_base += v.baseline_ns
+            outside_now += v.baseline_ns * v.ratio
+            continue
+        holders[h.where] = h
+        weight[h.where] = weight.get(h.where, 0.0) + v.baseline_ns
+    if not holders or (outside_base and outside_now > outside_base * (1.0 + a.band)):
+        return None
+    return holders[max(weight, key=lambda w: weight[w])]

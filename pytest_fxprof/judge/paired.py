@@ -69,7 +69,7 @@ from pytest_fxprof.judge.memory import (
     with_memory,
     with_states,
 )
-from pytest_fxprof.judge.moved import held_to_scopes, scopes
+from pytest_fxprof.judge.moved import held_to_changes, held_to_scopes, scopes
 from pytest_fxprof.records.measurement import BaselineEntry, Run
 from pytest_fxprof.records.verdicts import (
     REPLACED,
@@ -508,6 +508,7 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
     verdicts, aggregates = held_to_the_median(verdicts, aggregates)
     aggregates = held_to_the_call(aggregates, total, policy)
     held_nodes, held = held_to_scopes(scopes(old.nodes, new.nodes, pairs), verdicts, aggregates, total)
+    held_nodes, held = held_to_changes(held_nodes, held)
     failed = regressed(total, held_nodes, held)
     comparison = Comparison(
         status=Status.REGRESSION if failed else Status.PASS,
