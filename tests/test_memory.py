@@ -34,6 +34,7 @@ from pytest_fxprof.records.measurement import (
     node_key,
 )
 from pytest_fxprof.records.verdicts import BandSource, Judgement, Kind, Memory, Status, Verdict
+from pytest_fxprof.views.render import blame_lines
 
 ENV = Environment("2.4.0", "3.11.7", "Linux-x86_64", "cpu", 1, "cpu", "glibc (thp madvise)", "wall", "compiled")
 PROTOCOL = Protocol(warmup=4, passes=12, threads=1, processes=1)
@@ -389,3 +390,24 @@ def test_an_unchanged_item_that_a_few_processes_made_noisy_is_held_to_its_median
     few = spiky[: ROBUST_PAIRS - 1]
     (kept,), _ = held_to_the_median([verdict(few)], [])
     assert kept.verdict is verdict(few).verdict
+
+
+def test_a_failed_total_that_neither_times_nor_faults_place_leads_with_the_only_code_that_changed() -> None:
+    # attn's code changed (a small node added, its matmul faster by more); the plain call 30 % slower, its faults
+    # unchanged: no module's time and no module's faults hold the slowdown, the changed attention is all that differs
+    old = entry(runs([3_000_000] * 6, [300] * 6))
+    faster_mm = (1_150_000, *BASE[1:])
+    new = changed_attention_entry(runs([3_900_000] * 6, [300] * 6, node_ns=faster_mm))
+    new = replace(new, runs=tuple(replace(r, node_ns=(*r.node_ns[:2], 5_000, *r.node_ns[3:])) for r in new.runs))
+    c = compare_pairs(old, new, PairedPolicy(), against="main")
+    assert c.status is Status.REGRESSION
+    assert c.blame is not None
+    assert c.blame.by_change
+    assert not c.blame.by_memory
+    assert c.blame.lead is not None
+    assert c.blame.lead.where == "attn"
+    lines = blame_lines(c)
+    assert "the only code that changed: the plain call lost +" in lines[0], lines
+    # nothing changed in the code: no lead, as before
+    same = entry(runs([3_900_000] * 6, [300] * 6))
+    assert compare_pairs(old, same, PairedPolicy(), against="main").blame is None

@@ -326,6 +326,9 @@ class Blame:
     by_memory: bool = False
     """Whether the lead was named by the page faults it gained, not the time (``judge.blame``, rule 6): ``share`` is
     then its part of the faults the whole call gained."""
+    by_change: bool = False
+    """Whether the lead was named as the only code that changed, where neither the times nor the page faults name a
+    place and the total failed (``judge.blame``, rule 7)."""
 
     @property
     def name(self) -> str:

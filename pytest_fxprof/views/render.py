@@ -363,6 +363,11 @@ def blame_lines(c: Comparison) -> list[str]:
             f"; the plain call's +{fmt_ns(b.extra_ns)} is the allocator's: this code took {b.share:.0%} of the page "
             "faults the call gained, which the graphs' nodes (freeing memory at other points) do not pay"
         )
+    elif b.by_change:  # neither the times nor the faults name a place: the code that changed is all that differs
+        share = (
+            f"; the only code that changed: the plain call lost +{fmt_ns(b.extra_ns)}, which no module's time in the "
+            "graphs holds"
+        )
     elif a.verdict is not Verdict.SLOWER:  # led because its code changed and it holds most of the extra time
         factor = "" if a.judgement.paired else f" after the run's speed factor x{c.speed_factor:.2f}"
         share = (

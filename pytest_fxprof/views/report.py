@@ -201,6 +201,7 @@ BlameJSON = TypedDict(
         "share": float,
         "extra_ns": int,
         "by_memory": NotRequired[bool],
+        "by_change": NotRequired[bool],
         "memory": NotRequired[str],
         "source": NotRequired[str],
         "changed": NotRequired[str],
@@ -211,7 +212,8 @@ BlameJSON = TypedDict(
 """What a failed profile leads with (``blame``, ``blame_json``): ``node``, ``source`` where a node leads (``kind``
 ``node``); ``direction``, ``instances`` and ``changed`` where a module, a pattern or a class does, with ``memory``
 (what it costs in memory a call, where that changed) and ``by_memory`` (named by the page faults it gained, not
-its time: ``share`` is then its part of the faults)."""
+its time: ``share`` is then its part of the faults) or ``by_change`` (named as the only code that changed, where
+neither its time nor its faults name a place: the total alone failed)."""
 
 
 class LeaderJSON(TypedDict):
@@ -620,6 +622,7 @@ def blame_json(b: Blame | None) -> BlameJSON | None:
         "added": [_node_ref(n) for n in a.added],
         "removed": [_node_ref(n) for n in a.removed],
         "by_memory": b.by_memory,
+        "by_change": b.by_change,
         "memory": a.memory.text() if a.memory is not None else "",
     }
 
@@ -634,6 +637,8 @@ def blame_lines_of(profile: ProfileReportJSON) -> list[str]:
     part = f", {share:.0%} of the extra time" if share < 0.995 else ""
     if b.get("by_memory"):
         part = f", {share:.0%} of the page faults the plain call gained (the allocator's cost)"
+    elif b.get("by_change"):
+        part = ", the only code that changed (the call slowed, no module's time in the graphs did)"
     memory = f"; memory {b['memory']}" if b.get("memory") else ""
     times = f"{fmt_ns(int(b.get('baseline_ns') or 0))} -> {fmt_ns(int(b.get('current_ns') or 0))}"
     out = [f"{b.get('what') or b.get('name')}: {times} = x{float(b.get('ratio') or 0):.2f}{part}{memory}"]
