@@ -26,6 +26,7 @@ from pytest_fxprof.options import (
     marker_settings,
     path_setting,
     reactions_of,
+    refuse_blank,
     settings_of,
 )
 from pytest_fxprof.result import ProfileResult
@@ -57,6 +58,7 @@ def _mode(config: pytest.Config) -> Mode:
     """The run's mode: the command line's, else the ini file's (``--fxprof``, ``--fxprof-update`` and
     ``--fxprof-against`` with ``--fxprof-against-python`` each set one; ``--fxprof`` with a revision checks
     against the revision)."""
+    refuse_blank(config)
     if config.getoption("fxprof_sample"):
         return Mode.SAMPLE
     check, update = bool(config.getoption("fxprof")), bool(config.getoption("fxprof_update"))

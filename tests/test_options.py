@@ -105,3 +105,14 @@ def test_a_new_view_is_its_writer_and_one_entry_in_the_registry(
     assert written[0] == "update"
     assert written[1].startswith("test_perf.py::test_a [call0]: recorded")
     assert "--fxprof-summaries=PATH" in "".join(run(pytester, "--help").outlines)
+
+
+@pytest.mark.parametrize("given", ["--fxprof-against=", "--fxprof-against=  ", "--fxprof-baseline-dir="])
+def test_an_empty_value_is_a_usage_error_not_a_gate_turned_off(pytester: pytest.Pytester, given: str) -> None:
+    # an unset variable in a CI script: --fxprof-against=$BASE_REF ran plain pytest, "1 passed", exit 0
+    pytester.makepyfile("def test_model(): pass")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", given)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    flag = given.partition("=")[0]
+    result.stderr.fnmatch_lines([f"*{flag} was given an empty value*unset variable*leave the option out*"])
+    assert "passed" not in result.stdout.str()
