@@ -108,8 +108,11 @@ def test_another_environment_graph_setup_or_capture_restarts_the_history(
     previous = replace(make_entry(), setup=SETUP, recorded=DAYS[0])
     new = change(replace(make_entry(), setup=SETUP))
     assert why_not_comparable(previous, new) == why
-    entry, reason = carry(previous, new, 5, DAYS[1])
-    assert reason == why
+    entry, said = carry(previous, new, 5, DAYS[1])
+    # another program (capture, graph, setup), or the one earlier recording measured otherwise: none is left to keep
+    program = why.startswith(("the capture", "the graph", "the setup"))
+    where = "" if program else f" in its recording of {DAYS[0]}"
+    assert said == f"history restarted, {why}{where}; its 1 earlier recording(s) were not kept"
     assert (entry.recorded, entry.history) == (DAYS[1], ())
 
 

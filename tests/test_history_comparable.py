@@ -111,12 +111,16 @@ def test_the_file_keeps_it_as_it_was_read() -> None:
     assert parse(text, path).entries["call0"] == entry  # read whole, never dropped on reading
 
 
-def test_the_next_update_starts_such_a_history_afresh_and_says_why() -> None:
+def test_the_next_update_sets_it_aside_keeps_the_others_and_says_so() -> None:
     previous = with_foreign(COMPARABLE, foreign(lambda r: replace(r, environment=OTHER_TORCH)))
     new = replace(COMPARABLE, history=(), recorded="")
-    entry, why = carry(previous, new, 5, "2026-11-22T10:00:00Z")
-    assert why == f"environment torch '2.4.0+cpu' -> '2.4.1+cpu' in its recording of {DAY}"
-    assert (entry.recorded, entry.history) == ("2026-11-22T10:00:00Z", ())
+    entry, said = carry(previous, new, 5, "2026-11-22T10:00:00Z")
+    assert said == (
+        f"1 earlier recording(s) set aside, measured otherwise (environment torch '2.4.0+cpu' -> '2.4.1+cpu' in its "
+        f"recording of {DAY}); the 3 measured as this one was kept"
+    )
+    assert entry.recorded == "2026-11-22T10:00:00Z"
+    assert entry.history == COMPARABLE.recordings  # every comparable one, none lost for the foreign one
     # without it, the same update keeps them all
     kept, why = carry(COMPARABLE, new, 5, "2026-11-22T10:00:00Z")
     assert why == ""
@@ -132,7 +136,7 @@ def test_show_marks_each_recording_and_counts_only_those_learnt_from(
     assert (
         "bands: learnt from 3 recordings (the spread within them and the drift between them; smallest node band "
         "+5%, total +3%); 1 of another environment or protocol than the latest not learnt from (the next "
-        "--fxprof-update drops it, starting the history afresh where it would be kept)"
+        "--fxprof-update sets it aside and keeps the others)"
     ) in out
     rows = {line.split()[1]: line for line in out.splitlines() if line.startswith("2026-11-")}
     assert list(rows) == ["latest", "-1", "-2", "-3"]

@@ -117,35 +117,36 @@ def test_the_same_update_writes_the_same_bytes(pytester: pytest.Pytester, monkey
     assert path.read_bytes() == once
 
 
-def test_a_baseline_of_another_environment_restarts_the_history(pytester: pytest.Pytester, days: list[str]) -> None:
+def test_a_baseline_of_another_environment_is_set_aside_and_its_history_kept(
+    pytester: pytest.Pytester, days: list[str]
+) -> None:
     write_tests(pytester, TEST)
     update(pytester)
     update(pytester)
     path = only_file(pytester.path / "baselines")
     data = load(path)
     real_cpu = data["entries"]["call0"]["environment"]["cpu"]
-    data["entries"]["call0"]["environment"]["cpu"] = "Another CPU"
+    data["entries"]["call0"]["environment"]["cpu"] = "Another CPU"  # the latest recorded elsewhere
     path.write_text(json.dumps(data), encoding="utf-8")
 
     result = update(pytester)
-    assert dates(entry(pytester)) == [DAYS[2]]
-    assert "history" not in entry(pytester)
+    assert dates(entry(pytester)) == [DAYS[2], DAYS[0]]  # the recording of this machine before it, kept
     note = (
-        f"{LABEL}: history restarted, environment cpu 'Another CPU' -> {real_cpu!r}; "
-        "its 2 earlier recording(s) were not kept"
+        f"{LABEL}: 1 earlier recording(s) set aside, measured otherwise (environment cpu 'Another CPU' -> "
+        f"{real_cpu!r} in its recording of {DAYS[1]}); the 1 measured as this one was kept"
     )
     assert note in fxprof_section(result)
 
-    result = update(pytester)  # the same environment again: kept
-    assert dates(entry(pytester)) == [DAYS[3], DAYS[2]]
-    assert not any("history restarted" in line for line in fxprof_section(result))
+    result = update(pytester)  # the same environment again: all kept, nothing said
+    assert dates(entry(pytester)) == [DAYS[3], DAYS[2], DAYS[0]]
+    assert not any("set aside" in line or "restarted" in line for line in fxprof_section(result))
 
 
-def test_a_history_that_holds_a_recording_of_another_environment_restarts(
+def test_a_history_that_holds_a_recording_of_another_environment_keeps_the_others(
     pytester: pytest.Pytester, days: list[str]
 ) -> None:
     """A merge resolved by hand put a recording of another torch into the history: the bands never learnt from it
-    (``BaselineEntry.comparable_recordings``), and the next update starts the history afresh and says why."""
+    (``BaselineEntry.comparable_recordings``), and the next update sets it aside, keeps the others and says so."""
     write_tests(pytester, TEST)
     for _ in range(3):
         update(pytester)
@@ -161,16 +162,16 @@ def test_a_history_that_holds_a_recording_of_another_environment_restarts(
     ]
 
     result = update(pytester)
-    assert dates(entry(pytester)) == [DAYS[3]]
+    assert dates(entry(pytester)) == [DAYS[3], DAYS[2], DAYS[1]]
     note = (
-        f"{LABEL}: history restarted, environment torch '2.4.0+merged' -> {torch!r} in its recording of {DAYS[0]}; "
-        "its 3 earlier recording(s) were not kept"
+        f"{LABEL}: 1 earlier recording(s) set aside, measured otherwise (environment torch '2.4.0+merged' -> "
+        f"{torch!r} in its recording of {DAYS[0]}); the 2 measured as this one was kept"
     )
     assert note in fxprof_section(result)
 
-    result = update(pytester)  # learnt from again from here on
-    assert dates(entry(pytester)) == [DAYS[4], DAYS[3]]
-    assert not any("history restarted" in line for line in fxprof_section(result))
+    result = update(pytester)  # nothing foreign left: kept, nothing said
+    assert dates(entry(pytester)) == [DAYS[4], DAYS[3], DAYS[2], DAYS[1]]
+    assert not any("set aside" in line for line in fxprof_section(result))
 
 
 def test_a_changed_graph_restarts_the_history(pytester: pytest.Pytester, days: list[str]) -> None:

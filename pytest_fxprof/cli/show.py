@@ -151,11 +151,10 @@ def bands_line(entry: BaselineEntry) -> str:
     )
 
 
-UNLIKE_FATE = "the next --fxprof-update drops it, starting the history afresh where it would be kept"
+UNLIKE_FATE = "the next --fxprof-update sets it aside and keeps the others"
 """What becomes of a recording measured otherwise than its entry's own (``BaselineEntry.not_comparable``): kept in
-the file as it was read, never learnt from, and dropped with the whole history by the next update, which says so
-(``store.history.carry``): only a file edited by hand holds one, and which of its other recordings are the
-runner's drift cannot be told."""
+the file as it was read, never learnt from, and set aside by the next update, which keeps the others measured as it
+measures and says so (``store.history.carry``)."""
 
 
 def entry_header(entry: BaselineEntry) -> list[str]:

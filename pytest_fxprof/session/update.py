@@ -120,15 +120,12 @@ class UpdateCalls(Calls):
         self, run: RunState, previous: BaselineFile | None, pending: dict[str, BaselineEntry]
     ) -> dict[str, BaselineEntry]:
         """The new entries, dated now, each keeping the earlier recordings of its previous entry where they are
-        comparable (``store.history.carry``); a note says where a history restarted and why."""
+        comparable (``store.history.carry``); a note says where a history restarted or set recordings aside, and why."""
         date, keep = history.now(), self.settings.history
         out = {}
         for key, entry in pending.items():
             before = previous.entries.get(key) if previous is not None else None
-            out[key], why = history.carry(before, replace(entry, revision=run.revision), keep, date)
-            if why and before is not None:
-                kept = len(before.recordings)
-                run.notes.append(
-                    f"{self.label(key)}: history restarted, {why}; its {kept} earlier recording(s) were not kept"
-                )
+            out[key], said = history.carry(before, replace(entry, revision=run.revision), keep, date)
+            if said:
+                run.notes.append(f"{self.label(key)}: {said}")
         return out

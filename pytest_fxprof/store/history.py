@@ -1,13 +1,13 @@
 """A baseline entry's history: the earlier recordings a refresh keeps, and when it must start afresh.
 
 Owns the rule of ``--fxprof-update`` (``carry``): the new recording of a test's ``fxprof`` call keeps the previous
-entry's recordings, newest first, as long as they measured the same thing in the same place and way: the same
-environment (``Environment.MATCH_FIELDS``) and protocol (``Protocol.MATCH_FIELDS``) for every one of them, the same
-nodes in the same order, the same setup and the same capture method. Otherwise the history starts afresh, and the
-caller is told why. The same rule, read back, is ``BaselineEntry.comparable_recordings``: the bands are never learnt
-from a recording that a file edited by hand holds of another environment or protocol; the next update starts such a
-history afresh and says so. Also owns the date a recording gets
-(``now``, replaceable in tests) and the trim of ``fxprof prune --history`` (``trim``).
+entry's recordings, newest first, that measured the same program (the same nodes in the same order, the same setup
+and capture method: otherwise the history starts afresh, and the caller is told why) in the same place and way (the
+same environment, ``Environment.MATCH_FIELDS``, and protocol, ``Protocol.MATCH_FIELDS``): one measured otherwise
+(another torch, a merge resolved by hand) is set aside, and the others kept. The same rule, read back, is
+``BaselineEntry.comparable_recordings``: the bands are never learnt from a recording of another environment or
+protocol. Also owns the date a recording gets (``now``, replaceable in tests) and the trim of ``fxprof prune
+--history`` (``trim``).
 
 Must not import torch, pytest or pandas.
 """
@@ -36,9 +36,12 @@ def why_not_comparable(previous: BaselineEntry, new: BaselineEntry) -> str:
     """Why ``previous``'s recordings cannot be kept beside ``new``'s (``the graph changed (...)``), or "" if
     they can: its own must have been measured as ``new``'s was (``records.measurement.measured_unlike``:
     environment and protocol), and it must hold the same graph, capture method and setup."""
-    why = measured_unlike(previous.own_recording, new.own_recording)
-    if why:
-        return why
+    return measured_unlike(previous.own_recording, new.own_recording) or other_program(previous, new)
+
+
+def other_program(previous: BaselineEntry, new: BaselineEntry) -> str:
+    """Why every recording of ``previous`` measured another program than ``new`` (another capture method, graph or
+    setup), or "": where it did, none of them can be kept, whatever environment each was measured in."""
     if previous.capture.method != new.capture.method:
         return f"the capture method changed ({previous.capture.method} -> {new.capture.method})"
     old_keys, new_keys = [n.key for n in previous.nodes], [n.key for n in new.nodes]
@@ -55,26 +58,37 @@ def why_not_comparable(previous: BaselineEntry, new: BaselineEntry) -> str:
 
 
 def carry(previous: BaselineEntry | None, new: BaselineEntry, keep: int, date: str) -> tuple[BaselineEntry, str]:
-    """``new`` dated ``date``, holding at most ``keep`` recordings in all: its own, then ``previous``'s (its own
-    recording, then its history) where they are comparable (``why_not_comparable``) and each that would be kept
-    was measured as ``new`` was (``measured_unlike``). Also why the history restarted, or "" (no previous entry,
-    nothing to keep with ``keep`` 1, or kept)."""
+    """``new`` dated ``date``, holding at most ``keep`` recordings in all: its own, then those of ``previous`` (its
+    own recording, then its history) that measured the same program (``other_program``) as ``new`` was measured
+    (``measured_unlike``), newest first. A recording measured otherwise (another torch, a merge resolved by hand) is
+    set aside, never a reason to drop the others. Also what the summary says of it: why none was kept (the program
+    changed, or every one was measured otherwise), which were set aside where they would have been kept, or ""
+    (no previous entry, nothing to keep with ``keep`` 1, or all kept)."""
     if keep < 1:
         raise ValueError(f"a baseline entry keeps at least 1 recording (its own), not {keep}")
     dated = replace(new, recorded=date, history=())
     if previous is None or keep == 1:
         return dated, ""
-    why = why_not_comparable(previous, new)
+    earlier = previous.recordings
+    why = other_program(previous, new)
     if why:
-        return dated, why
-    kept = previous.recordings[: keep - 1]
-    for recording in kept[1:]:
-        # only a file edited by hand (a merge resolved by hand) holds one measured otherwise than its entry: the
-        # bands never learnt from it, and which of the others are this runner's drift cannot be told: start afresh
-        why = measured_unlike(recording, new.own_recording)
-        if why:
-            return dated, f"{why} in its recording of {recording.date or 'an unknown date'}"
-    return replace(dated, history=kept), ""
+        return dated, f"history restarted, {why}; its {len(earlier)} earlier recording(s) were not kept"
+    # only those that would be kept count: one that would age out anyway changes nothing
+    window = earlier[: keep - 1]
+    aside = [(r, measured_unlike(r, new.own_recording)) for r in earlier]
+    alike = [r for r, unlike in aside if not unlike]
+    kept = tuple(alike[: keep - 1])
+    set_aside = [(r, unlike) for r, unlike in aside if unlike and any(r is w for w in window)]
+    if not set_aside:
+        return replace(dated, history=kept), ""
+    first, unlike = set_aside[0]
+    when = f"its recording of {first.date}" if first.date else "a recording of an unknown date"
+    if not kept:
+        return dated, f"history restarted, {unlike} in {when}; its {len(earlier)} earlier recording(s) were not kept"
+    return replace(dated, history=kept), (
+        f"{len(set_aside)} earlier recording(s) set aside, measured otherwise ({unlike} in {when}); the "
+        f"{len(kept)} measured as this one was kept"
+    )
 
 
 def trim(entry: BaselineEntry, keep: int) -> BaselineEntry:
