@@ -327,3 +327,39 @@ def test_a_call_captured_another_way_than_its_baseline_is_judged_by_its_pairs_ag
     assert not outcome.skips  # judged, not skipped
     (record,) = run.records
     assert record["status"] == "pass"
+
+
+def test_baselines_outside_the_repository_find_their_commit_in_the_tests_repository(
+    pytester: pytest.Pytester, base: str
+) -> None:
+    # the baselines kept in a directory no git repository holds: each entry names the commit it was recorded at,
+    # which the tests' repository knows
+    outside = pytester.path.parent / f"{pytester.path.name}-baselines"
+    where = f"--fxprof-baseline-dir={outside}"  # one argument: pytest takes a lone path for a rootdir hint
+    recorded = _pytest(pytester.path, "--fxprof-update", "--fxprof-processes", "2", where)
+    assert recorded.returncode == 0, recorded.stdout
+    (path,) = outside.glob("*.json")
+    assert json.loads(path.read_text())["entries"]["call0"]["revision"] == base
+    commit(pytester, {"model.py": model("2_100_000", extra=True)}, "a change")
+    check = _pytest(pytester.path, "--fxprof", where, "-W", "default")
+    out = check.stdout
+    assert check.returncode == 1, out
+    assert "is not in a git repository" not in out
+    assert f"got slower than {REF} ({base[:7]}) ({PAIRS} pairs of old and new processes)" in out, out
+
+
+def test_a_baselines_commit_is_looked_up_in_the_tests_repository_wherever_the_file_lives(
+    project: Path, tmp_path: Path
+) -> None:
+    first = run(project, "rev-parse", "HEAD")
+    outside = tmp_path / "elsewhere" / "t.json"
+    outside.parent.mkdir()
+    outside.write_text("{}\n")
+    assert baseline_revision(first, outside, project) == (first, "")
+    assert baseline_revision(first, outside) == ("", f"{outside.parent} is not in a git repository")
+    sha, why = baseline_revision("", outside, project)
+    assert sha == ""
+    assert "lies outside the tests' repository" in why
+    assert "record it again from a clean working tree" in why
+    # inside the repository, as before
+    assert baseline_revision(first, project / "baselines" / "t.json", project) == (first, "")

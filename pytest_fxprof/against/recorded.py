@@ -74,20 +74,28 @@ def _shallow_boundary(sha: str, repo: Path) -> bool:
         return False
 
 
-def baseline_revision(recorded: str, baseline: Path) -> tuple[str, str]:
+def baseline_revision(recorded: str, baseline: Path, tests: Path | None = None) -> tuple[str, str]:
     """The commit whose code the baseline file ``baseline`` measured: ``recorded`` (what its entry names) where the
-    clone has it; else the last commit that wrote the file, where the file is as committed there. ``(sha, "")``, or
-    ``("", why not, and how to make it known)``."""
+    clone of the tests' repository (the one holding ``tests``, the run's rootdir; else the file's) has it, wherever
+    the file lives; else the last commit that wrote the file, where the file is committed in that repository as it
+    is. ``(sha, "")``, or ``("", why not, and how to make it known)``."""
     try:
-        repo = _top(baseline.parent)
+        repo = (_top(tests) if tests is not None else None) or _top(baseline.parent)
         if repo is None:
-            return "", f"{baseline.parent} is not in a git repository"
+            where = f"neither {tests} nor {baseline.parent} is" if tests is not None else f"{baseline.parent} is not"
+            return "", f"{where} in a git repository"
         shallow = run_git(["rev-parse", "--is-shallow-repository"], repo).stdout.strip() == "true"
         if recorded:
             if _known(recorded, repo):
                 return recorded, ""
             fix = shallow_fetch(recorded, repo) if shallow else "fetch it (`git fetch origin`)"
             return "", f"this clone lacks {recorded[:7]}, the commit its baseline was recorded at; {fix}"
+        if _top(baseline.parent) != repo:
+            return "", (
+                f"its baseline names no revision (recorded from a working tree with uncommitted changes) and lies "
+                f"outside the tests' repository ({repo}), whose history could say which commit wrote it; record it "
+                "again from a clean working tree, which names the commit"
+            )
         name = str(baseline.resolve().relative_to(repo))
         tracked = run_git(["ls-files", "--error-unmatch", "--", name], repo).returncode == 0
         edited = run_git(["status", "--porcelain", "--", name], repo).stdout.strip()

@@ -190,7 +190,8 @@ class CheckCalls(Calls):
         revision or a fresh process is not at hand, or the pairs failed."""
         baseline = self.baseline()
         assert baseline is not None  # each call was compared with it
-        sha, why = baseline_revision(baseline.entries[keys[0]].revision, self.store.path_for(self.test_id))
+        tests = self.recorded.rootdir if self.recorded is not None else None
+        sha, why = baseline_revision(baseline.entries[keys[0]].revision, self.store.path_for(self.test_id), tests)
         side = None
         if sha and self.recorded is not None:
             side, why = self.recorded.side(sha)
