@@ -631,6 +631,34 @@ def test_ctrl_c_removes_the_exported_tree_and_leaves_no_process(
             os.kill(int(child.name), 0)
 
 
+TERMINATED = """
+import os
+import signal
+
+from model import profile
+
+
+def test_net(fxprof, request):
+    if request.config.getoption("fxprof_sample"):  # a side's process: ended as a cancelled CI job ends it
+        os.kill(os.getpid(), signal.SIGTERM)
+    profile(fxprof)
+"""
+
+
+def test_a_measuring_process_interrupted_interrupts_the_run_never_fails_the_test(
+    pytester: pytest.Pytester, base: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    commit(pytester, {"test_net.py": TERMINATED}, "the sides are terminated")
+    tmp = tmp_path_factory.mktemp("tmpdir")
+    result = against(pytester, "HEAD", "--fxprof-report", "r.json", env={"TMPDIR": str(tmp)})
+    out = result.stdout.str()
+    assert result.ret == pytest.ExitCode.INTERRUPTED, out
+    assert "was interrupted (SIGTERM): the run stops" in out
+    assert "could not measure" not in out  # not a failed test
+    assert "an order of its own" not in out  # nor a hint at the order of the tests
+    assert left_trees(tmp) == [], out
+
+
 STAMPED = """
 import os
 import time

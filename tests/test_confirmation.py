@@ -15,6 +15,8 @@ from pytest_fxprof.against.revision import Revision
 from pytest_fxprof.judge.paired import PairedPolicy
 from pytest_fxprof.measure.sampling import Child, Relaunch
 from pytest_fxprof.records.verdicts import Comparison, Status
+from tests.test_blame import against
+from tests.test_moved import blocks
 
 PASS, SLOWER, UNDECIDED = Status.PASS, Status.REGRESSION, Status.UNDECIDED
 
@@ -134,3 +136,18 @@ def test_only_a_test_found_slower_or_undecided_is_measured_again(monkeypatch: py
     firsts.clear()
     compare.measure_tests(against, relaunch, tests, duet=True, confirm=False)
     assert len(sets) == 1
+
+
+def test_a_set_that_found_a_part_slower_names_it_beside_a_total_that_was_not() -> None:
+    # every MLP's GELU twice as slow: the MLPs fail, the total within its band
+    c = against(blocks(), blocks(heads=4, mul=1.6, gelu=2.0), noise=0.005)
+    assert c.status is Status.REGRESSION
+    assert c.total is not None
+    said = compare._found(c)
+    assert said.startswith("slower in h.")
+    assert ".mlp x1.0" in said
+    assert said.endswith(f"(total x{c.total.ratio:.3f}, within its band)"), said
+    # a slower total says the total alone, as before
+    slower = against(blocks(), blocks(gelu=3.0), noise=0.005)
+    assert slower.total is not None
+    assert compare._found(slower) == f"slower (total x{slower.total.ratio:.3f})"

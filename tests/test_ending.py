@@ -57,11 +57,10 @@ ROWS = [
         failures=("conv1",),
     ),
     Row(
-        "faster warns and asks for a new baseline",
+        "faster, its code unchanged: a notice, the runner's drift as likely",
         checked({"conv1": 0.5}),
         Reactions(),
         Status.PASS,
-        warnings=("got faster than its baseline", "record it with"),
     ),
     Row("faster ignored", checked({"conv1": 0.5}), Reactions(faster=OnFaster.IGNORE), Status.PASS),
     Row("faster fails", checked({"conv1": 0.5}), Reactions(faster=OnFaster.FAIL), Status.PASS, failures=("faster",)),
@@ -133,3 +132,19 @@ def test_an_undecided_check_says_how_it_could_be_decided() -> None:
     assert "--fxprof-budget-s" in paired.outcome.failures[0]
     stored = ending(LABEL, TEST, replace(undecided, recordings=3), Reactions(), directory=Path("b"))
     assert "fxprof prune --history 1 --yes" in stored.outcome.failures[0]
+
+
+def test_faster_than_a_baseline_warns_only_where_the_speed_up_is_established() -> None:
+    # the same code, faster than a recording made earlier: the runner's drift as likely as a speed-up: a notice
+    same = checked({"conv1": 0.5})
+    end = ending("t [call0]", "t.py::test", same, Reactions(), directory=Path("baselines"))
+    assert end.outcome.warnings == []
+    (notice,) = [n for n in end.notices if n.startswith("faster than its baseline, its code unchanged")]
+    assert "the machine may have drifted since the recording" in notice
+    assert "faster node: conv1" in notice
+    # code that changed since the recording: established, and the baseline should keep guarding the new speed
+    added = replace(same.nodes[0].node, key="call_function:x:aten.mul.Tensor#0", target="aten.mul.Tensor")
+    end = ending("t [call0]", "t.py::test", replace(same, added=(added,)), Reactions(), directory=Path("baselines"))
+    (warning,) = [w for w in end.outcome.warnings if "got faster" in w]  # beside the changed graph's
+    assert warning.startswith("fxprof: t [call0] got faster than its baseline")
+    assert "refresh the baseline so that it keeps guarding the new speed" in warning

@@ -380,3 +380,18 @@ class ScriptRelaunch(Relaunch):
 
     def command(self, test_ids: object, request: Path) -> list[str]:
         return [sys.executable, "-c", self.script, str(self.out), *self.args]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_measuring_process_ended_by_an_interrupting_signal_interrupts_the_run(sig: signal.Signals) -> None:
+    code = f"import os, signal; signal.signal({int(sig)}, signal.SIG_DFL); os.kill(os.getpid(), {int(sig)})"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    with pytest.raises(KeyboardInterrupt, match=rf"was interrupted \({sig.name}\): the run stops"):
+        finish(proc, None)
+
+
+def test_a_measuring_process_that_failed_or_was_killed_is_a_failure_not_an_interrupt() -> None:
+    failed = subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"], stdout=subprocess.PIPE, text=True)
+    assert finish(failed, None).returncode == 1
+    killed = subprocess.Popen([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"])
+    assert finish(killed, None).returncode == -signal.SIGKILL  # the kernel's OOM killer, say: a crash, said as one

@@ -553,3 +553,15 @@ def test_pairs_that_disagree_by_orders_of_magnitude_are_too_noisy_not_an_error()
     assert "..xinf at 99.9%" in j.reason
     j = judge_pairs([0.0, 1_000_000.0, 1_000_000.0], [1_000_000.0] * 3, 0.05, BandSource.TOLERANCE)
     assert "interval x0.00..x4.51e+46 at 99.9%" in j.reason
+
+
+def test_pairs_that_all_lie_beyond_the_band_are_too_few_not_in_disagreement() -> None:
+    # 4 pairs, every one x1.07 to x1.16 against +3 %: the 99.9 % interval still reaches x0.99, and the words say why
+    agreed = judge_pairs([100.0] * 4, [114.0, 107.0, 111.0, 116.0], 0.03, BandSource.TOLERANCE)
+    assert agreed.verdict is Verdict.NOISY
+    assert "every pair beyond it (x1.07 to x1.16), but 4 pairs are too few to confirm it at 99.9%" in agreed.reason
+    assert "disagree" not in agreed.reason
+    # one pair within the band: they do disagree
+    split = judge_pairs([100.0] * 4, [113.0, 101.0, 111.0, 114.0], 0.03, BandSource.TOLERANCE)
+    assert split.verdict is Verdict.NOISY
+    assert "disagree too much to confirm it" in split.reason

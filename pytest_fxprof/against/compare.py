@@ -30,7 +30,7 @@ from pytest_fxprof.measure.sampling import Child, Relaunch, tail
 from pytest_fxprof.measure.serving import Spent
 from pytest_fxprof.records.measurement import BaselineEntry, NodeStats, capture_difference, iqr_int, median_int
 from pytest_fxprof.records.profile import Profile
-from pytest_fxprof.records.verdicts import Comparison, Status
+from pytest_fxprof.records.verdicts import Comparison, Status, Verdict
 from pytest_fxprof.store.baseline import entry_from_json
 
 
@@ -755,10 +755,24 @@ def settled(first: CallOutcome, second: CallOutcome | None) -> CallOutcome:
 
 
 def _found(c: Comparison) -> str:
-    """A set's verdict in a few words: ``slower (total x1.062)``."""
+    """A set's verdict in a few words: ``slower (total x1.062)``; where the total is not what failed, what did,
+    beside it: ``slower in transformer.h.*.mlp x1.21 (total x0.993, within its band)``."""
     word = {Status.REGRESSION: "slower", Status.UNDECIDED: "undecided", Status.PASS: "within its bands"}
-    total = f" (total x{c.total.ratio:.3f})" if c.total is not None else ""
-    return word.get(c.status, c.status.value) + total
+    said = word.get(c.status, c.status.value)
+    if c.total is None:
+        return said
+    if c.status is Status.REGRESSION and c.total.verdict is not Verdict.SLOWER:
+        lead = c.blame.lead if c.blame is not None else None
+        node = c.blame.node if c.blame is not None else None
+        if lead is not None:
+            said += f" in {lead.name} x{lead.ratio:.2f}"
+        elif node is not None:
+            said += f" in node {node.node.name} x{node.ratio:.2f}"
+        elif c.slower_aggregates:
+            said += f" in {c.slower_aggregates[0].name} x{c.slower_aggregates[0].ratio:.2f}"
+        state = {Verdict.OK: "within its band", Verdict.FASTER: "faster", Verdict.NOISY: "too noisy to decide"}
+        return f"{said} (total x{c.total.ratio:.3f}, {state[c.total.verdict]})"
+    return f"{said} (total x{c.total.ratio:.3f})"
 
 
 def _judge_set(

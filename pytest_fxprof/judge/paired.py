@@ -268,6 +268,14 @@ def judge_pairs(
         verdict, reason = Verdict.SLOWER, f"x{estimate:.2f} beyond {limit}{lost} ({span})"
     elif interval.high < 0 and interval.mean < -edge and 1.0 - estimate > floor:
         verdict, reason = Verdict.FASTER, f"x{estimate:.2f} below {limit}{lost} ({span})"
+    elif interval.mean > edge and min(ratios) > 1.0 + band:
+        # no pair disagrees: they are too few for the confidence asked, which is what the words must say
+        verdict, reason = (
+            Verdict.NOISY,
+            f"x{estimate:.2f} beyond {limit}{lost}, every pair beyond it (x{min(ratios):.2f} to "
+            f"x{max(ratios):.2f}), but {len(ratios)} pairs are too few to confirm it at {level} ({span}); more "
+            "pairs (--fxprof-pairs) decide it",
+        )
     elif interval.mean > edge:
         verdict, reason = (
             Verdict.NOISY,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -293,7 +294,34 @@ def finish(proc: Process, out: Path | None, deadline_s: float | None = None, pro
         except (OSError, ValueError) as exc:
             problem = problem or f"wrote an unreadable result ({exc})"
     assert proc.returncode is not None
+    stopped = interrupted(proc.returncode, output, problem)
+    if stopped:
+        raise KeyboardInterrupt(
+            f"fxprof: a measuring process (pid {proc.pid}) was interrupted ({stopped}): the run stops"
+        )
     return Child(tuple(str(a) for a in proc.args), proc.returncode, data, output or "", problem)
+
+
+INTERRUPTING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""The signals that interrupt a run (Ctrl-C, a CI job cancelled, a terminal closed), where they end a measuring
+process: the run stops, interrupted, rather than fail the test that process measured."""
+
+
+def interrupted(returncode: int, output: str, problem: str = "") -> str:
+    """How a measuring process that exited with ``returncode`` and wrote ``output`` was interrupted: the signal that
+    ended it, or pytest's interrupted status where it caught the interrupt itself; "" where it was not (``problem``
+    set: this run stopped it for a deadline)."""
+    if problem:
+        return ""
+    if returncode < 0 and -returncode in {int(s) for s in INTERRUPTING}:
+        return signal.Signals(-returncode).name
+    if returncode == PYTEST_INTERRUPTED and "KeyboardInterrupt" in output:
+        return "KeyboardInterrupt"
+    return ""
+
+
+PYTEST_INTERRUPTED = 2
+"""pytest's exit status of an interrupted session (``pytest.ExitCode.INTERRUPTED``, without importing pytest)."""
 
 
 def sample(

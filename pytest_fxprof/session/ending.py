@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_fxprof.against.rounds import RUN_BUDGET
-from pytest_fxprof.records.verdicts import Comparison, Status
+from pytest_fxprof.records.verdicts import Comparison, Status, operations_changed
 from pytest_fxprof.session.reactions import (
     OnFaster,
     OnGraphChange,
@@ -94,14 +94,23 @@ def ending(
         )
         _undecided(outcome, reactions, undecided_message(label, c, fix) + confirmed)
     improved = improvement_lines(c)
+    # what asks nothing of the user (a flag its confirmation cleared, a small node its aggregates gate, an item
+    # too noisy to decide beside a failure) is no warning: the summary counts it, -v and the reports list it
+    notices = notice_lines(c)
     if improved and reactions.faster is not OnFaster.IGNORE:
         msg = "\n".join([f"fxprof: {label} got faster than {c.reference}", *improved])
         if not c.against:
             msg += f"\nrefresh the baseline so that it keeps guarding the new speed; {rerecord_hint(test_id)}"
-        (outcome.failures if reactions.faster is OnFaster.FAIL else outcome.warnings).append(msg)
-    # what asks nothing of the user (a flag its confirmation cleared, a small node its aggregates gate, an item
-    # too noisy to decide beside a failure) is no warning: the summary counts it, -v and the reports list it
-    notices = notice_lines(c)
+        if reactions.faster is OnFaster.FAIL:
+            outcome.failures.append(msg)
+        elif c.against or operations_changed(c.added, c.removed):  # established beyond the runner's drift
+            outcome.warnings.append(msg)
+        else:  # the same code against a recording made earlier: the runner's drift as likely as a speed-up
+            notices.append(
+                f"faster than {c.reference}, its code unchanged: the machine may have drifted since the recording "
+                f"(a speed-up is established in pairs, --fxprof-against; refresh the baseline where it lasts): "
+                + "; ".join(line.strip() for line in improved[:2])
+            )
     if confirmation and c.status not in (Status.REGRESSION, Status.UNDECIDED):
         notices.append(confirmation)
     return Ending(c.status, outcome, notices)
