@@ -659,6 +659,24 @@ def test_a_measuring_process_interrupted_interrupts_the_run_never_fails_the_test
     assert left_trees(tmp) == [], out
 
 
+PRINTED = """
+from model import profile
+
+
+def test_net(fxprof):
+    print(profile(fxprof).table())
+"""
+
+
+def test_the_table_a_test_prints_says_where_its_pairs_are_measured(pytester: pytest.Pytester, base: str) -> None:
+    commit(pytester, {"test_net.py": PRINTED}, "the test prints its table")
+    result = against(pytester, "HEAD", "-s")
+    out = result.stdout.str()
+    assert result.ret == pytest.ExitCode.OK, out
+    assert "single cold pass: this run measures the test in pairs of processes against the revision after it" in out
+    assert "run with --fxprof or --fxprof-update" not in out  # the run it is in measures it
+
+
 STAMPED = """
 import os
 import time

@@ -132,6 +132,9 @@ class Profile:
     disturbance: Disturbance = field(default=Disturbance(), compare=False)
     """How disturbed the kept passes were (``records.disturbance``); ``disturbance.busy``: measured on a busy
     machine, ``disturbance.line`` says so with the figures."""
+    cold: str = ""
+    """Where a profile that holds no measurement (``measured`` False: one cold pass) is measured, or how to measure
+    it, as its table says ("" for the default: run with ``--fxprof`` or ``--fxprof-update``)."""
     fault_samples: tuple[int, ...] = ()
     """The minor page faults the thread took in each timed plain call (empty where not read: a CUDA device, a
     platform without per-thread counters, an unmeasured profile)."""

@@ -32,6 +32,10 @@ class AgainstCalls(Calls):
 
     mode = Mode.AGAINST
     measured = False
+    cold = (
+        "this run measures the test in pairs of processes against the revision after it ends; the times and the "
+        "verdict are in the fxprof summary and its reports"
+    )
 
     def __init__(
         self,

@@ -138,7 +138,7 @@ class Calls:
                 known=self.known_capture(key),
                 allocator=self.settings.allocator,
             )
-            return ProfileResult.of(profiled)
+            return ProfileResult.of(replace(profiled, cold=self.cold) if not profiled.measured else profiled)
 
         started = time.perf_counter()
         taken = self.taken.setdefault(key, [])
@@ -150,6 +150,9 @@ class Calls:
         result = replace(result, seconds=time.perf_counter() - started)
         self.results[key] = result
         return result
+
+    cold = ""
+    """What the table of a call this mode does not time says of it (``Profile.cold``; "": the default)."""
 
     def before(self, key: str) -> None:
         """What the mode needs before a call is measured (its baseline loaded, to fail early where unusable)."""

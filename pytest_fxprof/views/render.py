@@ -158,7 +158,7 @@ def _totals_line(result: Profile) -> str:
     if result.overhead is not None:
         parts.append(f"profiler overhead x{result.overhead:.2f}")
     if not result.measured:
-        parts.append("single cold pass: run with --fxprof or --fxprof-update for measured times")
+        parts.append(f"single cold pass: {result.cold or 'run with --fxprof or --fxprof-update for measured times'}")
     else:
         p = result.protocol
         parts.append(f"{p.passes} passes after {p.warmup} warm-up, {p.threads} thread(s)")
