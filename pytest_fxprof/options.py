@@ -283,25 +283,6 @@ def against_forks(config: pytest.Config) -> bool:
     return raw == "fork"
 
 
-def refuse_blank(config: pytest.Config) -> None:
-    """A usage error for every ``--fxprof-*`` option given an empty or blank value on the command line: an unset
-    variable in CI (``--fxprof-against=$BASE_REF``) would otherwise leave the option out, and the gate off."""
-    import pytest
-
-    for name, got in sorted(vars(config.option).items()):
-        if name.startswith("fxprof") and isinstance(got, str) and not got.strip():
-            flag = "--" + name.replace("_", "-")
-            hint = (
-                ": give the git revision to measure against (origin/main, a tag, a commit), or leave the option out"
-                if name == "fxprof_against"
-                else ": give a value, or leave the option out"
-            )
-            raise pytest.UsageError(
-                f"{flag} was given an empty value ({got!r}), as an unset variable in a CI script gives (say, "
-                f"{flag}=$BASE_REF with BASE_REF unset); the gate would run as if the option were not there{hint}"
-            )
-
-
 def against_options(config: pytest.Config, *, ini: bool = True) -> tuple[str | None, str | None]:
     """The revision and the old side's Python: the command line's, else (with ``ini``) the ini file's."""
     ref = config.getoption("fxprof_against") or (config.getini("fxprof_against") if ini else None) or None

@@ -26,7 +26,6 @@ from pytest_fxprof.options import (
     marker_settings,
     path_setting,
     reactions_of,
-    refuse_blank,
     settings_of,
 )
 from pytest_fxprof.result import ProfileResult
@@ -52,6 +51,19 @@ class FxprofWarning(UserWarning):
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     add_options(parser)
+
+
+def refuse_blank(config: pytest.Config) -> None:
+    """A usage error for an ``--fxprof-*`` option given an empty or blank value: an unset variable in CI
+    (``--fxprof-against=$BASE_REF``) would otherwise leave the option out, and the gate off."""
+    for name, got in sorted(vars(config.option).items()):
+        if name.startswith("fxprof") and isinstance(got, str) and not got.strip():
+            flag, what = "--" + name.replace("_", "-"), "the git revision" if name == "fxprof_against" else "a value"
+            raise pytest.UsageError(
+                f"{flag} was given an empty value ({got!r}), as an unset variable in a CI script gives "
+                f"({flag}=$BASE_REF with BASE_REF unset), and the gate would run as if the option were not there: "
+                f"give {what}, or leave the option out"
+            )
 
 
 def _mode(config: pytest.Config) -> Mode:

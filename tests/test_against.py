@@ -673,7 +673,7 @@ def test_the_table_a_test_prints_says_where_its_pairs_are_measured(pytester: pyt
     result = against(pytester, "HEAD", "-s")
     out = result.stdout.str()
     assert result.ret == pytest.ExitCode.OK, out
-    assert "single cold pass: this run measures the test in pairs of processes against the revision after it" in out
+    assert "single cold pass: the pairs against the revision measure this test in processes of their own" in out, out
     assert "run with --fxprof or --fxprof-update" not in out  # the run it is in measures it
 
 

@@ -33,8 +33,8 @@ class AgainstCalls(Calls):
     mode = Mode.AGAINST
     measured = False
     cold = (
-        "this run measures the test in pairs of processes against the revision after it ends; the times and the "
-        "verdict are in the fxprof summary and its reports"
+        "the pairs against the revision measure this test in processes of their own; their times and verdict are "
+        "in the fxprof summary and its reports"
     )
 
     def __init__(

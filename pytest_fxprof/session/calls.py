@@ -118,7 +118,7 @@ class Calls:
         def measure() -> ProfileResult:
             earlier = self.measured_before(key)
             if earlier is not None:
-                return ProfileResult.of(earlier)
+                return ProfileResult.of(replace(earlier, cold=self.cold) if not earlier.measured else earlier)
             profiled = profile_module(
                 module,
                 args,
