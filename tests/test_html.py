@@ -455,3 +455,14 @@ def test_an_undecided_profile_comes_right_after_the_regressions_and_says_why() -
     assert "Undecided: these items that gate were too noisy to decide" in section(page, "a.py::test_open")
     badges = text_of(page[: page.index("<section")])
     assert badges.index("1 undecided") < badges.index(" pass")
+
+
+def test_a_check_against_a_revision_speaks_of_the_revision_not_a_baseline() -> None:
+    regression, *_ = profiles()
+    regression["graphs"] = {"baseline": 3, "current": 2}
+    regression["added"] = [{"name": "mul", "target": "aten.mul.Tensor", "module": "attn"}]  # type: ignore[typeddict-item]
+    regression["against"] = "origin/main (1a2b3c4)"
+    text = text_of(render_html("against", [regression], [])).replace("->", "-&gt;")
+    assert "(1 graph break(s) fewer) compared with origin/main (1a2b3c4)" in text
+    assert "1 node(s) added compared with origin/main (1a2b3c4)" in text
+    assert "since the baseline" not in text

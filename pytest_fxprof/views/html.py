@@ -336,8 +336,9 @@ def _faster(p: ProfileReportJSON) -> list[_Faster]:
 
 
 def _structure(p: ProfileReportJSON) -> str:
-    """Why a profile was not compared, or how its graph changed since the baseline."""
+    """Why a profile was not compared, or how its graph changed since the baseline (against a revision: from it)."""
     parts = []
+    since = f"compared with {p['against']}" if p.get("against") else "since the baseline"
     if p.get("noisy"):
         judged = any("verdict" in n for n in p.get("nodes", []))  # a busy profile judged nothing
         what = "these items that gate were too noisy to decide" if judged else "too noisy to decide, so not judged"
@@ -350,13 +351,13 @@ def _structure(p: ProfileReportJSON) -> str:
         parts.append(f"<h3>Recorded in another environment, so not compared</h3><ul>{items}</ul>")
     graphs: GraphsJSON | dict[str, int] = p.get("graphs") or {}
     if graphs.get("baseline") != graphs.get("current"):
-        parts.append(f"<p><b>{_e(graphs_text(graphs['baseline'], graphs['current']))}</b> since the baseline</p>")
+        parts.append(f"<p><b>{_e(graphs_text(graphs['baseline'], graphs['current']))}</b> {_e(since)}</p>")
     changes: tuple[Literal["added"], Literal["removed"]] = ("added", "removed")
     for field in changes:
         refs = p.get(field) or []
         if refs:
             names = _names([f"{r.get('name', '')} ({r.get('target', '')})" for r in refs])
-            parts.append(f"<p><b>{len(refs)} node(s) {field}</b> since the baseline: {_e(names)}</p>")
+            parts.append(f"<p><b>{len(refs)} node(s) {field}</b> {_e(since)}: {_e(names)}</p>")
     return f'<div class="flags t-warn">{"".join(parts)}</div>' if parts else ""
 
 
