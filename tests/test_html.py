@@ -466,3 +466,15 @@ def test_a_check_against_a_revision_speaks_of_the_revision_not_a_baseline() -> N
     assert "(1 graph break(s) fewer) compared with origin/main (1a2b3c4)" in text
     assert "1 node(s) added compared with origin/main (1a2b3c4)" in text
     assert "since the baseline" not in text
+
+
+def test_what_failed_is_named_by_its_kind_a_class_as_a_class() -> None:
+    regression, *_ = profiles()
+    regression["flagged"] = [
+        {"kind": "class", "name": "LayerNorm", "module": "", "ratio": 1.3},  # type: ignore[typeddict-item]
+        {"kind": "pattern", "name": "h.*.mlp", "module": "h.*.mlp", "ratio": 1.2},  # type: ignore[typeddict-item]
+    ]
+    text = text_of(render_html("check", [regression], []))
+    assert "class LayerNorm x1.30" in text
+    assert "pattern h.*.mlp x1.20" in text
+    assert "module LayerNorm" not in text

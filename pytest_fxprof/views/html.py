@@ -294,7 +294,7 @@ def _flag_item(flag: FlagJSON | _Faster, p: ProfileReportJSON) -> str:
         what, reason = "<b>total</b>", p["total"].get("reason", "")
     else:
         a: AggregateJSON | dict[str, str] = _aggregate_index(p).get((kind, name), {})
-        what = f"every <b>{_e(name)}</b> node" if kind == "op" else f"module <b>{_e(name)}</b>"
+        what = f"every <b>{_e(name)}</b> node" if kind == "op" else f"{_e(kind or 'module')} <b>{_e(name)}</b>"
         reason = a.get("reason", "")
     line = f"{what} {_e(_ratio(flag.get('ratio')))}"
     if reason:
