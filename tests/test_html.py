@@ -471,8 +471,8 @@ def test_a_check_against_a_revision_speaks_of_the_revision_not_a_baseline() -> N
 def test_what_failed_is_named_by_its_kind_a_class_as_a_class() -> None:
     regression, *_ = profiles()
     regression["flagged"] = [
-        {"kind": "class", "name": "LayerNorm", "module": "", "ratio": 1.3},  # type: ignore[typeddict-item]
-        {"kind": "pattern", "name": "h.*.mlp", "module": "h.*.mlp", "ratio": 1.2},  # type: ignore[typeddict-item]
+        {"kind": "class", "name": "LayerNorm", "module": "", "ratio": 1.3},
+        {"kind": "pattern", "name": "h.*.mlp", "module": "h.*.mlp", "ratio": 1.2},
     ]
     text = text_of(render_html("check", [regression], []))
     assert "class LayerNorm x1.30" in text
