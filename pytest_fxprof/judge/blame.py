@@ -44,8 +44,9 @@ The rule:
 7. Where neither names anything and the total failed, the lead is the smallest module-like aggregate that holds every
    operation the change added or removed, where there is one below the whole model: the only code that changed.
    Against a revision nothing else differs between the sides; against a baseline the failure says so too, beside the
-   drift the baseline's bands hold. A talking-heads attention rewritten as a broadcast and a ``sum`` costs its call a
-   fifth in the allocator's faults of a 12 MiB temporary that the graphs, freeing at other points, never fault in.
+   drift the baseline's bands hold. A change whose cost the allocator charges to the plain call alone (a large
+   temporary that the graphs, freeing at other points, never fault in) is named this way (BENCHMARKS.md, "The
+   allocator: the program users run").
 """
 
 from __future__ import annotations

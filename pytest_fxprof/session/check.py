@@ -260,8 +260,8 @@ class CheckCalls(Calls):
 def _stricter(result: ProfileResult, checked: RevisionCheck | None) -> tuple[ProfileResult, bool]:
     """What a call shows: its pairs' comparison against the baseline's revision (then True), unless the comparison
     with the baseline is the stricter verdict: the pairs measured the change itself, where the baseline's speed
-    factors had to guess the machine's drift since the recording, so their figures are the change's (a total x0.96
-    where the baseline's read x0.77: BENCHMARKS.md, "The allocator: the program users run")."""
+    factors had to guess the machine's drift since the recording, so their figures are the change's (BENCHMARKS.md,
+    "The allocator: the program users run")."""
     paired = checked.comparison if checked is not None else None
     stored = result.comparison
     if checked is None or paired is None or checked.profile is None or stored is None:
