@@ -248,6 +248,16 @@ def fxprof(request: pytest.FixtureRequest) -> Fxprof:
     return Fxprof(calls, marked if mode.follows_markers() else None)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Note torch's globals as a test that profiles begins, before its fixtures: what it changes of them before a
+    call is part of what the call measures (``measure.signature.state_of``)."""
+    if "fxprof" in getattr(item, "fixturenames", ()):
+        from pytest_fxprof.measure.signature import note_start  # imports torch: only where a test profiles
+
+        note_start()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     run = _run(item.config)

@@ -269,7 +269,9 @@ def test_against_a_revision_the_summary_speaks_of_the_revision_not_of_a_baseline
         "against": "origin/main (1a2b3c4)",
         "mismatches": ["inputs: x"],
     }
-    assert "other inputs or another mode than at origin/main (1a2b3c4)" in markdown_summary("against", [mismatch], [])
+    assert "other inputs, another mode or another state of torch than at origin/main (1a2b3c4)" in markdown_summary(
+        "against", [mismatch], []
+    )
 
 
 def test_an_undecided_profile_is_counted_in_the_heading_and_says_what_it_could_not_decide() -> None:

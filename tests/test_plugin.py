@@ -859,7 +859,10 @@ def test_another_test_setup_is_a_mismatch_never_a_slowdown(
     assert result.ret == pytest.ExitCode.OK
     result.assert_outcomes(skipped=1)
     text = result.stdout.str()
-    assert "hands the model other inputs or another mode than its baseline was recorded with" in " ".join(text.split())
+    assert (
+        "hands the model other inputs, another mode or another state of torch than its baseline was recorded with"
+        in " ".join(text.split())
+    )
     assert said in text
     assert "slower" not in text
     result = decide(pytester, "--fxprof", "--fxprof-on-mismatch=fail")
@@ -1738,3 +1741,22 @@ def test_update_never_overwrites_a_newer_schema(pytester: pytest.Pytester) -> No
         fxprof_section(result)
     )
     assert path.read_bytes() == before
+
+
+def test_a_baseline_of_one_process_says_so_when_recorded_and_in_each_check_until_a_second_recording(
+    pytester: pytest.Pytester,
+) -> None:
+    """One process cannot show how a model's times vary between processes: its bands are the bare tolerances, and
+    the recording and every check say so; a second recording in the history gives the spread, and the words go."""
+    write_tests(pytester, "def test_a(fxprof):\n    profile(fxprof, 'a')\n")
+    said = "the baseline holds one process's measurement, which cannot show how much the model's times vary"
+    recorded = decide(pytester, "--fxprof-update")
+    assert recorded.ret == pytest.ExitCode.OK
+    assert any(said in w for w in fxprof_warnings(recorded)), recorded.stdout.str()
+    checked = decide(pytester, "--fxprof")
+    assert checked.ret == pytest.ExitCode.OK
+    assert any(said in w for w in fxprof_warnings(checked)), checked.stdout.str()
+    assert decide(pytester, "--fxprof-update").ret == pytest.ExitCode.OK  # a second recording joins the history
+    again = decide(pytester, "--fxprof")
+    assert again.ret == pytest.ExitCode.OK
+    assert not any(said in w for w in fxprof_warnings(again)), again.stdout.str()

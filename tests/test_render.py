@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
@@ -36,8 +36,9 @@ from pytest_fxprof.views.render import (
     structural_lines,
     summary_line,
     total_line,
+    worst_text,
 )
-from pytest_fxprof.views.report import NodeJSON, profile_report, worst_nodes
+from pytest_fxprof.views.report import NodeJSON, profile_report, worst_label, worst_nodes
 from tests.records_for_tests import (
     BASE_NS,
     CAPTURE,
@@ -942,3 +943,33 @@ def test_the_capture_says_where_blame_stays_coarse() -> None:
     assert coarse_line(CAPTURE, nodes) == ""  # nothing kept whole
     small = [stat("Dropout", "call_module", "drop", 0.02), stat("mm", "call_function", "", 0.98)]
     assert coarse_line(replace(CAPTURE, opaque=("drop",)), small) == ""
+
+
+def test_the_worst_lists_rank_the_operations_a_change_added_and_removed_by_their_time() -> None:
+    """A change that adds an operation carries its time there: the summary's worst list, like every view that
+    ranks nodes, ranks it by the time it put at stake, beside the compared nodes' losses."""
+    extra = node("extra", "torch.nn.functional.gelu", "layer1")
+    nodes = (*MODEL[:3], extra, *MODEL[3:])
+    c = compare(BASELINE, entry({"conv2": 1.02}, nodes=nodes, extra={"extra": 120_000}), POLICY)
+    assert c.added_ns == (120_000.0,)
+    line = summary_line("t::x", c)
+    assert "; worst: extra +120.0 us (added), conv2 x1.02, " in line  # 120 us added; conv2 lost 6 us
+    without_softmax = tuple(n for n in MODEL if n.name != "softmax")
+    gone = compare(BASELINE, entry({"conv2": 1.02}, nodes=without_softmax), POLICY)
+    assert gone.removed_ns == (70_000.0,)
+    assert summary_line("t::x", gone).split("; worst: ")[1].startswith("conv2 x1.02, ")  # a saving ranks last
+    assert "softmax -70.0 us (removed)" in worst_text(gone, limit=len(MODEL))
+
+
+def test_a_reports_worst_node_may_be_one_the_change_added() -> None:
+    """``worst_nodes`` (the Markdown table's "Worst node", junit's ``worst_node``) ranks an added node by its whole
+    time; a profile never compared has no worst node."""
+    compared: list[Any] = [
+        {"name": "fc", "current_ns": 1_050_000, "baseline_ns": 1_000_000, "ratio": 1.05, "verdict": "ok"},
+        {"name": "add_2", "current_ns": 400_000},  # added: no ratio
+        {"name": "relu", "current_ns": 10_000, "baseline_ns": 5_000, "ratio": 2.0, "verdict": "ok"},
+    ]
+    assert [n["name"] for n in worst_nodes(compared)] == ["add_2", "fc", "relu"]
+    assert worst_label(compared[1]) == "+400.0 us (added)"
+    assert worst_label(compared[0]) == "x1.05"
+    assert worst_nodes([{"name": "fc", "current_ns": 1_000_000}]) == []  # type: ignore[typeddict-item]

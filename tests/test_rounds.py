@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -108,14 +109,17 @@ def test_an_undecided_test_stops_at_its_limit_and_says_so(monkeypatch: pytest.Mo
     assert got["a"].stopped == "the limit of 5 pairs"
 
 
-def test_the_tests_budget_bounds_its_added_pairs_never_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_tests_budget_bounds_every_pair_after_its_first_its_minimum_too(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeClock()
     fake_pairs(monkeypatch, clock)
     got = rounds.measure_pairs(OLD, NEW, [asked("a", pairs=4, budget_s=30, open_until=99)], clock=clock)
-    assert len(got["a"].old) == 4  # 40 s: over the budget, but the test asked for 4
-    assert got["a"].stopped == "the time budget of 30 s per test"
+    assert len(got["a"].old) == 3  # a pair takes 10 s: a fourth would end at 40 s, past the budget
+    assert got["a"].stopped == "the time budget of 30 s per test (a pair of it takes 10 s, so 4 pairs need 40 s)"
     got = rounds.measure_pairs(OLD, NEW, [asked("a", pairs=4, budget_s=55, open_until=99)], clock=clock)
     assert len(got["a"].old) == 5  # 4 pairs took 40 s, a fifth ends at 50 s, a sixth would end at 60 s
+    assert got["a"].stopped == "the time budget of 55 s per test (a pair of it takes 10 s)"
+    got = rounds.measure_pairs(OLD, NEW, [asked("a", pairs=4, budget_s=5)], clock=clock)
+    assert len(got["a"].old) == 1  # the first pair always runs: what a pair costs is known only after it
 
 
 def test_the_run_budget_starts_no_pair_that_would_end_past_it(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -494,3 +498,30 @@ def test_a_test_that_failed_a_side_in_a_later_pair_is_told_that_pair_had_its_own
         "only after another ran in the same process can fail here)" in later
     )
     assert "KeyError: 'warm'" in later
+
+
+class _Running:
+    """A process of a round as ``serving._watch`` sees it: running one test since a moment."""
+
+    def __init__(self, test: str, since: float) -> None:
+        self.proc = SimpleNamespace(returncode=None)  # still running
+        self.test, self.since = test, since
+
+    def current(self) -> tuple[str, float]:
+        return self.test, self.since
+
+
+def test_a_test_that_runs_long_is_named_every_while(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [1000.0]
+    monkeypatch.setattr("pytest_fxprof.measure.serving.time.monotonic", lambda: now[0])
+    told: list[tuple[str, float]] = []
+    seen: dict[str, float] = {}
+    running = [_Running("fast", 995.0), _Running("slow", 960.0)]
+    serving._watch(running, seen, lambda test, s: told.append((test, s)))  # type: ignore[arg-type]
+    assert told == [("slow", 40.0)]  # the longest running, once it ran WATCH_S
+    now[0] += 10
+    serving._watch(running, seen, lambda test, s: told.append((test, s)))  # type: ignore[arg-type]
+    assert told == [("slow", 40.0)]  # not again before another WATCH_S
+    now[0] += serving.WATCH_S
+    serving._watch(running, seen, lambda test, s: told.append((test, s)))  # type: ignore[arg-type]
+    assert told == [("slow", 40.0), ("slow", 40.0 + 10 + serving.WATCH_S)]

@@ -75,13 +75,14 @@ def test_hints_come_from_measured_profiles_only() -> None:
     assert profile_report("t.py::test", "call0", "unmeasured", unmeasured, None)["hints"] == []
 
 
-def test_a_node_added_since_the_baseline_is_listed_as_new_and_never_ranked() -> None:
+def test_a_node_added_since_the_baseline_ranks_by_its_whole_time_and_is_called_added() -> None:
     rec = compared()
     relu = next(n for n in rec["report"]["nodes"] if n["name"] == "relu")
     # what the report holds for a node the baseline does not have
     del relu["baseline_ns"], relu["ratio"], relu["band"], relu["verdict"], relu["gates"]
-    worst = [text.split()[0] for text, _ in profile_lines(rec)[1:]]
-    assert "relu" not in worst
+    worst = [text.split() for text, _ in profile_lines(rec)[1:]]
+    assert worst[0][0] == "relu"  # its whole time is what the change added: more than any compared node lost
+    assert worst[0][-1] == "added"
     assert len(worst) == 3
     verbose = {text.split()[0]: text.split() for text, _ in profile_lines(rec, verbose=True)[3:]}
-    assert verbose["relu"][-1] == "new"
+    assert verbose["relu"][-1] == "added"

@@ -471,6 +471,7 @@ def measure_tests(
     notice: Callable[[str], None] | None = None,
     launched: Forker | None = None,
     confirm: bool = False,
+    watch: Callable[[int, str, float], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> dict[str, Pairs]:
     """Measure ``tests`` in pairs of old and new processes that serve them all (``against.rounds``), in the
@@ -499,6 +500,7 @@ def measure_tests(
             spent=spent,
             notice=notice,
             launched=launched,
+            watch=watch,
         )
 
     with turn():
@@ -533,6 +535,7 @@ def _measure_set(
     spent: Spent | None,
     notice: Callable[[str], None] | None,
     launched: Forker | None = None,
+    watch: Callable[[int, str, float], None] | None = None,
 ) -> dict[str, Pairs]:
     """One set of pairs of ``tests`` (``measure_tests``), forked from ``launched`` or a parent of its own."""
     old_side, new_side = against.sides(new)
@@ -586,6 +589,7 @@ def _measure_set(
                 already_s=already_s,
                 progress=progress,
                 spent=spent,
+                watch=watch,
             )
         finally:
             if forker is not None:

@@ -13,9 +13,10 @@ difference between the sides that no pair's spread shows. A pair is a duet (both
 passes in lock-step: ``measure.lockstep``) or one process after the other, in a balanced order: pair 1 runs old then
 new, pair 2 new then old, and so on (ABBA...), so that a trend within a pair favours neither side.
 
-A test's first ``pairs`` pairs are always measured (within the run's budget); then its ``undecided`` says
-whether an item that gates is still open, and it stays in the pairs while it is, up to ``max_pairs``, as long as
-its ``budget_s`` allows another pair (at its measured cost). A decided test leaves the later pairs. A side that
+A test's first ``pairs`` pairs are measured, then its ``undecided`` says whether an item that gates is still open,
+and it stays in the pairs while it is, up to ``max_pairs``; every pair after its first only as long as its
+``budget_s`` allows another (at its measured cost), so that a test slower than its budget ends undecided, saying so,
+rather than running its minimum past it. A decided test leaves the later pairs. A side that
 reports the test absent or skipped ends its rounds, as does its ``moot`` (nothing left that pairs could
 compare). The run's ``run_budget_s`` is a limit on the whole: no pair starts that would end past it (at the
 measured cost of its tests), and what was still open then says so (``Pairs.stopped``).
@@ -29,6 +30,7 @@ Must not import torch or pytest.
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -39,7 +41,7 @@ from typing import Any
 from pytest_fxprof.against.revision import PREFIX
 from pytest_fxprof.measure.lockstep import call_tag, exited_mark, pair_cores
 from pytest_fxprof.measure.sampling import Child, Relaunch, Start, start
-from pytest_fxprof.measure.serving import Served, Spent, run, serving_dir, settle
+from pytest_fxprof.measure.serving import Served, Spent, Watch, run, serving_dir, settle
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,7 @@ def run_pair(
     deadline_s: float | None = None,
     cores: Sequence[int] | None = None,
     spent: Spent | None = None,
+    watch: Watch | None = None,
 ) -> PairResult:
     """Pair ``number`` (from 1) over ``tests``: a duet (both processes at once, trading ``cores`` pass by pass: by
     default two groups of the tests' threads of this process's cores, where it may place them) or one process
@@ -213,11 +216,11 @@ def run_pair(
                 asked = [(t.test_id, t.asked(side.name)) for t in remaining]
                 served.append(Served(side.name, side.relaunch, asked, directory, extra, starter=side.starter))
             if duet:
-                run(served, deadline_s, [exited_mark(base, s.name) for s in served])
+                run(served, deadline_s, [exited_mark(base, s.name) for s in served], watch)
             else:
                 first = {"old": 0, "new": 1}[order(number - 1)[0]]
                 for s in (served[first], served[1 - first]):
-                    run([s], deadline_s)
+                    run([s], deadline_s, watch=watch)
             got = settle(served, [t.test_id for t in remaining], spent)
         for test_id, children in got.measured.items():
             result.measured[test_id] = (children["old"], children["new"])
@@ -246,11 +249,13 @@ def measure_pairs(
     progress: Callable[[int, int, float], None] | None = None,
     spent: Spent | None = None,
     test_order: TestOrder | None = None,
+    watch: Callable[[int, str, float], None] | None = None,
 ) -> dict[str, Pairs]:
     """Measure the pairs of ``tests`` (each to its ``pairs``, then more while its ``undecided`` and its budget and
     ``max_pairs`` allow, within ``run_budget_s`` in all, of which the run spent ``already_s`` before); per test
     what they measured. Each pair serves its tests in ``test_order`` (``shuffled()`` by default).
-    ``progress(pair, tests, seconds)`` is told of each pair as it ends."""
+    ``progress(pair, tests, seconds)`` is told of each pair as it ends, ``watch(pair, test, seconds)`` of a test that
+    runs long in it (``measure.serving.WATCH_S``)."""
     arrange = test_order or shuffled()
     got = {t.test_id: Pairs() for t in tests}
     done: set[str] = set()
@@ -268,7 +273,10 @@ def measure_pairs(
                 break
         started = clock()
         served = arrange(number + 1, chosen)
-        result = run_pair(old, new, served, number=number + 1, duet=duet, deadline_s=deadline_s, spent=spent)
+        told = None if watch is None else functools.partial(watch, number + 1)
+        result = run_pair(
+            old, new, served, number=number + 1, duet=duet, deadline_s=deadline_s, spent=spent, watch=told
+        )
         number += 1
         took = clock() - started
         own = sum(result.seconds.values())
@@ -315,18 +323,20 @@ def captured_by(child: Child) -> dict[str, dict[str, Any]]:
 
 
 def _open(t: PairedTest, g: Pairs, done: set[str]) -> bool:
-    """Whether test ``t`` takes the next pair: under its ``pairs``, or undecided within its limit and budget (else
-    it is done, and ``g.stopped`` says what ended it while undecided)."""
+    """Whether test ``t`` takes the next pair: under its ``pairs``, or undecided within its limit, and in either
+    case within its budget at what a pair of it has cost (else it is done, and ``g.stopped`` says what ended it
+    while it still needed pairs)."""
     n = len(g.old)
-    if n < t.pairs:
-        return True
-    if not t.undecided(g):
+    if n >= t.pairs and not t.undecided(g):
         done.add(t.test_id)
         return False
     if n >= t.max_pairs:
         g.stopped = f"the limit of {t.max_pairs} pairs"
-    elif g.seconds + g.seconds / n > t.budget_s:
-        g.stopped = f"the time budget of {t.budget_s:.3g} s per test"
+    elif n and g.seconds + g.seconds / n > t.budget_s:
+        per_pair = g.seconds / n
+        g.stopped = f"the time budget of {t.budget_s:.3g} s per test (a pair of it takes {per_pair:.3g} s" + (
+            f", so {t.pairs} pairs need {per_pair * t.pairs:.3g} s)" if n < t.pairs else ")"
+        )
     if g.stopped:
         done.add(t.test_id)
         return False

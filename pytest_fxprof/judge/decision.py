@@ -237,6 +237,18 @@ def align(
     return pairs, added, removed
 
 
+def node_times(entry: BaselineEntry, nodes: Sequence[NodeInfo]) -> tuple[float, ...]:
+    """The median time over ``entry``'s runs of each of ``nodes`` (nodes of ``entry``): what an added or removed
+    node puts at stake, for the lists that rank nodes by it."""
+    index = {id(n): j for j, n in enumerate(entry.nodes)}
+    out = []
+    for n in nodes:
+        j = index.get(id(n))
+        times = [r.node_ns[j] for r in entry.runs if j is not None and j < len(r.node_ns)]
+        out.append(float(statistics.median(times)) if times else 0.0)
+    return tuple(out)
+
+
 class Peers:
     """Each node's peers by baseline size, nearest first, walked outward from the node in size order (no table of
     every pair: a graph of thousands of nodes would hold millions)."""
@@ -701,6 +713,8 @@ def compare(baseline: BaselineEntry, current: BaselineEntry, policy: Policy) -> 
         total=total,
         added=tuple(added),
         removed=tuple(removed),
+        added_ns=node_times(current, added),
+        removed_ns=node_times(baseline, removed),
         aggregates=aggregates,
         measurements=len(current.runs),
         graphs=(baseline.capture.graphs, current.capture.graphs),
@@ -865,10 +879,19 @@ def widest_band(entry: BaselineEntry, policy: Policy) -> tuple[float, str] | Non
 
 
 def weak_baseline(label: str, entry: BaselineEntry, policy: Policy) -> str:
-    """The warning of a baseline whose newest recording was made on a busy machine (``RecordingSpread.weak``):
-    "<label>: recorded on a busy machine: bands up to +27 % (maxpool), over 80 % of the time of the nodes that
-    can fail a test alone; record again ...", else "": the one wording of the recording's warning, ``fxprof
-    show`` and every check that uses the baseline."""
+    """The warning of a baseline that holds one process's measurement (its comparable recordings hold one run:
+    nothing shows how an unchanged model varies between processes, and its bands are the bare tolerances), or
+    whose newest recording was made on a busy machine (``RecordingSpread.weak``): "<label>: recorded on a busy
+    machine: bands up to +27 % (maxpool), over 80 % of the time of the nodes that can fail a test alone; record
+    again ...", else "": the one wording of the recording's warning, ``fxprof show`` and every check that uses the
+    baseline."""
+    if sum(len(r.runs) for r in entry.comparable_recordings) < 2:
+        return (
+            f"{label}: the baseline holds one process's measurement, which cannot show how much the model's times "
+            "vary between processes: its bands are the bare tolerances, which an unchanged model can pass in another "
+            "process; --fxprof-processes 2 or more (the default is 5) measures that spread, as does a second "
+            "recording in its history (--fxprof-update again)"
+        )
     spread = recording_spread(entry.nodes, entry.runs, policy)
     if not spread.weak:
         return ""

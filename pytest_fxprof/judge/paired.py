@@ -55,7 +55,7 @@ from dataclasses import dataclass, replace
 
 from pytest_fxprof.judge.aggregates import Group, corrected_confidence, plan
 from pytest_fxprof.judge.blame import blame
-from pytest_fxprof.judge.decision import align, large_enough, regressed
+from pytest_fxprof.judge.decision import align, large_enough, node_times, regressed
 from pytest_fxprof.judge.memory import (
     OVERHEAD_TOLERANCE,
     held_to_memory,
@@ -258,6 +258,8 @@ def judge_pairs(
     span = f"{len(ratios)} pairs, interval x{_shown(interval.low)}..x{_shown(interval.high)} at {level}"
     lost = f", {scale_ns * (estimate - 1.0) / 1e3:+.1f} us" if scale_ns else ""
     edge = math.log1p(band)
+    # one pair shows no spread to disagree with: the words say what is missing, as its unbounded interval does
+    doubt = "the pairs disagree too much" if len(ratios) > 1 else "a single pair is too few"
     if interval.low > 0 and interval.mean > edge and len(ratios) < MIN_DECIDING_PAIRS:
         verdict, reason = (
             Verdict.NOISY,
@@ -279,7 +281,7 @@ def judge_pairs(
     elif interval.mean > edge:
         verdict, reason = (
             Verdict.NOISY,
-            f"x{estimate:.2f} beyond {limit}{lost}, but the pairs disagree too much to confirm it ({span}); "
+            f"x{estimate:.2f} beyond {limit}{lost}, but {doubt} to confirm it ({span}); "
             "more pairs (--fxprof-pairs) or a quieter machine decide it",
         )
     elif resolve and Interval(interval.logs, min(confidence, RESOLVE_CONFIDENCE)).half_width > math.log1p(
@@ -287,7 +289,7 @@ def judge_pairs(
     ):
         verdict, reason = (
             Verdict.NOISY,
-            f"x{estimate:.2f}, but the pairs disagree too much to tell a slowdown of +{RESOLVE * band:.0%} "
+            f"x{estimate:.2f}, but {doubt} to tell a slowdown of +{RESOLVE * band:.0%} "
             f"from none against {limit} ({span}); more pairs (--fxprof-pairs) or a quieter machine decide it",
         )
     elif resolve and len(ratios) < MIN_PASSING_PAIRS:
@@ -527,6 +529,8 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
         total=total,
         added=tuple(added),
         removed=tuple(removed),
+        added_ns=node_times(new, added),
+        removed_ns=node_times(old, removed),
         aggregates=held,
         measurements=1,
         graphs=(old.capture.graphs, new.capture.graphs),

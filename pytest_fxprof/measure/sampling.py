@@ -90,10 +90,12 @@ class SampleRequest(TypedDict):
 
 
 class ServedTiming(TypedDict):
-    """How long a fresh process's tests took, each from its setup to its teardown, and its whole session."""
+    """How long a fresh process's tests took, each from its setup to its teardown, and its whole session; and
+    which tests ran in it rather than in a process of their own (``modes.isolated``), and why."""
 
     tests: dict[str, float]
     session_s: float
+    shared: NotRequired[dict[str, str]]
 
 
 class SampleJSON(TypedDict):

@@ -20,7 +20,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
@@ -30,6 +30,12 @@ from pytest_fxprof.store.files import left_by_killed, loads
 
 POLL_S = 0.05
 """How often the parent looks whether its processes ended, or a test hangs."""
+WATCH_S = 30.0
+"""How long a test runs in a process before its parent says so, and then how often: what a check is doing while one
+test takes its time, named on the terminal."""
+
+Watch = Callable[[str, float], None]
+"""Told the test that a process has run for a while, and for how many seconds (``WATCH_S``)."""
 
 
 @dataclass
@@ -49,6 +55,8 @@ class Spent:
     """How many fresh processes were started."""
     forked: int = 0
     """How many of them were forked from a parent that imported the run's libraries (``measure.forking``)."""
+    shared: int = 0
+    """How many tests a process served ran in it, not in a process of their own (``modes.isolated``)."""
 
     PHASES: ClassVar[tuple[str, ...]] = ("capture_s", "warmup_s", "measuring_s")
     """What a profile's measuring reports of itself (``measure.profiler.profile_module``)."""
@@ -81,7 +89,13 @@ class Spent:
             f"the tests' own code {self.tests_s:.0f} s" if self.processes else "",
             f"waiting for the measuring turn {self.waiting_s:.0f} s",
         ]
-        return ", ".join(p for p in parts if p)
+        shared = (
+            f"; {self.shared} test(s) ran in the process that served them, not in one of their own: it ran threads "
+            "when they began (an operator run as the tests were collected), which a fork does not carry"
+            if self.shared
+            else ""
+        )
+        return ", ".join(p for p in parts if p) + shared
 
     def _forked(self) -> str:
         return f", {self.forked} of them forked" if self.forked else ""
@@ -125,6 +139,8 @@ class Served:
         self.child: Child | None = None
         self.late = ""
         """The test it ran past the deadline, when it was stopped for that."""
+        self.shared: dict[str, str] = {}
+        """The tests it ran in itself, not each in a process of its own, and why (``modes.isolated``)."""
         self.stopped = False
         """Whether it was stopped (for its own lateness, or because another process of the round crashed or was
         late): what it was running then is not its own failure, unless it was late."""
@@ -166,6 +182,7 @@ class Served:
         try:
             timing = loads(self.timing.read_text(encoding="utf-8"))
             seconds = {str(k): float(v) for k, v in timing.get("tests", {}).items()}
+            self.shared = {str(k): str(v) for k, v in timing.get("shared", {}).items()}
         except (OSError, ValueError, AttributeError, TypeError):
             pass
         return data, seconds
@@ -176,13 +193,18 @@ def usable(data: Mapping[str, Any]) -> bool:
     return isinstance(data.get("calls"), dict) or bool(data.get("absent")) or bool(data.get("skipped"))
 
 
-def _wait(running: Sequence[Served], deadline_s: float | None, marks: Sequence[Path] = ()) -> None:
+def _wait(
+    running: Sequence[Served], deadline_s: float | None, marks: Sequence[Path] = (), watch: Watch | None = None
+) -> None:
     """Wait until every process of ``running`` (started) ended, reading their output meanwhile. A process that
     ended without reaching its session's end (it crashed) ends the others at once; a test that runs past
     ``deadline_s`` in a process stops every process (``Served.late`` names the test). ``marks``: the exited mark
-    of each process, touched as it ends, for its twin's lock-step."""
+    of each process, touched as it ends, for its twin's lock-step; ``watch``: told of a test that runs long."""
     stop = False
+    told: dict[str, float] = {}
     while True:
+        if watch is not None:
+            _watch(running, told, watch)
         alive = [r.proc for r in running if r.proc is not None and r.proc.poll() is None]
         for k, r in enumerate(running):
             if r.proc is not None and r.proc.returncode is not None:
@@ -207,12 +229,28 @@ def _wait(running: Sequence[Served], deadline_s: float | None, marks: Sequence[P
         time.sleep(POLL_S)
 
 
-def run(served: Sequence[Served], deadline_s: float | None, marks: Sequence[Path] = ()) -> None:
+def _watch(running: Sequence[Served], told: dict[str, float], watch: Watch) -> None:
+    """Tell ``watch`` of the longest-running test of ``running`` every ``WATCH_S`` it runs (``told``: when each
+    test was last told of, in its seconds)."""
+    now = time.monotonic()
+    tests = [r.current() for r in running if r.proc is not None and r.proc.returncode is None]
+    tests = [(test, now - since) for test, since in tests if test]
+    if not tests:
+        return
+    test, seconds = max(tests, key=lambda t: t[1])
+    if seconds - told.get(test, 0.0) >= WATCH_S:
+        told[test] = seconds
+        watch(test, seconds)
+
+
+def run(
+    served: Sequence[Served], deadline_s: float | None, marks: Sequence[Path] = (), watch: Watch | None = None
+) -> None:
     """Start ``served`` together, wait for them (``_wait``) and read their ends; on an interrupt, kill them."""
     try:
         for s in served:
             s.launch()
-        _wait(served, deadline_s, marks)
+        _wait(served, deadline_s, marks, watch)
     except BaseException:
         for s in served:
             if s.proc is not None:
@@ -256,6 +294,7 @@ def settle(served: Sequence[Served], test_ids: Sequence[str], spent: Spent | Non
         for s in served:
             wrote, seconds = read[s.name]
             spent.processes += 1
+            spent.shared += len(s.shared)
             spent.processes_s += max(0.0, s.wall_s - sum(seconds.values()))
             for test_id, of_test in wrote.items():
                 spent.add_test(seconds.get(test_id, 0.0), of_test.get("spent") or {})

@@ -103,6 +103,9 @@ class AgainstMode(Gate):
         def progress(number: int, count: int, seconds: float) -> None:
             say(config, f"pair {number}: {count} test(s), {seconds:.0f} s")
 
+        def watch(number: int, test: str, seconds: float) -> None:
+            say(config, f"pair {number}: measuring {test} for {seconds:.0f} s")
+
         turns = self.run.measuring_turns()
         try:
             for duet, group in groups.items():
@@ -117,6 +120,7 @@ class AgainstMode(Gate):
                             already_s=time.monotonic() - began,
                             turn=lambda: turns.turn("pairs", self.ahead_turns),
                             progress=progress,
+                            watch=watch,
                             spent=self.run.spent,
                             notice=lambda message: say(config, message),
                             launched=self.forker if duet else None,

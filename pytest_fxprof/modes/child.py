@@ -18,6 +18,7 @@ from pytest_fxprof.against.compare import NOT_FOUND, SideWatch
 from pytest_fxprof.measure.sampling import SampleRequest, ServedTiming, tail, write_samples
 from pytest_fxprof.measure.zygote import die_with_parent
 from pytest_fxprof.modes.base import RunMode
+from pytest_fxprof.modes.isolated import isolating
 from pytest_fxprof.session.child import ChildCalls
 from pytest_fxprof.settings import Mode, Settings, from_json
 from pytest_fxprof.store.files import loads
@@ -48,6 +49,8 @@ class ChildMode(RunMode):
 
         self.started: dict[str, float] = {}
         self.seconds: dict[str, float] = {}
+        self.shared: dict[str, str] = {}
+        """Per test that ran in this process, not one of its own (``modes.isolated``): why."""
 
     def settings(self, item: pytest.Item, marked: Settings) -> Settings:
         asked = self.tests.get(item.nodeid)
@@ -117,17 +120,21 @@ class ChildMode(RunMode):
                     watch.note("collect", report.outcome, str(reason) or tail(report.longreprtext))
         return report
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
-        report = yield
-        watch = self.watches.get(item.nodeid)
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
+        """Each test it was asked for in a process of its own (``modes.isolated``), where it can fork."""
+        if item.nodeid not in self.tests:
+            return None
+        return isolating(item, self.shared) or None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        watch = self.watches.get(report.nodeid)
         if watch is not None:
-            if report.skipped and isinstance(report.longrepr, tuple):
+            if report.skipped and isinstance(report.longrepr, (tuple, list)):
                 reason = str(report.longrepr[2])
             else:
                 reason = tail(report.longreprtext) if report.failed else ""
             watch.note(report.when, report.outcome, reason)
-        return report
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -142,4 +149,6 @@ class ChildMode(RunMode):
         timing = self.request.get("timing")
         if timing:
             served: ServedTiming = {"tests": self.seconds, "session_s": time.monotonic() - self.began}
+            if self.shared:
+                served["shared"] = self.shared
             write_samples(Path(timing), served)

@@ -237,15 +237,18 @@ class Tolerances:
 
 @dataclass(frozen=True)
 class Setup:
-    """The test's side of a measurement: what it handed to the model and in which mode.
+    """The test's side of a measurement: what it handed to the model, in which mode and process state.
 
     ``inputs`` has one line per input the call took (``args[0]: float32[128, 3, 224, 224] cpu``, a Python
-    value as itself), ``mode`` is ``train``, ``eval`` or how many modules were in train mode. Another setup
-    measures something else: a check against a baseline of another setup is a mismatch, never a slowdown.
+    value as itself), ``mode`` is ``train``, ``eval`` or how many modules were in train mode, ``state`` one line
+    per global of torch that the test changed before the call (``default dtype: torch.float64``, ``replaced:
+    torch.nn.functional.relu``: ``measure.signature.state_of``). Another setup measures something else: a check
+    against a baseline of another setup is a mismatch, never a slowdown.
     """
 
     inputs: tuple[str, ...]
     mode: str
+    state: tuple[str, ...] = ()
 
     def differences(self, other: Setup) -> list[str]:
         """Readable lines for what differs, as ``Environment.differences`` words them."""
@@ -257,7 +260,38 @@ class Setup:
             out.append(f"inputs: {'; '.join(changed)}")
         if self.mode != other.mode:
             out.append(f"mode: {self.mode!r} in the baseline, {other.mode!r} in this run")
+        if self.state != other.state:
+            out.append(f"state: {_state_change(self.state, other.state)}")
         return out
+
+
+def _state_change(before: tuple[str, ...], now: tuple[str, ...]) -> str:
+    """What the test changes of torch's globals in one measurement and not in the other, the test named as the
+    cause: ``this test sets the default dtype to torch.float64 in this run, not in the baseline``."""
+    replaced = [{line.removeprefix(REPLACED) for line in lines if line.startswith(REPLACED)} for lines in (before, now)]
+    was, is_now = ({k: v for k, _, v in (line.partition(": ") for line in lines)} for lines in (before, now))
+    parts = []
+    for name in sorted((set(was) | set(is_now)) - {REPLACED.removesuffix(": ")}):
+        a, b = was.get(name), is_now.get(name)
+        if a == b:
+            continue
+        if a is None:
+            parts.append(f"this test sets the {name} to {b} in this run, not in the baseline")
+        elif b is None:
+            parts.append(f"this test sets the {name} to {a} in the baseline, not in this run")
+        else:
+            parts.append(f"this test sets the {name} to {a} in the baseline, to {b} in this run")
+    for names, where in (
+        (replaced[1] - replaced[0], "in this run, not in the baseline"),
+        (replaced[0] - replaced[1], "in the baseline, not in this run"),
+    ):
+        if names:
+            parts.append(f"this test replaces {', '.join(sorted(names))} {where}")
+    return "; ".join(parts)
+
+
+REPLACED = "replaced: "
+"""How a state line names a function the test replaced (``measure.signature.state_of``)."""
 
 
 def _changed(before: str, now: str) -> str:

@@ -365,6 +365,10 @@ class Comparison:
     are learnt from the drift between recordings (``judge.decision``)."""
     blame: Blame | None = None
     """Where the extra time went, when the comparison failed (``judge.blame``): what a failure leads with."""
+    added_ns: tuple[float, ...] = ()
+    """Each added node's median time in this run (aligned with ``added``; empty where unknown)."""
+    removed_ns: tuple[float, ...] = ()
+    """Each removed node's median time in the baseline or on the old side (aligned with ``removed``)."""
 
     @property
     def reference(self) -> str:

@@ -31,7 +31,7 @@ from pytest_fxprof.views.render import (
     undecided_message,
 )
 
-SETUP_FIELDS = ("inputs:", "mode:")
+SETUP_FIELDS = ("inputs:", "mode:", "state:")
 """How a mismatch of the test's setup (``Setup.differences``) begins."""
 
 
@@ -121,13 +121,15 @@ def _mismatch_message(label: str, test_id: str, c: Comparison) -> str:
     or another environment."""
     if c.against:
         return (
-            f"fxprof: {label} hands the model other inputs or another mode than at {c.against}, so it was "
-            f"not compared (another setup measures something else, not a slowdown): {'; '.join(c.mismatches)}"
+            f"fxprof: {label} hands the model other inputs, another mode or another state of torch than at "
+            f"{c.against}, so it was not compared (another setup measures something else, not a slowdown): "
+            f"{'; '.join(c.mismatches)}"
         )
     if any(m.startswith(SETUP_FIELDS) for m in c.mismatches):
         return (
-            f"fxprof: {label} hands the model other inputs or another mode than its baseline was recorded with, "
-            f"so it was not compared (another setup measures something else, not a slowdown): "
+            f"fxprof: {label} hands the model other inputs, another mode or another state of torch than its "
+            f"baseline was recorded with, so it was not compared (another setup measures something else, not a "
+            f"slowdown): "
             f"{'; '.join(c.mismatches)}. If the change is meant, {rerecord_hint(test_id)}"
         )
     return (

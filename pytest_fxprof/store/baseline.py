@@ -97,6 +97,8 @@ class RunJSON(TypedDict):
 class SetupJSON(TypedDict):
     inputs: list[str]
     mode: str
+    state: NotRequired[list[str]]
+    """The globals of torch the test changed before the call; left out where it changed none."""
 
 
 class RecordingJSON(TypedDict):
@@ -193,7 +195,10 @@ def entry_to_json(entry: BaselineEntry) -> EntryJSON:
         "runs": [run_to_json(r) for r in entry.runs],
     }
     if entry.setup is not None:
-        out["setup"] = {"inputs": list(entry.setup.inputs), "mode": entry.setup.mode}
+        setup: SetupJSON = {"inputs": list(entry.setup.inputs), "mode": entry.setup.mode}
+        if entry.setup.state:
+            setup["state"] = list(entry.setup.state)
+        out["setup"] = setup
     if entry.recorded:  # left out when unknown (an entry of a version 1 file), as is an empty history
         out["recorded"] = entry.recorded
     if entry.history:
@@ -425,7 +430,9 @@ def _entry_from_json(raw: object, where: str) -> BaselineEntry:
     if isinstance(raw, dict) and "setup" in raw:  # older files have none
         raw_setup = _get(raw, "setup", dict, where)
         setup = Setup(
-            inputs=_strings(raw_setup, "inputs", f"{where}.setup"), mode=_get(raw_setup, "mode", str, f"{where}.setup")
+            inputs=_strings(raw_setup, "inputs", f"{where}.setup"),
+            mode=_get(raw_setup, "mode", str, f"{where}.setup"),
+            state=_strings(raw_setup, "state", f"{where}.setup") if "state" in raw_setup else (),
         )
     runs = _runs_from_json(raw, where, len(nodes))
     recorded = _date(raw, "recorded", where) if isinstance(raw, dict) and "recorded" in raw else ""

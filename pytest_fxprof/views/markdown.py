@@ -30,6 +30,7 @@ from pytest_fxprof.views.report import (
     blame_lines_of,
     busy_line,
     item_tone,
+    worst_label,
     worst_nodes,
 )
 
@@ -130,11 +131,13 @@ def _total_cell(profile: ProfileReportJSON) -> str:
 
 
 def _worst_cell(profile: ProfileReportJSON) -> str:
-    """The node with the highest ratio; without a comparison, the slowest node and its share."""
+    """The node with the most time at stake (``worst_nodes``: one the change added by its time); without a
+    comparison, the slowest node and its share."""
     compared = worst_nodes(profile.get("nodes", []), 1)
     if compared:
         (worst,) = compared
-        return f"{_code(worst['name'], cell=True)} {_ratio(worst['ratio'])}"
+        shown = _ratio(worst["ratio"]) if "ratio" in worst else _text(worst_label(worst))
+        return f"{_code(worst['name'], cell=True)} {shown}"
     nodes = profile.get("nodes", [])
     if not nodes:
         return ""
@@ -236,9 +239,11 @@ def _regression_block(profile: ProfileReportJSON) -> list[str]:
 
 def _mismatch_block(profile: ProfileReportJSON) -> list[str]:
     why = (
-        f"Not compared: the test hands the model other inputs or another mode than at {_text(profile['against'])}."
+        "Not compared: the test hands the model other inputs, another mode or another state of torch than at "
+        f"{_text(profile['against'])}."
         if profile.get("against")
-        else "Not compared: the baseline was recorded elsewhere, or with other inputs or another mode."
+        else "Not compared: the baseline was recorded elsewhere, or with other inputs, another mode or another state "
+        "of torch."
     )
     lines = [f"### {_code(_label(profile))}: mismatch", "", why]
     mismatches = profile.get("mismatches", [])

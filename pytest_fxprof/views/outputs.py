@@ -129,7 +129,8 @@ def user_properties(records: Iterable[ProfileRecord]) -> list[tuple[str, Propert
         if compared:
             (worst,) = compared
             out.append((f"{prefix}.worst_node", str(worst["name"])))
-            out.append((f"{prefix}.worst_ratio", float(worst["ratio"])))
+            if "ratio" in worst:  # else a node the change added, which has no ratio
+                out.append((f"{prefix}.worst_ratio", float(worst["ratio"])))
         flagged = profile.get("flagged", [])
         if flagged:
             out.append((f"{prefix}.failed_by", "; ".join(_flag_text(f) for f in flagged)))

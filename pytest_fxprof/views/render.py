@@ -612,12 +612,20 @@ def at_stake(delta_ns: float, verdict: str, *, failed: bool) -> tuple[int, float
     return (0 if failed else 1, -delta_ns if verdict != Verdict.NOISY.value else 0.0)
 
 
-def worst_verdicts(nodes: Sequence[NodeVerdict]) -> list[NodeVerdict]:
-    """Node verdicts worst first (``at_stake``), ties in graph order."""
-    return sorted(
-        nodes,
-        key=lambda v: at_stake(v.delta_ns, v.verdict.value, failed=v.verdict is Verdict.SLOWER and v.gates),
-    )
+def worst_text(c: Comparison, limit: int = WORST_SHOWN) -> str:
+    """The items a comparison puts most time at stake in, worst first (``at_stake``), as the summary lists them:
+    compared nodes by their ratio (``fc1 x1.31``), and the nodes the change added or removed by their time
+    (``add_2 +1.20 ms (added)``), so that the operations that carry a change's time are never left out."""
+    ranked: list[tuple[tuple[int, float], int, str]] = []
+    for k, v in enumerate(c.nodes):
+        stake = at_stake(v.delta_ns, v.verdict.value, failed=v.verdict is Verdict.SLOWER and v.gates)
+        # ratios rounded as the report rounds them first, so that this line and every view print the same digits
+        ranked.append((stake, k, f"{v.node.name} x{round(v.ratio, 4):.2f}"))
+    for sign, nodes, times, word in ((1, c.added, c.added_ns, "added"), (-1, c.removed, c.removed_ns, "removed")):
+        for k, (n, ns) in enumerate(zip(nodes, times, strict=False)):
+            text = f"{n.name} {'+' if sign > 0 else '-'}{fmt_ns(round(ns))} ({word})"
+            ranked.append((at_stake(sign * ns, word, failed=False), len(c.nodes) + k, text))
+    return ", ".join(text for _, _, text in sorted(ranked)[:limit]) or "no node in common"
 
 
 def summary_line(label: str, c: Comparison | None) -> str:
@@ -629,9 +637,6 @@ def summary_line(label: str, c: Comparison | None) -> str:
     if c.status is Status.UNDECIDED and c.noisy_reason:
         return f"{label}: undecided, too noisy to decide ({c.noisy_reason})"
     total = f"total x{round(c.total.ratio, 4):.2f}" if c.total else ""
-    worst = worst_verdicts(c.nodes)[:WORST_SHOWN]  # as report.worst_nodes
-    # ratios rounded as the report rounds them first, so that this line and every view print the same digits
-    worst_text = ", ".join(f"{v.node.name} x{round(v.ratio, 4):.2f}" for v in worst) or "no node in common"
     where = ""
     if c.blame is not None and c.blame.lead is not None:
         a = c.blame.lead
@@ -643,4 +648,4 @@ def summary_line(label: str, c: Comparison | None) -> str:
     graphs = f", graphs {c.graphs[0]} -> {c.graphs[1]}" if c.graphs_changed else ""
     changed = f"; graph changed (+{len(c.added)}/-{len(c.removed)}{graphs})" if c.graph_changed else ""
     against = f"; against {c.against}, {c.pairs} pairs" if c.against else ""
-    return f"{label}: {c.status.value}, {total}{where}; worst: {worst_text}{changed}{against}"
+    return f"{label}: {c.status.value}, {total}{where}; worst: {worst_text(c)}{changed}{against}"

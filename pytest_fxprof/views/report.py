@@ -737,15 +737,27 @@ def item_tone(item: JudgedJSON) -> str:
 
 def worst_nodes(nodes: Sequence[NodeJSON], limit: int | None = None) -> list[NodeJSON]:
     """A report's compared nodes worst first, as ``render.at_stake`` ranks them (what failed, then by the time each
-    lost; ties in graph order): what every view calls the worst."""
-    judged = [n for n in nodes if "ratio" in n]  # a node added since the baseline has no ratio
-    return sorted(judged, key=_stake)[:limit]
+    lost; ties in graph order): what every view calls the worst. Where the profile was compared, a node that only
+    this run holds (added: it has no ratio) ranks by its whole time, which the change added."""
+    if not any("ratio" in n for n in nodes):
+        return []
+    return sorted(nodes, key=_stake)[:limit]
 
 
 def _stake(n: NodeJSON) -> tuple[int, float]:
+    if "ratio" not in n:  # added since the baseline or the old side
+        return at_stake(float(n.get("current_ns") or 0), "added", failed=False)
     delta = float(n.get("baseline_ns") or 0) * (float(n["ratio"]) - 1.0)
     verdict = str(n.get("verdict", ""))
     return at_stake(delta, verdict, failed=verdict == Verdict.SLOWER.value and bool(n.get("gates", True)))
+
+
+def worst_label(n: NodeJSON) -> str:
+    """How a view shows a node of ``worst_nodes``: its ratio, or for an added node its time (``+1.20 ms
+    (added)``)."""
+    if "ratio" in n:
+        return f"x{float(n['ratio']):.2f}"
+    return f"+{fmt_ns(int(n.get('current_ns') or 0))} (added)"
 
 
 class AgainstJSON(TypedDict):

@@ -122,7 +122,7 @@ def _table(nodes: Sequence[NodeJSON], compared: bool, header: bool = True, *, st
                 fmt_ns(n["baseline_ns"]) if judged else "",
                 f"x{n['ratio']:.2f}" if judged else "",
                 f"+{n['band']:.0%}" if judged else "",
-                n["verdict"] if judged else "new",
+                n["verdict"] if judged else "added",
             ]
         rows.append(row)
     numeric = {k + (1 if step else 0) for k in (4, 5, 6, 7, 8, 9)}
