@@ -149,7 +149,8 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option(
         "run_budget_s",
         "Against a revision: seconds the whole run's pairs may take; no pair starts that would end past it (at "
-        "its tests' measured cost), and a test still undecided then says so (default 1800)",
+        "its tests' measured cost), one after the first still running then is stopped, and a test still undecided "
+        "says so (default 1800)",
         metavar="S",
     ),
     Option(

@@ -1159,3 +1159,40 @@ def test_a_test_slower_than_its_budget_takes_one_pair_and_ends_undecided_saying_
     (profile,) = json.loads(report.read_text())["profiles"]
     assert profile["status"] == "undecided"
     assert profile["pairs"] == 1
+
+
+IMPORTING = """
+import os
+import sys
+
+from model import profile
+
+
+def test_a(fxprof):
+    import tabnanny  # noqa: F401 (a module the test imports in its body)
+
+    profile(fxprof)
+
+
+def test_b(fxprof):
+    if fxprof.mode == "sample":  # a side's test process: say whether it found the module imported
+        with open(os.path.join(os.environ["STAMP_DIR"], f"{os.getpid()}-{'tabnanny' in sys.modules}"), "w"):
+            pass
+    profile(fxprof)
+"""
+
+
+def test_what_a_test_imports_the_tests_after_it_find_imported(
+    pytester: pytest.Pytester, base: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A test's own process dies with what it changed, not with what it imported: the process that forked it
+    imports that too, so that a later test forks with it imported, as it would have found it in a shared process
+    (in pair 1, served in the run's order)."""
+    commit(pytester, {"test_net.py": IMPORTING}, "a test that imports in its body")
+    stamps = tmp_path_factory.mktemp("stamps")
+    result = against(pytester, "HEAD", env={"STAMP_DIR": str(stamps)})
+    assert result.ret == 0, result.stdout.str()
+    if "tabnanny" in sys.modules:
+        pytest.skip("this interpreter imports tabnanny at its start")
+    found = [f.name.split("-")[1] for f in stamps.iterdir()]
+    assert found.count("True") >= 2, found  # at least pair 1's two sides, which serve test_a first

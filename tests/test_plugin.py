@@ -747,6 +747,10 @@ def test_a_code_change_is_blamed_on_the_module_whose_code_changed(
     assert [n["module"] for n in blame["added"]] == ["h.0.mlp.extra", "h.1.mlp.extra"]
     (summary,) = [line for line in fxprof_section(result) if line.startswith("test_perf.py::test_a [call0]: ")]
     assert "; where: h.*.mlp (MLP) x8.14; " in summary
+    # the worst list leads with the nodes the change added, which carry its time, ranked by that time
+    worst = summary.split("; worst: ")[1].split("; ")[0].split(", ")
+    assert [w.split()[0] for w in worst[:2]] == ["h_0_mlp_extra", "h_1_mlp_extra"], summary
+    assert all(w.endswith("(added)") for w in worst[:2]), summary
 
 
 ASSERTS = """

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -382,6 +383,48 @@ def test_a_test_that_hangs_is_stopped_at_the_deadline_and_fails_alone(tmp_path: 
     err = result.failed["hang-new"]
     assert err.side.name == "new"
     assert "ran hang-new past 1 s, so it was stopped" in err.child.problem
+
+
+def test_a_pair_still_running_when_its_time_runs_out_is_stopped_and_its_tests_are_cut(
+    tmp_path: Path, starter: Start
+) -> None:
+    """The run's budget ends a pair in flight: its processes are stopped, the test they ran (here one that hangs)
+    is not charged with a failure, and it and the tests after it are cut, not measured again in a fresh pair."""
+    old, new = sides(tmp_path, starter=starter)
+    until = time.monotonic() + 2.0
+    result = rounds.run_pair(old, new, paired_tests("b", "hang-new", "c"), number=2, duet=True, cores=[], until=until)
+    assert sorted(result.measured) == ["b"]
+    assert result.failed == {}
+    assert result.cut == ["hang-new", "c"]
+
+
+def test_the_run_budget_cuts_a_later_pair_that_runs_past_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pair's cost is estimated from the last one; one that runs longer is stopped at the run's budget, and the
+    tests it cut say that the budget ended their pairs."""
+    clock = FakeClock()
+    given: list[float | None] = []
+
+    def run_pair(old: rounds.Side, new: rounds.Side, tests: list[rounds.PairedTest], **kw: Any) -> rounds.PairResult:
+        given.append(kw.get("until"))
+        result = rounds.PairResult()
+        if kw["until"] is not None:  # this pair would take 100 s: cut at its limit
+            clock.now += kw["until"] - time.monotonic()
+            result.cut = [t.test_id for t in tests]
+            return result
+        clock.now += 1.0
+        for t in tests:
+            child = Child((), 0, {"calls": {}}, "")
+            result.measured[t.test_id] = (child, child)
+            result.seconds[t.test_id] = 0.5
+        return result
+
+    monkeypatch.setattr(rounds, "run_pair", run_pair)
+    got = rounds.measure_pairs(OLD, NEW, [asked("a"), asked("b")], clock=clock, run_budget_s=50)
+    assert given[0] is None  # the first pair runs whatever the budget
+    assert given[1] is not None
+    assert 47 < clock.now <= 50.5
+    assert [len(got[t].old) for t in "ab"] == [1, 1]
+    assert got["a"].stopped == got["b"].stopped == "the run's time budget of 50 s"
 
 
 def test_a_test_that_fails_on_a_side_says_why_and_the_others_go_on(tmp_path: Path, starter: Start) -> None:

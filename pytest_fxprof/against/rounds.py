@@ -19,7 +19,8 @@ and it stays in the pairs while it is, up to ``max_pairs``; every pair after its
 rather than running its minimum past it. A decided test leaves the later pairs. A side that
 reports the test absent or skipped ends its rounds, as does its ``moot`` (nothing left that pairs could
 compare). The run's ``run_budget_s`` is a limit on the whole: no pair starts that would end past it (at the
-measured cost of its tests), and what was still open then says so (``Pairs.stopped``).
+measured cost of its tests), a pair after the first that is still running when it ends is stopped there, and what
+was still open then says so (``Pairs.stopped``).
 
 A test that fails, crashes or hangs a side's process fails that test alone: a process that ended while running
 a test, or ran one test past ``deadline_s`` (then it is stopped, with its twin), charges it to that test, and the
@@ -134,6 +135,8 @@ class PairResult:
     measured: dict[str, tuple[Child, Child]] = field(default_factory=dict)
     failed: dict[str, SideFailedError] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    cut: list[str] = field(default_factory=list)
+    """The tests it had not measured when the time it was given ran out (``until``)."""
 
 
 TestOrder = Callable[[int, Sequence["PairedTest"]], list["PairedTest"]]
@@ -183,11 +186,13 @@ def run_pair(
     cores: Sequence[int] | None = None,
     spent: Spent | None = None,
     watch: Watch | None = None,
+    until: float | None = None,
 ) -> PairResult:
     """Pair ``number`` (from 1) over ``tests``: a duet (both processes at once, trading ``cores`` pass by pass: by
     default two groups of the tests' threads of this process's cores, where it may place them) or one process
     after the other in the pair's order. Tests after one that crashed or hung a process run again in fresh
-    processes."""
+    processes. At ``until`` (``time.monotonic``) its processes are stopped, and the tests they had not measured
+    are ``PairResult.cut``."""
     result = PairResult()
     remaining = list(tests)
     if cores is None and duet:
@@ -216,17 +221,20 @@ def run_pair(
                 asked = [(t.test_id, t.asked(side.name)) for t in remaining]
                 served.append(Served(side.name, side.relaunch, asked, directory, extra, starter=side.starter))
             if duet:
-                run(served, deadline_s, [exited_mark(base, s.name) for s in served], watch)
+                run(served, deadline_s, [exited_mark(base, s.name) for s in served], watch, until)
             else:
                 first = {"old": 0, "new": 1}[order(number - 1)[0]]
                 for s in (served[first], served[1 - first]):
-                    run([s], deadline_s, watch=watch)
+                    run([s], deadline_s, watch=watch, until=until)
             got = settle(served, [t.test_id for t in remaining], spent)
         for test_id, children in got.measured.items():
             result.measured[test_id] = (children["old"], children["new"])
             result.seconds[test_id] = got.seconds[test_id]
         for test_id, (name, child) in got.failed.items():
             result.failed[test_id] = SideFailedError(sides[name], child, number)
+        if any(s.out_of_time for s in served):
+            result.cut = list(got.retry)
+            break
         if len(got.retry) == len(remaining):  # nothing settled: never loop for ever
             for test_id in got.retry:
                 child = Child((), -1, None, "", "no process measured it to the end")
@@ -274,39 +282,55 @@ def measure_pairs(
         started = clock()
         served = arrange(number + 1, chosen)
         told = None if watch is None else functools.partial(watch, number + 1)
+        # the first pair runs whatever the budget (what a pair costs is known only after it); a later one stops at it
+        left = None if not number or run_budget_s is None else run_budget_s - already_s - (clock() - began)
         result = run_pair(
-            old, new, served, number=number + 1, duet=duet, deadline_s=deadline_s, spent=spent, watch=told
+            old,
+            new,
+            served,
+            number=number + 1,
+            duet=duet,
+            deadline_s=deadline_s,
+            spent=spent,
+            watch=told,
+            until=None if left is None else time.monotonic() + left,
         )
         number += 1
         took = clock() - started
         own = sum(result.seconds.values())
         share = max(0.0, took - own) / len(chosen)  # the processes' start, shared by the tests they served
         for t in chosen:
-            g = got[t.test_id]
-            g.seconds += result.seconds.get(t.test_id, 0.0) + share
-            if t.test_id in result.failed:
-                g.failed = result.failed[t.test_id]
-                done.add(t.test_id)
-                continue
-            pair = result.measured.get(t.test_id)
-            if pair is None:
-                continue
-            ended = next(((name, c) for name, c in zip(("old", "new"), pair, strict=True) if c.ended), None)
-            if ended is not None:
-                g.ended = ended
-                done.add(t.test_id)
-                continue
-            g.old.append(pair[0])
-            g.new.append(pair[1])
-            if "calls" not in t.request:  # the new side's calls, for the lock-step of the next pairs
-                t.request["calls"] = sorted((pair[1].data or {}).get("calls", {}))
-            if not t.captured:
-                t.captured = {"old": captured_by(pair[0]), "new": captured_by(pair[1])}
-            if t.moot(g):
+            got[t.test_id].seconds += result.seconds.get(t.test_id, 0.0) + share
+            if _take(t, got[t.test_id], result, f"{RUN_BUDGET} of {run_budget_s:g} s"):
                 done.add(t.test_id)
         if progress is not None:
             progress(number, len(chosen), took)
     return got
+
+
+def _take(t: PairedTest, g: Pairs, result: PairResult, cut: str) -> bool:
+    """Add what pair ``result`` measured of test ``t`` to ``g``; whether that ends its pairs (a side failed, lacked
+    or skipped it, the pair was ``cut`` short before it, or nothing is left to compare)."""
+    if t.test_id in result.failed:
+        g.failed = result.failed[t.test_id]
+        return True
+    if t.test_id in result.cut:
+        g.stopped = cut
+        return True
+    pair = result.measured.get(t.test_id)
+    if pair is None:
+        return False
+    ended = next(((name, c) for name, c in zip(("old", "new"), pair, strict=True) if c.ended), None)
+    if ended is not None:
+        g.ended = ended
+        return True
+    g.old.append(pair[0])
+    g.new.append(pair[1])
+    if "calls" not in t.request:  # the new side's calls, for the lock-step of the next pairs
+        t.request["calls"] = sorted((pair[1].data or {}).get("calls", {}))
+    if not t.captured:
+        t.captured = {"old": captured_by(pair[0]), "new": captured_by(pair[1])}
+    return t.moot(g)
 
 
 def captured_by(child: Child) -> dict[str, dict[str, Any]]:

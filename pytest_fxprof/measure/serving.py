@@ -141,6 +141,8 @@ class Served:
         """The test it ran past the deadline, when it was stopped for that."""
         self.shared: dict[str, str] = {}
         """The tests it ran in itself, not each in a process of its own, and why (``modes.isolated``)."""
+        self.out_of_time = False
+        """Whether it was stopped because the time it was given ran out (``run``'s ``until``)."""
         self.stopped = False
         """Whether it was stopped (for its own lateness, or because another process of the round crashed or was
         late): what it was running then is not its own failure, unless it was late."""
@@ -194,15 +196,24 @@ def usable(data: Mapping[str, Any]) -> bool:
 
 
 def _wait(
-    running: Sequence[Served], deadline_s: float | None, marks: Sequence[Path] = (), watch: Watch | None = None
+    running: Sequence[Served],
+    deadline_s: float | None,
+    marks: Sequence[Path] = (),
+    watch: Watch | None = None,
+    until: float | None = None,
 ) -> None:
     """Wait until every process of ``running`` (started) ended, reading their output meanwhile. A process that
     ended without reaching its session's end (it crashed) ends the others at once; a test that runs past
-    ``deadline_s`` in a process stops every process (``Served.late`` names the test). ``marks``: the exited mark
-    of each process, touched as it ends, for its twin's lock-step; ``watch``: told of a test that runs long."""
+    ``deadline_s`` in a process stops every process (``Served.late`` names the test), as does reaching ``until``
+    (``time.monotonic``; ``Served.out_of_time``). ``marks``: the exited mark of each process, touched as it ends,
+    for its twin's lock-step; ``watch``: told of a test that runs long."""
     stop = False
     told: dict[str, float] = {}
     while True:
+        if until is not None and not stop and time.monotonic() > until:
+            stop = True
+            for r in running:
+                r.out_of_time = r.proc is not None and r.proc.poll() is None
         if watch is not None:
             _watch(running, told, watch)
         alive = [r.proc for r in running if r.proc is not None and r.proc.poll() is None]
@@ -244,13 +255,17 @@ def _watch(running: Sequence[Served], told: dict[str, float], watch: Watch) -> N
 
 
 def run(
-    served: Sequence[Served], deadline_s: float | None, marks: Sequence[Path] = (), watch: Watch | None = None
+    served: Sequence[Served],
+    deadline_s: float | None,
+    marks: Sequence[Path] = (),
+    watch: Watch | None = None,
+    until: float | None = None,
 ) -> None:
     """Start ``served`` together, wait for them (``_wait``) and read their ends; on an interrupt, kill them."""
     try:
         for s in served:
             s.launch()
-        _wait(served, deadline_s, marks, watch)
+        _wait(served, deadline_s, marks, watch, until)
     except BaseException:
         for s in served:
             if s.proc is not None:

@@ -20,6 +20,7 @@ Imported only by a process that serves tests (it imports pytest's runner).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import signal
@@ -57,25 +58,39 @@ def unfit() -> str:
     return ""
 
 
-def _reports_to(path: Path, item: pytest.Item, reports: list[pytest.TestReport]) -> None:
+def _reports_to(path: Path, item: pytest.Item, reports: list[pytest.TestReport], imported: list[str]) -> None:
     hook = item.config.hook
     data = [hook.pytest_report_to_serializable(config=item.config, report=r) for r in reports]
-    path.write_text(json.dumps(data, default=str), encoding="utf-8")
+    path.write_text(json.dumps({"reports": data, "imported": imported}, default=str), encoding="utf-8")
 
 
-def _reports_from(path: Path, item: pytest.Item) -> list[pytest.TestReport]:
+def _reports_from(path: Path, item: pytest.Item) -> tuple[list[pytest.TestReport], list[str]]:
+    """The reports a test's process handed back, and the modules it imported, in their order."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return []
+        return [], []
+    if not isinstance(raw, dict):
+        return [], []
     out = []
-    for data in raw if isinstance(raw, list) else []:
+    for data in raw.get("reports", []):
         if isinstance(data.get("longrepr"), list):  # a skip's (path, line, reason), a list once in JSON
             data["longrepr"] = tuple(data["longrepr"])
         report = item.config.hook.pytest_report_from_serializable(config=item.config, data=data)
         if isinstance(report, pytest.TestReport):
             out.append(report)
-    return out
+    return out, [str(m) for m in raw.get("imported", [])]
+
+
+def _import_too(names: list[str]) -> None:
+    """Import here what a test's process imported (a library its test imports in its body, the lazy submodules
+    of torch and of the model's library that its first call pulls in), in the order it did: the tests after it
+    fork with them imported, as they would have found them in a process they shared, and the side's parent learns
+    them as this process ends (``measure.zygote``). One that fails to import here is left to the tests."""
+    for name in names:
+        if name not in sys.modules:
+            with contextlib.suppress(BaseException):
+                importlib.import_module(name)
 
 
 def _ended(item: pytest.Item, status: int) -> pytest.TestReport:
@@ -117,7 +132,9 @@ def run_forked(item: pytest.Item) -> bool:
             code = 0
             try:
                 die_with_parent(parent)
-                _reports_to(path, item, runtestprotocol(item, log=False, nextitem=None))
+                before = set(sys.modules)
+                reports = runtestprotocol(item, log=False, nextitem=None)
+                _reports_to(path, item, reports, [m for m in list(sys.modules) if m not in before])
             except BaseException:  # noqa: BLE001 (whatever ended it, the parent reports it)
                 code = 1
             finally:
@@ -132,8 +149,9 @@ def run_forked(item: pytest.Item) -> bool:
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
             raise
-        reports = _reports_from(path, item)
+        reports, imported = _reports_from(path, item)
     _interrupted(status)
+    _import_too(imported)
     if not reports or status != 0:
         reports.append(_ended(item, status))
     for report in reports:
