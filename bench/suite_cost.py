@@ -31,9 +31,10 @@ earlier version side by side. ``--start fork`` or ``--start fresh`` passes ``--f
 check: its side processes forked from one parent that imported the tests' libraries (the default), or each
 started fresh. The runs before 2026-11-29 03:40 UTC that say ``"fork_sides": true`` forked them with
 ``bench/fork_sides.py`` (commit 17c3111), which became the plugin's ``measure.forking``.
-``--leak`` puts a test before the suite's (at both commits) that replaces ``torch.nn.functional.relu`` and sets the
-default dtype to float64 and never restores them: a check of unchanged code in which every failure is a false
-alarm that one test's leak caused.
+``--leak both`` puts a test before the suite's (at both commits) that replaces ``torch.nn.functional.relu`` and
+sets the default dtype to float64 and never restores them: a check of unchanged code in which every failure is a
+false alarm that one test's leak caused; ``--leak head`` has the head commit add that test (a pull request that
+adds a leaking test), where every suite test not judged ``pass`` is a wrong answer.
 ``--by-spread FILE ...`` groups the checks of unchanged code that those files hold by how widely their tests' totals
 spread pair by pair (each check's median over its tests of the standard deviation of the log of the total's ratio)
 and prints, per suite and group, the pairs a test took and the check's time against a plain run.
@@ -154,7 +155,7 @@ def plan(
     return {"slowed": slowed, "conditions": conditions}
 
 
-def make_repo(work: Path, names: tuple[str, ...], slowed: dict[str, Any], leak: bool = False) -> None:
+def make_repo(work: Path, names: tuple[str, ...], slowed: dict[str, Any], leak: str = "") -> None:
     work.mkdir(parents=True)
     git(work, "init", "-q")
     git(work, "config", "user.email", "bench@example.com")
@@ -162,12 +163,16 @@ def make_repo(work: Path, names: tuple[str, ...], slowed: dict[str, Any], leak: 
     shutil.copy(BENCH / "suite_models.py", work / "suite_models.py")
     shutil.copy(BENCH / "gpt_style.py", work / "gpt_style.py")
     (work / "conftest.py").write_text(CONFTEST)
-    (work / "test_suite.py").write_text((LEAKING_TEST if leak else "") + TEST_MODULE.format(names=list(names)))
+    (work / "test_suite.py").write_text(
+        (LEAKING_TEST if leak == "both" else "") + TEST_MODULE.format(names=list(names))
+    )
     (work / "pytest.ini").write_text("[pytest]\n")
     (work / "plan.json").write_text("{}\n")
     git(work, "add", ".")
     git(work, "commit", "-qm", "base")
     (work / "plan.json").write_text(json.dumps(slowed, indent=1) + "\n")
+    if leak == "head":  # the pull request adds the leaking test, before the suite's
+        (work / "test_suite.py").write_text(LEAKING_TEST + (work / "test_suite.py").read_text())
     with (work / "test_suite.py").open("a") as f:
         f.write("# nothing that matters: a comment\n")
     git(work, "commit", "-qam", "head")
@@ -270,7 +275,7 @@ def one_run(args: argparse.Namespace, names: tuple[str, ...], run: int, found: d
         "check_s": round(check_s, 1),
         "ratio": round(check_s / plain_s, 2) if not args.no_check else None,
         "start": args.start or "default",
-        "leak": args.leak,
+        "leak": args.leak or "",
         "record_s": None if record_s is None else round(record_s, 1),
         "plain_rc": plain_rc,
         "check_rc": check_rc,
@@ -388,7 +393,11 @@ def main() -> None:
     parser.add_argument("--no-check", action="store_true", help="leave the check out (with --record)")
     parser.add_argument("--keep", type=Path, help="a folder that keeps each check's whole JSON report")
     parser.add_argument("--start", choices=("fork", "fresh"), help="how the check's side processes start")
-    parser.add_argument("--leak", action="store_true", help="a first test that leaks F.relu and the default dtype")
+    parser.add_argument(
+        "--leak",
+        choices=("both", "head"),
+        help="a first test that leaks F.relu and the default dtype: at both commits, or added by the head",
+    )
     parser.add_argument("pytest_args", nargs="*", help="after --: more arguments of the check")
     args = parser.parse_args()
     if args.by_spread:

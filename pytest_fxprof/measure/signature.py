@@ -75,16 +75,29 @@ class Globals:
     held."""
 
     settings: dict[str, str]
-    names: dict[str, int]
+    names: dict[str, Any]
 
     @classmethod
     def now(cls) -> Globals:
         names = {}
         for prefix, space in NAMESPACES:
             for name, value in list(vars(space).items()):
-                if not name.startswith("_") and callable(value):
-                    names[f"{prefix}.{name}"] = id(value)
+                if not name.startswith("_") and callable(value) and not isinstance(value, type):
+                    names[f"{prefix}.{name}"] = value
         return cls(_settings(), names)
+
+
+def _replaced(now: Any, before: Any) -> bool:
+    """Whether ``now`` is another function than ``before``: not the same object, nor a wrapper of it (torch
+    wraps some of its own functions as a lazy submodule is first imported: ``torch._dynamo`` wraps
+    ``torch.manual_seed``, keeping it as ``__wrapped__``)."""
+    seen = 0
+    while now is not before and seen < 8:
+        now = getattr(now, "__wrapped__", None)
+        if now is None:
+            return True
+        seen += 1
+    return now is not before
 
 
 _START: list[Globals] = []
@@ -103,7 +116,7 @@ def state_of() -> tuple[str, ...]:
         return ()
     start, now = _START[0], Globals.now()
     lines = [f"{k}: {v}" for k, v in now.settings.items() if start.settings.get(k) != v]
-    replaced = sorted(k for k, v in now.names.items() if start.names.get(k, v) != v)
+    replaced = sorted(k for k, v in now.names.items() if k in start.names and _replaced(v, start.names[k]))
     return (*lines, *(REPLACED + name for name in replaced))
 
 
