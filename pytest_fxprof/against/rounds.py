@@ -265,6 +265,7 @@ def measure_pairs(
     ``progress(pair, tests, seconds)`` is told of each pair as it ends, ``watch(pair, test, seconds)`` of a test that
     runs long in it (``measure.serving.WATCH_S``)."""
     arrange = test_order or shuffled()
+    cut = RUN_BUDGET if run_budget_s is None else f"{RUN_BUDGET} of {run_budget_s:g} s"
     got = {t.test_id: Pairs() for t in tests}
     done: set[str] = set()
     began = clock()
@@ -301,7 +302,7 @@ def measure_pairs(
         share = max(0.0, took - own) / len(chosen)  # the processes' start, shared by the tests they served
         for t in chosen:
             got[t.test_id].seconds += result.seconds.get(t.test_id, 0.0) + share
-            if _take(t, got[t.test_id], result, f"{RUN_BUDGET} of {run_budget_s:g} s"):
+            if _take(t, got[t.test_id], result, cut):
                 done.add(t.test_id)
         if progress is not None:
             progress(number, len(chosen), took)
