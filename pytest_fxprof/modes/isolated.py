@@ -89,7 +89,7 @@ def _import_too(names: list[str]) -> None:
     them as this process ends (``measure.zygote``). One that fails to import here is left to the tests."""
     for name in names:
         if name not in sys.modules:
-            with contextlib.suppress(BaseException):
+            with contextlib.suppress(Exception):
                 importlib.import_module(name)
 
 
