@@ -90,8 +90,9 @@ class Spent:
             f"waiting for the measuring turn {self.waiting_s:.0f} s",
         ]
         shared = (
-            f"; {self.shared} test(s) ran in the process that served them, not in one of their own: it ran threads "
-            "when they began (an operator run as the tests were collected), which a fork does not carry"
+            f"; {self.shared} test(s) ran in the process that served them, not in one of their own: it could not "
+            "fork them safely (off Linux, or running threads that a fork does not carry: an operator run as the "
+            "tests were collected)"
             if self.shared
             else ""
         )
