@@ -388,12 +388,13 @@ def test_a_test_that_hangs_is_stopped_at_the_deadline_and_fails_alone(tmp_path: 
 def test_a_pair_still_running_when_its_time_runs_out_is_stopped_and_its_tests_are_cut(
     tmp_path: Path, starter: Start
 ) -> None:
-    """The run's budget ends a pair in flight: its processes are stopped, the test they ran (here one that hangs)
-    is not charged with a failure, and it and the tests after it are cut, not measured again in a fresh pair."""
+    """The run's budget ends a pair in flight: its processes are stopped, the test they ran (here one that hangs,
+    so that the cut comes whatever the machine's speed) is not charged with a failure, and it and the tests after
+    it are cut, not measured again in a fresh pair."""
     old, new = sides(tmp_path, starter=starter)
-    until = time.monotonic() + 8.0  # time enough for b on a loaded machine; hang-new never ends
-    result = rounds.run_pair(old, new, paired_tests("b", "hang-new", "c"), number=2, duet=True, cores=[], until=until)
-    assert sorted(result.measured) == ["b"]
+    until = time.monotonic() + 2.0
+    result = rounds.run_pair(old, new, paired_tests("hang-new", "c"), number=2, duet=True, cores=[], until=until)
+    assert result.measured == {}
     assert result.failed == {}
     assert result.cut == ["hang-new", "c"]
 
