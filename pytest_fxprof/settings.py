@@ -115,7 +115,10 @@ class Settings:
     passes: int = _setting(12, "Measured passes per profile (default 12)", minimum=1)
     threads: int = _setting(1, "torch intra-op threads while profiling (default 1)", minimum=1)
     processes: int = _setting(
-        5, "Processes a baseline is recorded from: this one plus fresh ones (default 5)", minimum=1
+        5,
+        "Processes a baseline is recorded from: this one plus fresh ones (default 5); a check against a baseline "
+        "of one process decides nothing until it holds a second recording",
+        minimum=1,
     )
     floor_us: float = _setting(
         DEFAULT_FLOOR_NS / 1e3,

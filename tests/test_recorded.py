@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from pytest_fxprof.against.recorded import REF, RecordedSides, baseline_revision, working_revision
+from pytest_fxprof.judge.decision import refuse_lone
 from pytest_fxprof.judge.paired import MIN_DECIDING_PAIRS
 from pytest_fxprof.records.measurement import NodeInfo
 from pytest_fxprof.records.verdicts import Comparison, Status
@@ -266,7 +267,7 @@ def test_a_slowdown_the_baseline_finds_and_the_pairs_do_not_fails_and_says_the_c
 ) -> None:
     _, slower = checked({"relu": 3.0}, {"relu": 3.0})
     assert slower.status is Status.REGRESSION
-    changed = replace(slower, added=(_node("mul", "mul"),))
+    changed = replace(slower, added=(_node("mul", "mul"),), baseline_processes=5)  # a baseline that can decide
     _, same = checked({})
     passed = replace(same, against=f"{REF} (aaaaaaa)", pairs=4)
     calls, run = _calls(tmp_path, changed, passed)
@@ -363,3 +364,19 @@ def test_a_baselines_commit_is_looked_up_in_the_tests_repository_wherever_the_fi
     assert "record it again from a clean working tree" in why
     # inside the repository, as before
     assert baseline_revision(first, project / "baselines" / "t.json", project) == (first, "")
+
+
+def test_a_baseline_of_one_process_leaves_the_verdict_of_changed_code_to_the_pairs(tmp_path: Path) -> None:
+    """Against a baseline of one process nothing is decided (``decision.refuse_lone``); where the code changed, the
+    pairs against the baseline's revision decide, a pass as well as a slowdown."""
+    _, same = checked({})
+    stored = refuse_lone(replace(same, added=(_node("mul", "mul"),)))
+    assert (stored.lone, stored.refused, stored.status) == (True, True, Status.UNDECIDED)
+    _, slower = checked({"relu": 3.0}, {"relu": 3.0})
+    calls, run = _calls(tmp_path, stored, replace(slower, against=f"{REF} (aaaaaaa)", pairs=4))
+    (failure,) = calls.finish(run, passed=True).failures
+    assert failure.startswith(f"fxprof: t.py::test [call0] got slower than {REF} (aaaaaaa) (4 pairs")
+    calls, run = _calls(tmp_path, stored, replace(same, against=f"{REF} (aaaaaaa)", pairs=4))
+    assert calls.finish(run, passed=True).failures == []
+    (record,) = run.records
+    assert record["status"] == "pass"

@@ -76,6 +76,7 @@ from pytest_fxprof.judge.memory import (
 from pytest_fxprof.judge.moved import held_to_changes, held_to_scopes, scopes
 from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, Recording, Run
 from pytest_fxprof.records.verdicts import (
+    LONE_REASON,
     AggregateVerdict,
     BandSource,
     Comparison,
@@ -878,9 +879,17 @@ def widest_band(entry: BaselineEntry, policy: Policy) -> tuple[float, str] | Non
     return (spread.widest, spread.widest_of) if spread.widest_of else None
 
 
+def refuse_lone(c: Comparison) -> Comparison:
+    """A comparison whose bands a baseline of one process set (``Comparison.lone``) made undecided, nothing judged
+    (``LONE_REASON``): its figures stay on record, its verdict does not count. Any other comparison as it is."""
+    if not c.lone or c.status is Status.MISMATCH:
+        return c
+    return replace(c, status=Status.UNDECIDED, noisy_reason=LONE_REASON, blame=None)
+
+
 def weak_baseline(label: str, entry: BaselineEntry, policy: Policy) -> str:
     """The warning of a baseline that holds one process's measurement (its comparable recordings hold one run:
-    nothing shows how an unchanged model varies between processes, and its bands are the bare tolerances), or
+    nothing shows how an unchanged model varies between processes, and a check cannot judge against it), or
     whose newest recording was made on a busy machine (``RecordingSpread.weak``): "<label>: recorded on a busy
     machine: bands up to +27 % (maxpool), over 80 % of the time of the nodes that can fail a test alone; record
     again ...", else "": the one wording of the recording's warning, ``fxprof show`` and every check that uses the
@@ -888,9 +897,9 @@ def weak_baseline(label: str, entry: BaselineEntry, policy: Policy) -> str:
     if sum(len(r.runs) for r in entry.comparable_recordings) < 2:
         return (
             f"{label}: the baseline holds one process's measurement, which cannot show how much the model's times "
-            "vary between processes: its bands are the bare tolerances, which an unchanged model can pass in another "
-            "process; --fxprof-processes 2 or more (the default is 5) measures that spread, as does a second "
-            "recording in its history (--fxprof-update again)"
+            "vary between processes: a check against it ends undecided, nothing judged, until it is recorded from 2 "
+            "or more processes (--fxprof-processes; the default is 5) or holds a second recording in its history "
+            "(--fxprof-update again)"
         )
     spread = recording_spread(entry.nodes, entry.runs, policy)
     if not spread.weak:

@@ -338,6 +338,15 @@ class Blame:
         return self.node.node.module if self.node is not None else ""
 
 
+LONE_REASON = (
+    "its baseline holds one process's measurement, which cannot show how much the model's times vary between "
+    "processes, so no band it sets can tell a slowdown from that spread"
+)
+"""Why a check against a baseline of one process decides nothing (``judge.decision.refuse_lone``): in another process a
+node can take two or three times as long with nothing changed, as the allocator's state differs, and no band that
+holds that catches the slowdowns the gate must (BENCHMARKS.md, "Baselines of one process")."""
+
+
 @dataclass(frozen=True)
 class Comparison:
     """Everything the gate decided about one profile."""
@@ -374,6 +383,17 @@ class Comparison:
     def reference(self) -> str:
         """What the profile was compared with, for the lines that say so: ``its baseline`` or the revision."""
         return self.against or "its baseline"
+
+    @property
+    def lone(self) -> bool:
+        """Whether a baseline of one process's measurement set the bands: one recording (no comparable earlier one
+        learnt from) of one process, which cannot show how the model's times vary between processes."""
+        return not self.against and self.baseline_processes < 2 and self.recordings < 2
+
+    @property
+    def refused(self) -> bool:
+        """Whether the comparison decided nothing because its baseline is ``lone`` (``LONE_REASON``)."""
+        return self.status is Status.UNDECIDED and self.noisy_reason == LONE_REASON
 
     @property
     def slower(self) -> tuple[NodeVerdict, ...]:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_fxprof.against.compare import AgainstError
 from pytest_fxprof.against.recorded import RecordedSides, baseline_revision
-from pytest_fxprof.judge.decision import capture_changed, compare, weak_baseline
+from pytest_fxprof.judge.decision import capture_changed, compare, refuse_lone, weak_baseline
 from pytest_fxprof.measure.sampling import BUSY_RETRIES, SamplingError, sample
 from pytest_fxprof.measure.turns import TurnError
 from pytest_fxprof.records.disturbance import Disturbance
@@ -98,7 +98,7 @@ class CheckCalls(Calls):
             why = f"{result.disturbance.line}; measured {1 + BUSY_RETRIES} times, every time busy"
             return replace(result, comparison=noisy(entry, why))
         policy, tolerances = self.settings.policy(), self.settings.tolerances()
-        comparison = compare(entry, result.entry(tolerances), policy)
+        comparison = refuse_lone(compare(entry, result.entry(tolerances), policy))  # one process's baseline: undecided
         if comparison.status is Status.REGRESSION and self.reactions.confirm is not Confirm.OFF:
             # a regression stands only if a second measurement shows it too
             with self.turns.turn("confirmation", self.taken.setdefault(key, [])):
@@ -261,14 +261,16 @@ def _stricter(result: ProfileResult, checked: RevisionCheck | None) -> tuple[Pro
     """What a call shows: its pairs' comparison against the baseline's revision (then True), unless the comparison
     with the baseline is the stricter verdict: the pairs measured the change itself, where the baseline's speed
     factors had to guess the machine's drift since the recording, so their figures are the change's (BENCHMARKS.md,
-    "The allocator: the program users run")."""
+    "The allocator: the program users run"). A baseline of one process judged nothing (``Comparison.refused``): the
+    pairs' verdict stands."""
     paired = checked.comparison if checked is not None else None
     stored = result.comparison
     if checked is None or paired is None or checked.profile is None or stored is None:
         return result, False
     if paired.status is Status.MISMATCH:
         return result, False  # the pairs judged nothing
-    if not capture_changed(stored) and _STRICT.get(paired.status, 0) < _STRICT.get(stored.status, 0):
+    stricter = _STRICT.get(paired.status, 0) < _STRICT.get(stored.status, 0)
+    if not stored.refused and not capture_changed(stored) and stricter:  # one process's baseline decided nothing
         return result, False
     seconds = result.seconds + checked.profile.seconds
     return ProfileResult.of(replace(checked.profile, comparison=paired, seconds=seconds)), True

@@ -64,10 +64,11 @@ def ending(
     second set of pairs found (a line of a failure, else a notice)."""
     outcome = Outcome()
     refresh = c is not None and (not c.against or baseline)
-    if c is not None and not c.against and weak:  # a baseline recorded on a busy machine says so in every check
+    if c is not None and not c.against and weak and not c.refused:  # a weak baseline says so in every check
         outcome.warnings.append(f"fxprof: {weak}")
     if c is not None and c.status is Status.UNDECIDED and c.noisy_reason:  # nothing judged
-        _undecided(outcome, reactions, undecided_message(label, c, "run the check on a quieter machine"))
+        fix = lone_fix(test_id) if c.refused else "run the check on a quieter machine"
+        _undecided(outcome, reactions, undecided_message(label, c, fix))
         return Ending(c.status, outcome)
     if c is None:
         msg = f"fxprof: no baseline for {label} in {directory}; {rerecord_hint(test_id)}"
@@ -140,6 +141,15 @@ def _mismatch_message(label: str, test_id: str, c: Comparison) -> str:
 
 def _mismatch(outcome: Outcome, reactions: Reactions, msg: str) -> None:
     (outcome.failures if reactions.mismatch is OnMismatch.FAIL else outcome.skips).append(msg)
+
+
+def lone_fix(test_id: str) -> str:
+    """How a baseline of one process comes to decide: more processes in a recording, or a second recording."""
+    return (
+        f"record it from 2 or more processes (--fxprof-processes; the default is 5): "
+        f"{update_command(test_id)} --fxprof-processes 5; or record it once more, and the history's two recordings "
+        "show the spread"
+    )
 
 
 def wide_bands(test_id: str, c: Comparison) -> str:

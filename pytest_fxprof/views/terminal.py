@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from pytest_fxprof.records.disturbance import BUSY_LINE
 from pytest_fxprof.records.measurement import FORWARD, TUNED_ALLOCATOR
 from pytest_fxprof.records.units import fmt_ns
-from pytest_fxprof.records.verdicts import Status
+from pytest_fxprof.records.verdicts import LONE_REASON, Status
 from pytest_fxprof.views.render import WORST_SHOWN, grid
-from pytest_fxprof.views.report import NodeJSON, ProfileRecord, busy_line, item_tone, worst_nodes
+from pytest_fxprof.views.report import NodeJSON, ProfileRecord, ProfileReportJSON, busy_line, item_tone, worst_nodes
 
 Line = tuple[str, str | None]
 """A line of text and the colour to write it in (None: the terminal's own)."""
@@ -37,12 +37,23 @@ def node_colour(node: NodeJSON) -> str | None:
 
 def busy_counts(records: Sequence[ProfileRecord]) -> str:
     """The run's count of profiles that reached no verdict, and of those measured on a busy machine: in a check,
-    this process's profile; in an update, the recording's processes, as its warnings count them ("" if none)."""
-    undecided = sum(r["status"] == Status.UNDECIDED for r in records)
+    this process's profile; in an update, the recording's processes, as its warnings count them; and of those
+    undecided against a baseline of one process, which more processes decide, not a quieter machine ("" if none)."""
+    undecided = [r for r in records if r["status"] == Status.UNDECIDED]
+    lone = sum(_lone(r["report"]) for r in undecided)
     busy = sum(bool(busy_line(r["report"]) or r["report"].get("busy_processes")) for r in records)
-    parts = [f"{undecided} profile(s) undecided, too noisy to decide"] if undecided else []
+    parts = [f"{len(undecided) - lone} profile(s) undecided, too noisy to decide"] if len(undecided) > lone else []
     parts += [f"{busy} profile(s) {BUSY_LINE}"] if busy else []
-    return "; ".join(parts) + ("; measure on a quieter machine" if parts else "")
+    text = "; ".join(parts) + ("; measure on a quieter machine" if parts else "")
+    if lone:
+        more = f"{lone} profile(s) undecided against a baseline of one process: record them from 2 or more processes"
+        text += ("; " if text else "") + more + " (--fxprof-processes) or once more"
+    return text
+
+
+def _lone(report: ProfileReportJSON) -> bool:
+    """Whether a profile decided nothing against a baseline of one process's measurement (``Comparison.refused``)."""
+    return report.get("noisy") == LONE_REASON
 
 
 def allocator_lines(records: Sequence[ProfileRecord]) -> list[Line]:
