@@ -46,7 +46,8 @@ from pytest_fxprof.session.reactions import (
 )
 
 # symbolic capture: no check of the graph against the module; the interpreter engine: no pass measured again
-# for preemption (the compiled engine's wall-clock stamps); so the module runs only in the passes counted
+# for preemption (the compiled engine's wall-clock stamps); so the module runs only in the passes counted. Two
+# processes: a check against a baseline of one decides nothing (``judge.decision.refuse_lone``)
 FAST = (
     "--fxprof-processes=2",
     "--fxprof-warmup=1",
