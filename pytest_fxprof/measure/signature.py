@@ -14,6 +14,7 @@ Must not import pytest.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -91,13 +92,12 @@ def _replaced(now: Any, before: Any) -> bool:
     """Whether ``now`` is another function than ``before``: not the same object, nor a wrapper of it (torch
     wraps some of its own functions as a lazy submodule is first imported: ``torch._dynamo`` wraps
     ``torch.manual_seed``, keeping it as ``__wrapped__``)."""
-    seen = 0
-    while now is not before and seen < 8:
-        now = getattr(now, "__wrapped__", None)
-        if now is None:
-            return True
-        seen += 1
-    return now is not before
+    if now is before:
+        return False
+    try:
+        return inspect.unwrap(now, stop=lambda f: f is before) is not before
+    except ValueError:  # a chain of wrappers that loops
+        return True
 
 
 _START: list[Globals] = []
