@@ -14,7 +14,10 @@ is empty. The head commit adds a comment to the test module and, with ``--condit
 some models: in run ``r``, model ``i`` (of those symbolic tracing captures, whose leaf modules the graph calls
 whole) gets, by ``(r + i) % 3``, ``node+10`` (the leaf module of 1 ms or more whose share of the model is
 closest to 5 %, 10 % slower), ``total+5`` (every leaf module 5 % slower) or nothing. With ``--condition none``
-nothing that matters changed: every failure is a false alarm.
+nothing that matters changed: every failure is a false alarm. ``--condition one`` is a pull request that changes
+one model (``node+10`` on model ``r % n`` of the symbolic ones), ``--condition third`` one that changes a block
+a third of them share (``total+5`` on every third symbolic model, from model ``r % 3``): the rest are unchanged,
+and a check that proves them so measures only the changed ones.
 
 Each run times, one after the other in one loop, ``pytest --fxprof-update --fxprof-processes 1`` into a
 throw-away directory (one plain profiling run: each test measured once, in this one process) and
@@ -133,14 +136,22 @@ def leaves(name: str) -> tuple[str, list[tuple[str, float, float]]]:
 
 
 def plan(
-    names: tuple[str, ...], run: int, found: dict[str, tuple[str, list[tuple[str, float, float]]]]
+    names: tuple[str, ...],
+    run: int,
+    found: dict[str, tuple[str, list[tuple[str, float, float]]]],
+    condition: str = "mixed",
 ) -> dict[str, Any]:
-    """The slowdowns of run ``run`` (``--condition mixed``) per model, and each model's condition."""
+    """The slowdowns of run ``run`` (``--condition mixed``, ``one`` or ``third``) per model, and each model's
+    condition."""
     slowed: dict[str, list[dict[str, Any]]] = {}
     conditions: dict[str, dict[str, Any]] = {}
     symbolic = [n for n in names if found[n][0].startswith("symbolic") and found[n][1]]
     for i, name in enumerate(symbolic):
         kind = ("node+10", "total+5", "none")[(run + i) % 3]
+        if condition == "one":
+            kind = "node+10" if i == run % len(symbolic) else "none"
+        elif condition == "third":
+            kind = "total+5" if (i + run) % 3 == 0 else "none"
         mods = found[name][1]
         if kind == "node+10":
             big = [m for m in mods if m[1] >= 1.0] or sorted(mods, key=lambda m: -m[1])[:1]
@@ -225,7 +236,8 @@ def verdicts(report: Path) -> dict[str, dict[str, Any]]:
 
 
 def one_run(args: argparse.Namespace, names: tuple[str, ...], run: int, found: dict[str, Any]) -> dict[str, Any]:
-    planned = plan(names, run, found) if args.condition == "mixed" else {"slowed": {}, "conditions": {}}
+    slowing = args.condition != "none"
+    planned = plan(names, run, found, args.condition) if slowing else {"slowed": {}, "conditions": {}}
     conditions = planned["conditions"] or {n: {"condition": "none"} for n in names}
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     if args.code is not None:
@@ -329,10 +341,14 @@ def summary(path: Path) -> None:
         failed = sum(r["failed"] for r in rows)
         named_ = sum(r["named"] for r in rows)
         undecided = sum(r["status"] == "undecided" for r in rows)
+        unchanged = sum(r["status"] == "unchanged" for r in rows)
         # where a second set of pairs measured the test: what the first set alone would have said
         first = [r["sets"][0]["status"] if r.get("sets") else r["status"] for r in rows]
         alone = f"; the first set alone: {first.count('regression')} failed, {first.count('undecided')} undecided"
-        print(f"  {cond:8} {len(rows):3} checks: failed {failed}, named {named_}, undecided {undecided}{alone}")
+        print(
+            f"  {cond:8} {len(rows):3} checks: failed {failed}, named {named_}, undecided {undecided}, "
+            f"unchanged (no pairs) {unchanged}{alone}"
+        )
 
 
 SPREAD_GROUPS = ((0.0, 0.015), (0.015, 0.025), (0.025, 0.035), (0.035, math.inf))
@@ -386,7 +402,7 @@ def main() -> None:
     parser.add_argument("--suite", choices=sorted(suite_models.SUITES), default="5")
     parser.add_argument("--models", help="these models (comma-separated) instead of --suite's")
     parser.add_argument("--runs", type=int, default=1)
-    parser.add_argument("--condition", choices=("none", "mixed"), default="none")
+    parser.add_argument("--condition", choices=("none", "mixed", "one", "third"), default="none")
     parser.add_argument("--code", type=Path, help="a checkout whose package runs instead of the installed one")
     parser.add_argument("--summary", action="store_true", help="print the table of what --out holds, run nothing")
     parser.add_argument("--record", action="store_true", help="also time one recording at the defaults")
@@ -409,7 +425,7 @@ def main() -> None:
         summary(args.out)
         return
     names = suite_models.available(tuple(args.models.split(",")) if args.models else suite_models.SUITES[args.suite])
-    found = {n: leaves(n) for n in names} if args.condition == "mixed" else {}
+    found = {n: leaves(n) for n in names} if args.condition != "none" else {}
     with args.out.open("a") as f:
         f.write(
             json.dumps(

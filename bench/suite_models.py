@@ -1,7 +1,7 @@
 """The suites of small models that ``bench/suite_cost.py`` checks as a whole: torchvision, timm, transformers.
 
 Random weights, small configurations, CPU, built from seed 0; images are 2 x 3 x 160 x 160 (224 where the model
-needs it), token inputs 2 x 64. ``SUITES`` names the suites of 1, 5 and 20 models; a model whose package is
+needs it), token inputs 2 x 64. ``SUITES`` names the suites of 1, 5, 10 and 20 models; a model whose package is
 missing is left out of a suite (``available``). This module is copied into the throw-away repository that the
 bench builds, so it imports nothing of the bench.
 """
@@ -41,6 +41,18 @@ OWN = ("gpt_style", "gpt_style_64")
 SUITES = {
     "1": ("resnet18",),
     "5": ("resnet18", "mobilenet_v3_small", "timm_resnet10t", "timm_convnext_atto", "hf_bert"),
+    "10": (
+        "resnet18",
+        "mobilenet_v3_small",
+        "squeezenet1_1",
+        "shufflenet_v2_x0_5",
+        "mnasnet0_5",
+        "timm_resnet10t",
+        "timm_convnext_atto",
+        "timm_ghostnet_050",
+        "hf_bert",
+        "hf_vit",
+    ),
     "20": (*TORCHVISION, *TIMM, *TRANSFORMERS),
 }
 

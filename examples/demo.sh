@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# make demo: record baselines of three torchvision models and of ResNet18's training step, check them, catch an
-# injected slowdown, catch a slowdown committed on a branch by checking it against its base revision (two tests, one
-# pair of fresh processes serving both), catch a code
+# make demo: record baselines of three torchvision models and of ResNet18's training step, check them (decided
+# unchanged by their computation fingerprints, then measured), catch an injected slowdown, catch a slowdown committed
+# on a branch by checking it against its base revision (two tests: the unchanged one decided by its fingerprint, the
+# changed one measured in pairs of fresh processes), catch a code
 # change to the model's source (a convolution in float64) and blame the block whose code changed, against the
 # base revision and against a stored baseline (measured against the revision it was recorded at), then catch a
 # slower backward in the training step, then keep a baseline's history and check under pytest-xdist, one
@@ -19,11 +20,19 @@ step "1/12 Record baselines: each test profiled in this process and 4 fresh ones
 "${PYTEST[@]}" --fxprof-update || exit 1
 ls "$DIR"
 
-step "2/12 Check the unchanged models against them (pytest --fxprof): expect a pass"
-"${PYTEST[@]}" --fxprof
+step "2/12 Check the unchanged models against them (pytest --fxprof): each call's computation fingerprint is the one its baseline recorded, so each is decided unchanged without measuring; then the same check measuring them (--fxprof-on-unchanged measure): expect a pass"
+"${PYTEST[@]}" --fxprof --fxprof-report "$WORK/unchanged.json" || exit 1
+python3 - "$WORK/unchanged.json" <<'PY' || exit 1
+import json, sys
+statuses = {p["test_id"]: p["status"] for p in json.load(open(sys.argv[1]))["profiles"]}
+print(", ".join(f"{t.rpartition('::')[2]}: {s}" for t, s in sorted(statuses.items())))
+if set(statuses.values()) != {"unchanged"}:
+    sys.exit(f"demo: the unchanged models were not all decided unchanged by their fingerprints: {statuses}")
+PY
+"${PYTEST[@]}" --fxprof --fxprof-on-unchanged measure
 checked=$?
 if [ $checked -ne 0 ]; then
-    printf '\033[33mnote: the unchanged check did not pass (exit %s): "undecided" in the summary above means this\n' "$checked"
+    printf '\033[33mnote: the measured check did not pass (exit %s): "undecided" in the summary above means this\n' "$checked"
     printf 'machine was too noisy to decide; a slower item means a false alarm (BENCHMARKS.md measures their rates).\033[0m\n'
 fi
 
@@ -83,7 +92,7 @@ PY
 printf '\n'
 "$BIN/fxprof" prune --baseline-dir "$DIR" -- examples || exit 1
 "$BIN/fxprof" prune --baseline-dir "$DIR" --yes -- examples || exit 1
-step "6/12 Against a revision: a branch commits a 25% slower layer3.0.conv2; check both tests (ResNet18 and an unchanged MobileNetV3) against main (pytest --fxprof-against main), one pair of fresh processes serving both, ResNet18 measured again in a second set of pairs before it fails: expect a failure naming it, and MobileNet to pass"
+step "6/12 Against a revision: a branch commits a 25% slower layer3.0.conv2; check both tests (ResNet18 and an unchanged MobileNetV3) against main (pytest --fxprof-against main): both sides fingerprint both tests first; MobileNet's computation is the same on both, so it is decided unchanged without pairs; ResNet18's differs, so it is measured in pairs of fresh processes, and again in a second set before it fails: expect a failure naming it"
 ABS_BIN=$(cd "$BIN" && pwd)
 REPO="$WORK/repo"
 mkdir -p "$REPO"
@@ -157,10 +166,11 @@ print(
 modules = [f["module"] for f in flagged] + [n["module"] for f in flagged for n in f.get("led_by", [])]
 if caught != 1 or "layer3.0.conv2" not in modules:
     sys.exit(f"demo: the committed slowdown was not caught and named against main (pytest exit {caught})")
-if other["status"] == "regression":
-    sys.exit("demo: the unchanged MobileNet failed against main (a false alarm)")
+if other["status"] != "unchanged":
+    sys.exit(f"demo: the unchanged MobileNet was not decided unchanged by its fingerprint ({other['status']})")
+print(f"    what differs in ResNet18's computation: {'; '.join((profile.get('fingerprint') or {}).get('differences', []))}")
 PY
-printf '\nThe check against main caught it.\n'
+printf '\nThe check against main caught it, and measured only the test whose computation changed.\n'
 
 step "7/12 A code change, not a hook: a branch runs each block's second convolution in float64; check it against main: expect a failure that leads with the block's class and names the nodes the change added"
 git -C "$REPO" checkout -q main && git -C "$REPO" checkout -q -b float64 &&
@@ -231,7 +241,7 @@ if caught != 1 or not named:
 PY
 printf '\nThe gate caught the slower backward.\n'
 
-step "10/12 Baseline history and busy machines: record ResNet18 twice more (its baseline keeps every recording), then check the models under pytest -n 2, measuring one at a time"
+step "10/12 Baseline history and busy machines: record ResNet18 twice more (its baseline keeps every recording), then check the models under pytest -n 2, measured (--fxprof-on-unchanged measure) one at a time"
 RESNET_TEST=(examples/test_models.py::test_resnet18)
 for again in 2 3; do
     printf 'recording %s of ResNet18:\n' "$again"
@@ -240,7 +250,7 @@ done
 RESNET=$(grep -l '"test_id": "examples/test_models.py::test_resnet18"' "$DIR"/*.json)
 "$BIN/fxprof" show "$RESNET" --limit 3 | grep -A 8 '^bands:\|^recordings:' || exit 1
 "$BIN/pytest" examples/test_models.py -p no:cacheprovider -q --fxprof-baseline-dir "$DIR" --fxprof -n 2 \
-    --fxprof-report "$WORK/xdist.json"
+    --fxprof-on-unchanged measure --fxprof-report "$WORK/xdist.json"
 checked=$?
 "$BIN/python" - "$WORK/xdist.json" <<'PY' || exit 1
 import datetime as dt, json, sys

@@ -25,6 +25,7 @@ from pytest_fxprof.session.reactions import (
     OnGraphChange,
     OnMismatch,
     OnMissing,
+    OnUnchanged,
     OnUndecided,
     OnUnused,
     Reactions,
@@ -92,6 +93,13 @@ REACTIONS: dict[str, tuple[type[StrEnum], str]] = {
         "or removed, or captured another way): measured as well against the git revision the baseline was recorded "
         "at, in pairs of fresh processes, and held to the stricter verdict (revision); or judged by the baseline "
         "alone (baseline), a call captured another way then a mismatch (default revision)",
+    ),
+    "on_unchanged": (
+        OnUnchanged,
+        "A check of a call whose computation's fingerprint (its graphs, tensors, inputs, the code they call opaquely, "
+        "the environment and the measuring protocol) is the one its baseline recorded, or the old side's against a "
+        "revision: decided unchanged without measuring (decide), or measured like any other (measure) "
+        "(default decide)",
     ),
     "confirm": (
         Confirm,

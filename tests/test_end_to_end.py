@@ -70,7 +70,14 @@ def test_resnet18_record_check_and_catch(pytester: pytest.Pytester, monkeypatch:
     assert len(entry["runs"]) == 2  # this process and one fresh one
     assert len(entry["nodes"]) == 69
 
-    check = pytester.runpytest("--fxprof", "--fxprof-report=report.json", *fast)
+    # a fresh model of unseeded random weights, a fresh input: the same computation, decided without measuring
+    unchanged = pytester.runpytest("--fxprof", "--fxprof-report=report.json", *fast)
+    assert unchanged.ret == pytest.ExitCode.OK, unchanged.stdout.str()
+    (profile,) = json.loads((pytester.path / "report.json").read_text())["profiles"]
+    assert profile["status"] == "unchanged"
+    assert profile["fingerprint"] == {"reference": "its baseline", "differences": []}
+
+    check = pytester.runpytest("--fxprof", "--fxprof-report=report.json", "--fxprof-on-unchanged=measure", *fast)
     skip_if_the_machine_was_busy(check)
     assert check.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
     report = json.loads((pytester.path / "report.json").read_text())
@@ -90,6 +97,7 @@ def test_resnet18_record_check_and_catch(pytester: pytest.Pytester, monkeypatch:
     skip_if_the_machine_was_busy(caught)
     report = json.loads((pytester.path / "report.json").read_text())
     (profile,) = report["profiles"]
+    assert profile["fingerprint"]["differences"][0] == "module layer1.0.conv1: graph changed"  # its hooks
     conv = next(n for n in profile["nodes"] if n["name"] == "layer1_0_conv1")
     subtree = next(a for a in profile["aggregates"] if (a["kind"], a["name"]) == ("module", "layer1.0"))
     assert conv["verdict"] in ("slower", "too noisy")  # sixteen times slower is never within a band

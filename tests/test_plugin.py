@@ -49,6 +49,8 @@ from pytest_fxprof.session.reactions import (
 # for preemption (the compiled engine's wall-clock stamps); so the module runs only in the passes counted. Two
 # processes: a check against a baseline of one decides nothing (``judge.decision.refuse_lone``)
 FAST = (
+    # the fake clock slows a model that computes what it computed before: measured, not proven unchanged
+    "--fxprof-on-unchanged=measure",
     "--fxprof-processes=2",
     "--fxprof-warmup=1",
     "--fxprof-passes=3",
@@ -1479,7 +1481,9 @@ def test_update_with_two_processes_stores_two_runs(pytester: pytest.Pytester) ->
     for recorded in entry["runs"]:
         assert len(recorded["node_ns"]) == 4
 
-    result = runp(pytester, "--fxprof", "--fxprof-warmup=1", "--fxprof-passes=3", *LOOSE)  # as recorded
+    result = runp(
+        pytester, "--fxprof", "--fxprof-on-unchanged=measure", "--fxprof-warmup=1", "--fxprof-passes=3", *LOOSE
+    )
     assert result.ret == pytest.ExitCode.OK
     result.assert_outcomes(passed=1)
     assert any("test_perf.py::test_a [call0]: pass" in line for line in fxprof_section(result))

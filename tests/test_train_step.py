@@ -358,7 +358,15 @@ def test_a_step_baseline_is_recorded_checked_and_fails_on_a_slowed_backward(
     assert (slowed["direction"], slowed["module"]) == ("backward", "block")
     assert {n.get("direction", "forward") for n in entry["nodes"]} == set(DIRECTIONS)
 
-    check = pytester.runpytest_subprocess("--fxprof", "--fxprof-report=report.json", *fast)
+    # the same step (its weights drawn again, its optimizer and loss the same): decided without measuring
+    unchanged = pytester.runpytest_subprocess("--fxprof", "--fxprof-report=report.json", *fast)
+    assert unchanged.ret == pytest.ExitCode.OK, unchanged.stdout.str()
+    (profile,) = json.loads((pytester.path / "report.json").read_text())["profiles"]
+    assert profile["status"] == "unchanged"
+
+    check = pytester.runpytest_subprocess(
+        "--fxprof", "--fxprof-report=report.json", "--fxprof-on-unchanged=measure", *fast
+    )
     skip_if_the_machine_was_busy(check)
     assert check.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED), check.stdout.str()
     (profile,) = json.loads((pytester.path / "report.json").read_text())["profiles"]

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from pytest_fxprof.against.proof import Proof, prove
 from pytest_fxprof.against.revision import PREFIX, Revision, RevisionError, materialise, remove
 from pytest_fxprof.against.rounds import RUN_BUDGET, PairedTest, Pairs, Side, SideFailedError, measure_pairs
 from pytest_fxprof.judge.paired import MIN_PAIRS, PairedPolicy, compare_pairs, needs_more, out_of_line
@@ -169,6 +170,9 @@ class CallOutcome:
     """What a second set of pairs found where the first found the call slower or undecided (or why none did)."""
     sets: tuple[tuple[str, int], ...] = ()
     """Where a second set was measured: each set's verdict and pairs, the first set first."""
+    changes: list[str] | None = None
+    """What differs between the sides' computation fingerprints (empty: the same, decided unchanged; None: not
+    compared)."""
 
 
 @dataclass(frozen=True)
@@ -473,6 +477,7 @@ def measure_tests(
     confirm: bool = False,
     watch: Callable[[int, str, float], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    prove: bool = False,
 ) -> dict[str, Pairs]:
     """Measure ``tests`` in pairs of old and new processes that serve them all (``against.rounds``), in the
     machine's measuring ``turn`` (``measure.turns``); per test what its pairs measured, for ``judge_test``.
@@ -484,7 +489,11 @@ def measure_tests(
     and the run's; ``judge_test`` fails it only where both sets find it slower. The pairs of one check share what
     their run holds fixed (the parent, the exported tree, the minutes they ran in), and an unchanged test can read
     a few percent slower in every pair of one check and not in the next: no interval over those pairs tells that
-    from a slowdown, but a second set that does not share them does (BENCHMARKS.md, "a failure measured again")."""
+    from a slowdown, but a second set that does not share them does (BENCHMARKS.md, "a failure measured again").
+
+    ``prove``: first, one process per side fingerprints every test (``against.proof``); a test whose calls are the
+    same computation on both sides takes no pairs (``Pairs.unchanged``), and what differs in the others' is kept
+    (``Pairs.changes``)."""
     began = clock()
 
     def one_set(side: Against, asked: Sequence[AskedTest], launched: Forker | None = None) -> dict[str, Pairs]:
@@ -504,7 +513,21 @@ def measure_tests(
         )
 
     with turn():
-        got = one_set(against, tests, launched)
+        proofs = _proofs(against, new, tests, launched=launched, spent=spent) if prove else {}
+        same = [a for a in tests if a.test_id in proofs and proofs[a.test_id].unchanged]
+        if same and notice is not None:
+            notice(
+                f"{len(same)} of {len(tests)} test(s) unchanged: the same computation at {against.label} and in the "
+                "working tree (their fingerprints), decided without pairs"
+            )
+        tests = [a for a in tests if a not in same]
+        got = one_set(against, tests, launched) if tests else {}
+        for a in same:  # no pairs; the new side's unmeasured profiles stand for this process's (``first_profile``)
+            proof = proofs[a.test_id]
+            got[a.test_id] = Pairs(new=[proof.new] if proof.new else [], unchanged=True, changes=proof.changes)
+        for a in tests:
+            if a.test_id in proofs:
+                got[a.test_id].changes = proofs[a.test_id].changes
         if not confirm:
             return got
         doubtful = [a for a in tests if _doubtful(got[a.test_id], a, against.label)]
@@ -519,8 +542,22 @@ def measure_tests(
         with _fresh_export(against, notice) as again:
             second = one_set(again, fitting)
         for a in fitting:
+            second[a.test_id].changes = got[a.test_id].changes  # what differs is the same in either set
             got[a.test_id].confirmed = second[a.test_id]
     return got
+
+
+def _proofs(
+    against: Against, new: Relaunch, tests: Sequence[AskedTest], *, launched: Forker | None, spent: Spent | None
+) -> dict[str, Proof]:
+    """Every test's fingerprints on both sides (``against.proof.prove``), its processes forked from ``launched``
+    where the pairs' would be."""
+    old_side, new_side = against.sides(new)
+    if launched is not None and _forks(against, old_side):
+        old_side, new_side = replace(old_side, starter=launched.start), replace(new_side, starter=launched.start)
+    asked = [(a.test_id, {"settings": a.settings, **({"calls": list(a.keys)} if a.keys else {})}) for a in tests]
+    deadline = max(PROCESS_DEADLINE_S, *(2 * a.budget_s for a in tests))
+    return prove(old_side, new_side, asked, deadline_s=deadline, spent=spent)
 
 
 def _measure_set(
@@ -714,7 +751,17 @@ def judge_test(
 ) -> TestOutcome:
     """Judge each call of ``profiles`` (this process's unmeasured profiles of the test's calls, keyed as the calls
     are) on what the test's pairs measured (``measure_tests``) with the paired rule; where a second set confirmed
-    them (``Pairs.confirmed``), a call fails only where both sets find it slower (``settled``)."""
+    them (``Pairs.confirmed``), a call fails only where both sets find it slower (``settled``). A test whose
+    computation is the same on both sides (``Pairs.unchanged``) is unchanged, call by call."""
+    if got.unchanged:
+        if set(profiles) != set(got.changes):
+            raise AgainstError(
+                f"the processes that fingerprinted {test_id} made the fxprof calls {sorted(got.changes)}, this one "
+                f"{sorted(profiles)}; calls must not depend on the process (make the call whatever ran before it)"
+            )
+        unchanged = Comparison.unchanged(against=against.label)
+        calls = {k: CallOutcome(unchanged, p, changes=[]) for k, p in profiles.items()}
+        return TestOutcome(absent=False, calls=calls)
     first = _judge_set(against, test_id, got, profiles, policy)
     if got.confirmed is None:
         if not got.unconfirmed:
@@ -817,6 +864,7 @@ def _judge_set(
             found.kept_out_of_step,
             found.out_of_line,
             pairs=len(got.old),
+            changes=got.changes.get(key),
         )
     return TestOutcome(absent=False, calls=calls, pairs=len(got.old), seconds=got.seconds)
 
@@ -836,13 +884,14 @@ def check_test(
     turn: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext,
     spent: Spent | None = None,
     confirm: bool = False,
+    prove: bool = False,
 ) -> TestOutcome:
     """Measure ``test_id`` alone in pairs of old and new processes and judge each call of ``profiles``, on
     ``schedule`` (``settings.SCHEDULES``): what a test that no earlier measuring served gets (``judge_test``);
     ``confirm`` as ``measure_tests`` takes it."""
     asked = AskedTest(test_id, settings, policy, pairs, max_pairs, budget_s, keys=tuple(profiles))
     duet = duet_for(schedule, profiles.values())
-    got = measure_tests(against, new, [asked], duet=duet, turn=turn, spent=spent, confirm=confirm)[test_id]
+    got = measure_tests(against, new, [asked], duet=duet, turn=turn, spent=spent, confirm=confirm, prove=prove)[test_id]
     return judge_test(against, test_id, got, profiles, policy)
 
 

@@ -110,6 +110,12 @@ class Pairs:
     undecided (``against.compare.measure_tests``): what its verdict must agree with."""
     unconfirmed: str = ""
     """Why these pairs' verdict was to be confirmed but was not (a budget spent)."""
+    unchanged: bool = False
+    """Every call of the test is the same computation on both sides (``against.proof``): no pair was measured, and
+    ``new`` holds only the new side's process that fingerprinted it (its unmeasured profiles)."""
+    changes: dict[str, list[str]] = field(default_factory=dict)
+    """Per call, what differs between the sides' computation fingerprints, where they were read before the pairs
+    (empty for a call that is the same)."""
 
 
 class SideFailedError(Exception):

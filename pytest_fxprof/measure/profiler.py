@@ -43,6 +43,7 @@ from pytest_fxprof.measure.engine import (
     release_memory,
 )
 from pytest_fxprof.measure.facts import count_faults, count_flops, graph_facts, module_faults
+from pytest_fxprof.measure.fingerprint import fingerprint_of
 from pytest_fxprof.measure.leaves import merge_leaves
 from pytest_fxprof.measure.lockstep import Barrier
 from pytest_fxprof.measure.machine import (
@@ -57,6 +58,7 @@ from pytest_fxprof.measure.machine import (
 )
 from pytest_fxprof.measure.program import (
     CaptureRequest,
+    Program,
     ProgramKind,
     eager_step,
     nothing,
@@ -73,6 +75,8 @@ from pytest_fxprof.records.profile import Profile
 
 if TYPE_CHECKING:
     import torch.fx
+
+    from pytest_fxprof.records.fingerprint import Fingerprint
 
 WALL_CLOCK: Clock = time.perf_counter_ns
 """The wall clock: the compiled engine's node stamps on the CPU, and each pass's wall time, against which its
@@ -120,6 +124,9 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     spent: dict[str, float] | None = None,
     known: Capture | None = None,
     allocator: str = "as-is",
+    unchanged: Callable[[Fingerprint], bool] | None = None,
+    opened: tuple[Program, Fingerprint] | None = None,
+    fingerprinted: bool = True,
 ) -> Profile:
     """Capture ``module``, run ``protocol.warmup`` discarded and ``protocol.passes`` kept passes.
 
@@ -159,9 +166,49 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
     ``spent``, where given, gets the seconds this took added to its ``capture_s`` (the capture, its checks and the
     flop count: all before the first pass), ``warmup_s`` and ``measuring_s`` (the kept passes and those measured
     again). ``known``: how an earlier process captured this forward (``capture.choose.capture_module``).
+
+    A profile carries the call's computation fingerprint (``measure.fingerprint``) unless ``fingerprinted=False``.
+    Where ``unchanged`` is given, a measured profile is first captured alone and fingerprinted; where
+    ``unchanged(fingerprint)`` says the computation is one already measured, nothing is timed: the profile is an
+    unmeasured one, of the program that capture opened (``opened``: the program and its fingerprint, open until
+    this returns).
     """
     began = time.perf_counter()
     check_module(module, args, kwargs)
+    if unchanged is not None and measured:  # captured alone first: where its computation is known, nothing is timed
+        device = device_of(module, args, kwargs)
+        clock_name, clock = clock_for(protocol.threads, device)
+        with contextlib.ExitStack() as probe:
+            program = open_program(
+                module,
+                args,
+                kwargs,
+                probe,
+                request=CaptureRequest(capture, tuple(leaf_modules), tracer, step, known),
+                threads=protocol.threads,
+                timer=_node_timer(engine, device, clock_name, clock, memory=step is None)[1],
+                engine=engine,
+            )
+            how = f"{capture}, {engine}, allocator {allocator}"
+            probed = fingerprint_of(program, module, args, kwargs, protocol=protocol, how=how, step=step)
+            if unchanged(probed):  # the unmeasured profile runs the program this capture opened
+                return profile_module(
+                    module,
+                    args,
+                    kwargs,
+                    name=name,
+                    protocol=protocol,
+                    measured=False,
+                    leaf_modules=leaf_modules,
+                    tracer=tracer,
+                    capture=capture,
+                    engine=engine,
+                    flops=False,
+                    step=step,
+                    spent=spent,
+                    known=known,
+                    opened=(program, probed),
+                )
     setup = setup_of(module, args, kwargs)
     allocator_name = (tune_allocator() if allocator == "tuned" else allocator_in_use()) if measured else "not measured"
     device = device_of(module, args, kwargs)
@@ -201,17 +248,21 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
             if collecting:  # on while the capture and the counting pass make and drop their garbage
                 gc.enable()
             mark = time.perf_counter()
-            program = open_program(
-                module,
-                args,
-                kwargs,
-                stack,
-                request=CaptureRequest(
-                    mode=capture, leaf_modules=tuple(leaf_modules), tracer=tracer, step=step, known=known
-                ),
-                threads=protocol.threads,
-                timer=timer,
-                engine=engine,
+            program = (
+                opened[0]
+                if opened is not None
+                else open_program(
+                    module,
+                    args,
+                    kwargs,
+                    stack,
+                    request=CaptureRequest(
+                        mode=capture, leaf_modules=tuple(leaf_modules), tracer=tracer, step=step, known=known
+                    ),
+                    threads=protocol.threads,
+                    timer=timer,
+                    engine=engine,
+                )
             )
             if failed is not None:
                 raise ProfileError(
@@ -219,6 +270,14 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
                     "its capture ran it: it fails only on some calls.\n  Fix: make the forward deterministic (no state "
                     "kept between calls, no randomness that can fail), or pass inputs it always accepts"
                 ) from failed
+            how = f"{capture}, {engine}, allocator {allocator}"
+            fingerprint = (
+                opened[1]
+                if opened is not None
+                else fingerprint_of(program, module, args, kwargs, protocol=protocol, how=how, step=step)
+                if fingerprinted
+                else None
+            )
             captured, nodes, infos, timing = program.captured, program.nodes, program.infos, program.engine
             after, plain_pass, checked = program.after, program.plain, program.checked
             graphs = (
@@ -347,6 +406,7 @@ def profile_module(  # noqa: PLR0915 - one protocol, read top to bottom
         ),
         fault_samples=tuple(samples.plain_faults),
         module_faults=tuple(sorted(samples.module_faults.items())),
+        fingerprint=fingerprint,
     )
 
 

@@ -87,6 +87,9 @@ class SampleRequest(TypedDict):
     flops: NotRequired[bool]
     """A side: whether its profiles run the untimed counting pass (flops, shapes; default yes): the first pair's
     do, the same in every pair."""
+    fingerprint: NotRequired[bool]
+    """A side, before any pair: capture each call and write its computation's fingerprint, timing nothing
+    (``against.proof``)."""
 
 
 class ServedTiming(TypedDict):

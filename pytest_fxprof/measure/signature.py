@@ -47,7 +47,7 @@ def mode_of(module: torch.nn.Module) -> str:
     return f"{sum(modes)} of {len(modes)} modules in train mode"
 
 
-def _settings() -> dict[str, str]:
+def torch_settings() -> dict[str, str]:
     """The globals of torch that change what a model computes or how fast, as text."""
     autocast = getattr(torch, "is_autocast_enabled", None)
     return {
@@ -85,7 +85,7 @@ class Globals:
             for name, value in list(vars(space).items()):
                 if not name.startswith("_") and callable(value) and not isinstance(value, type):
                     names[f"{prefix}.{name}"] = value
-        return cls(_settings(), names)
+        return cls(torch_settings(), names)
 
 
 def _replaced(now: Any, before: Any) -> bool:

@@ -28,7 +28,7 @@ from pytest_fxprof.modes.base import relaunch_of
 from pytest_fxprof.modes.gate import Gate, ahead_of_tests, fixture_tests, say
 from pytest_fxprof.options import against_forks, against_options, reactions_of, run_budget
 from pytest_fxprof.session.against import AgainstCalls
-from pytest_fxprof.session.reactions import Confirm
+from pytest_fxprof.session.reactions import Confirm, OnUnchanged
 from pytest_fxprof.settings import Mode
 
 if TYPE_CHECKING:
@@ -125,6 +125,7 @@ class AgainstMode(Gate):
                             notice=lambda message: say(config, message),
                             launched=self.forker if duet else None,
                             confirm=reactions_of(config).confirm is not Confirm.OFF,
+                            prove=reactions_of(config).unchanged is OnUnchanged.DECIDE,
                         )
                     )
         except TurnError as exc:

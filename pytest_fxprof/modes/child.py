@@ -122,8 +122,10 @@ class ChildMode(RunMode):
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool | None:
-        """Each test it was asked for in a process of its own (``modes.isolated``), where it can fork."""
-        if item.nodeid not in self.tests:
+        """Each test it was asked for in a process of its own (``modes.isolated``), where it can fork; not where it
+        only fingerprints them (``against.proof``): nothing is timed, and what a test leaks into the tests after it
+        changes their fingerprints, which then measures them in pairs, each in a process of its own."""
+        if item.nodeid not in self.tests or self.request.get("fingerprint"):
             return None
         return isolating(item, self.shared) or None
 

@@ -10,6 +10,10 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_fxprof.records.fingerprint import Fingerprint
 
 
 @dataclass(frozen=True)
@@ -340,6 +344,9 @@ class BaselineEntry:
     recorded: str = ""
     history: tuple[Recording, ...] = ()
     revision: str = ""
+    fingerprint: Fingerprint | None = field(default=None, compare=False)
+    """The computation the entry's own recording measured (``records.fingerprint``; None in files of earlier
+    versions): a check whose call has the same one is decided unchanged without measuring."""
 
     @property
     def own_recording(self) -> Recording:

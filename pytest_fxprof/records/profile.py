@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pytest_fxprof.records.disturbance import Disturbance
+from pytest_fxprof.records.fingerprint import Fingerprint
 from pytest_fxprof.records.measurement import (
     BaselineEntry,
     Capture,
@@ -142,6 +143,8 @@ class Profile:
     """``(module path, minor page faults)`` of each submodule in one plain call as the user makes it (the root's
     path is ""), where they were read (``measure.facts.module_faults``): where the allocator's cost lies in the
     program the user runs."""
+    fingerprint: Fingerprint | None = field(default=None, compare=False)
+    """The call's computation fingerprint, read at capture (``measure.fingerprint``)."""
 
     @property
     def busy(self) -> bool:
@@ -203,6 +206,7 @@ class Profile:
             allocated=tuple(n.allocated or 0 for n in self.nodes)
             if any(n.allocated is not None for n in self.nodes)
             else (),
+            fingerprint=self.fingerprint,
         )
 
     def rollup(self, by: str = "module") -> tuple[Rollup, ...]:

@@ -27,7 +27,7 @@ class Verdict(StrEnum):
 
 class Status(StrEnum):
     """How a profile of a run ended, the one vocabulary of the reports and every view. A comparison ends in one of
-    the first four (``JUDGED``); the others say what came instead of a comparison."""
+    the first five (``JUDGED``); the others say what came instead of a comparison."""
 
     PASS = "pass"  # noqa: S105 - a verdict, not a password
     REGRESSION = "regression"
@@ -36,6 +36,9 @@ class Status(StrEnum):
     """No verdict: nothing failed, but an item that gates is too noisy to decide (``Comparison.noisy``), or the
     profile was measured on a busy machine every time, nothing judged (``Comparison.noisy_reason`` says why).
     Never a pass: ``--fxprof-on-undecided`` says what it does to the test."""
+    UNCHANGED = "unchanged"
+    """Its computation's fingerprint is the one its baseline recorded, or the old side's (``records.fingerprint``):
+    the same computation, so nothing to measure; decided without timing it. A verdict of its own, never a pass."""
     MISSING = "missing"
     """Under ``--fxprof``: no baseline for it."""
     NEW = "new"
@@ -54,7 +57,7 @@ class Status(StrEnum):
     """A plain ``pytest`` run's profile (no fxprof mode): the model ran once, cold, and nothing was measured."""
 
 
-JUDGED = (Status.PASS, Status.REGRESSION, Status.MISMATCH, Status.UNDECIDED)
+JUDGED = (Status.PASS, Status.REGRESSION, Status.MISMATCH, Status.UNDECIDED, Status.UNCHANGED)
 """The statuses a comparison ends in."""
 
 
@@ -383,6 +386,11 @@ class Comparison:
     def reference(self) -> str:
         """What the profile was compared with, for the lines that say so: ``its baseline`` or the revision."""
         return self.against or "its baseline"
+
+    @classmethod
+    def unchanged(cls, baseline_processes: int = 0, against: str = "") -> Comparison:
+        """The verdict of a call whose computation is its reference's (``Status.UNCHANGED``): nothing measured."""
+        return cls(Status.UNCHANGED, (), 1.0, baseline_processes, (), None, (), (), against=against)
 
     @property
     def lone(self) -> bool:

@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING, Any
 from pytest_fxprof.against.compare import Against, AgainstError, TestOutcome, first_profile, judge_test
 from pytest_fxprof.judge.paired import OUT_OF_LINE
 from pytest_fxprof.measure.turns import TurnError
+from pytest_fxprof.records.fingerprint import changes_text
 from pytest_fxprof.records.verdicts import Status
 from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.session.calls import Calls
 from pytest_fxprof.session.ending import ending
-from pytest_fxprof.session.reactions import Outcome
+from pytest_fxprof.session.reactions import OnUnchanged, Outcome
 from pytest_fxprof.settings import Mode, Settings
 
 if TYPE_CHECKING:
@@ -53,6 +54,8 @@ class AgainstCalls(Calls):
         self.ahead = ahead
         """What the run's pairs measured of this test before the tests ran (None: it is measured as it ends)."""
         self.ahead_error = ahead_error
+        self.changes: dict[str, list[str]] = {}
+        """Per call whose sides' fingerprints were compared: what differs (empty: the same, decided unchanged)."""
         self.sets: dict[str, tuple[tuple[str, int], ...]] = {}
         """Per call confirmed by a second set of pairs: each set's verdict and pairs (``CallOutcome.sets``)."""
         if ahead is not None and ahead_turns:
@@ -66,7 +69,10 @@ class AgainstCalls(Calls):
         return first_profile(self.ahead, key)
 
     def extend_report(self, key: str, report: ProfileReportJSON) -> None:
-        """Where a second set of pairs confirmed the call: each set's verdict and pairs."""
+        """Where a second set of pairs confirmed the call: each set's verdict and pairs; where the sides'
+        fingerprints were compared: what differs."""
+        if key in self.changes:
+            report["fingerprint"] = {"reference": self.against.label, "differences": self.changes[key]}
         if key in self.sets:
             report["sets"] = [{"status": status, "pairs": pairs} for status, pairs in self.sets[key]]
 
@@ -85,7 +91,9 @@ class AgainstCalls(Calls):
             raise AgainstError(self.ahead_error)
         if self.ahead is not None:
             return judge_test(self.against, self.test_id, self.ahead, dict(self.results), policy)
-        return self.measure_pairs(self.against, dict(self.results))
+        return self.measure_pairs(
+            self.against, dict(self.results), prove=self.reactions.unchanged is OnUnchanged.DECIDE
+        )
 
     def finish(self, run: RunState, passed: bool) -> Outcome:
         """Judge each call against the old side on the test's pairs."""
@@ -135,6 +143,15 @@ class AgainstCalls(Calls):
             )
             if call.sets:
                 self.sets[key] = call.sets
+            if call.changes is not None:
+                self.changes[key] = call.changes
+                if call.changes:  # measured in pairs because its computation differs: say where
+                    line = f"measured in pairs, since its computation differs from {label}'s: " + changes_text(
+                        call.changes
+                    )
+                    end.notices.append(line)
+                    if end.outcome.failures:
+                        end.outcome.failures[-1] += f"\n  {line}"
             outcome.add(end.outcome)
             self.notices[key] = end.notices
             if call.out_of_line:  # asks nothing of the user: the pairs that met one machine decided

@@ -30,6 +30,7 @@ from pytest_fxprof.views.report import ProfileRecord, ProfileReportJSON, profile
 if TYPE_CHECKING:
     from pytest_fxprof.capture.step import Step
     from pytest_fxprof.measure.lockstep import Barrier
+    from pytest_fxprof.records.fingerprint import Fingerprint
     from pytest_fxprof.session.run import RunState
 
 
@@ -39,6 +40,8 @@ class Calls:
     mode: ClassVar[Mode]
     measured: ClassVar[bool] = True
     """Whether a call's nodes are timed (a check against a revision measures in its pairs' processes instead)."""
+    fingerprinted: ClassVar[bool] = False
+    """Whether a measured profile carries its computation's fingerprint (what a recording stores)."""
     takes_turns: ClassVar[bool] = False
     """Whether a call's profile is measured in a measuring turn of the machine (``measure.turns``)."""
 
@@ -137,6 +140,8 @@ class Calls:
                 spent=self.spent,
                 known=self.known_capture(key),
                 allocator=self.settings.allocator,
+                unchanged=self.proof(key),
+                fingerprinted=self.fingerprinted,
             )
             return ProfileResult.of(replace(profiled, cold=self.cold) if not profiled.measured else profiled)
 
@@ -170,6 +175,11 @@ class Calls:
         """The call's profile as a process that ran this test before this one measured it, where that stands for
         this process's own (``profile_module`` is then not run here): None, but against a revision, once the test's
         pairs measured it."""
+        return None
+
+    def proof(self, key: str) -> Callable[[Fingerprint], bool] | None:
+        """What tells, from the call's computation fingerprint read at capture, that the call needs no measuring:
+        None (every call is measured), but in a check whose baseline recorded one."""
         return None
 
     def known_capture(self, key: str) -> Capture | None:
@@ -253,11 +263,12 @@ class Calls:
     def extend_report(self, key: str, report: ProfileReportJSON) -> None:
         """What the mode adds to a call's JSON report."""
 
-    def measure_pairs(self, against: Against, profiles: dict[str, Profile]) -> TestOutcome:
+    def measure_pairs(self, against: Against, profiles: dict[str, Profile], *, prove: bool = False) -> TestOutcome:
         """The test measured alone in pairs of old and new processes against ``against`` (at this test's pairs,
         budget and schedule, in the machine's measuring turn), each call of ``profiles`` judged by the paired
         rule (``against.compare.check_test``); a call slower or undecided is confirmed by a second set of pairs
-        unless ``--fxprof-confirm off``."""
+        unless ``--fxprof-confirm off``; ``prove``: where both sides' fingerprints agree, no pairs
+        (``against.proof``)."""
         assert self.relaunch is not None
         return check_test(
             against,
@@ -273,6 +284,7 @@ class Calls:
             turn=lambda: self.turns.turn("pairs", self.taken.setdefault("", [])),
             spent=self.processes_spent,
             confirm=self.reactions.confirm is not Confirm.OFF,
+            prove=prove,
         )
 
     def waited(self) -> tuple[int, float]:

@@ -12,17 +12,19 @@ from pytest_fxprof.judge.decision import capture_changed, compare, refuse_lone, 
 from pytest_fxprof.measure.sampling import BUSY_RETRIES, SamplingError, sample
 from pytest_fxprof.measure.turns import TurnError
 from pytest_fxprof.records.disturbance import Disturbance
+from pytest_fxprof.records.fingerprint import changes_text
 from pytest_fxprof.records.measurement import BaselineEntry, Run
 from pytest_fxprof.records.profile import Profile
 from pytest_fxprof.records.verdicts import Comparison, Status, operations_changed
 from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.session.calls import Calls
 from pytest_fxprof.session.ending import ending
-from pytest_fxprof.session.reactions import Confirm, OnCodeChange, Outcome
+from pytest_fxprof.session.reactions import Confirm, OnCodeChange, OnUnchanged, Outcome
 from pytest_fxprof.settings import Mode, Settings
 from pytest_fxprof.store.baseline import BaselineError, BaselineFile
 
 if TYPE_CHECKING:
+    from pytest_fxprof.records.fingerprint import Fingerprint
     from pytest_fxprof.session.run import RunState
     from pytest_fxprof.views.report import ProfileReportJSON
 
@@ -78,6 +80,9 @@ class CheckCalls(Calls):
         self._loaded = False
         self._confirmed_busy = Disturbance()
         """The disturbance of the last confirmation (``_confirmation``)."""
+        self.changes: dict[str, list[str]] = {}
+        """Per call whose baseline recorded a fingerprint: what differs from it (empty: the same computation, decided
+        unchanged without measuring)."""
 
     def baseline(self) -> BaselineFile | None:
         """The test's baseline file, loaded once; ``BaselineError`` if it is unusable."""
@@ -89,11 +94,29 @@ class CheckCalls(Calls):
     def before(self, key: str) -> None:
         self.baseline()
 
+    def proof(self, key: str) -> Callable[[Fingerprint], bool] | None:
+        """The call is unchanged where its fingerprint is the one its baseline recorded (unless
+        ``--fxprof-on-unchanged measure``); what differs is kept in ``changes``."""
+        baseline = self.baseline()
+        entry = baseline.entries.get(key) if baseline is not None else None
+        if self.reactions.unchanged is OnUnchanged.MEASURE or entry is None or entry.fingerprint is None:
+            return None
+        recorded = entry.fingerprint
+
+        def same(seen: Fingerprint) -> bool:
+            self.changes[key] = [] if seen.same_as(recorded) else seen.differences(recorded)
+            return not self.changes[key]
+
+        return same
+
     def judged(self, key: str, result: ProfileResult, measure: Callable[[], ProfileResult]) -> ProfileResult:
         baseline = self.baseline()
         if baseline is None or key not in baseline.entries:
             return result
         entry = baseline.entries[key]
+        if self.changes.get(key) == []:  # its fingerprint is the baseline's: nothing was measured, nothing to judge
+            cold = "not measured: its computation is the one its baseline recorded, whose times stand"
+            return replace(result, comparison=Comparison.unchanged(len(entry.runs)), cold=cold)
         if result.busy:  # nothing judged on disturbed numbers
             why = f"{result.disturbance.line}; measured {1 + BUSY_RETRIES} times, every time busy"
             return replace(result, comparison=noisy(entry, why))
@@ -177,6 +200,13 @@ class CheckCalls(Calls):
                         else ""
                     )
                 )
+            if self.changes.get(key):  # measured because its computation is not the baseline's: say what differs
+                line = "measured, since its computation is not the one its baseline recorded: " + changes_text(
+                    self.changes[key]
+                )
+                end.notices.append(line)
+                if end.outcome.failures:
+                    end.outcome.failures[-1] += f"\n  {line}"
             outcome.add(end.outcome)
             self.notices[key] = end.notices
             if checked is not None and checked.comparison is not None:
@@ -234,6 +264,8 @@ class CheckCalls(Calls):
             )
 
     def extend_report(self, key: str, report: ProfileReportJSON) -> None:
+        if key in self.changes:
+            report["fingerprint"] = {"reference": "its baseline", "differences": self.changes[key]}
         checked = self.revision_checks.get(key)
         if checked is None:
             return

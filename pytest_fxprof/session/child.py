@@ -18,6 +18,9 @@ from pytest_fxprof.settings import Mode, Settings
 from pytest_fxprof.store.baseline import entry_to_json, run_to_json
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pytest_fxprof.records.fingerprint import Fingerprint
     from pytest_fxprof.result import ProfileResult
     from pytest_fxprof.session.run import RunState
 
@@ -40,6 +43,12 @@ class ChildCalls(Calls):
         """A side against a revision (else one of a recording's processes, or a confirmation)."""
         self._barriers: dict[str, Barrier] = {}
         """In a duet's process: each call's lock-step with its twin (whether it held, ``Barrier.alone_from``)."""
+        self.proving = request.get("fingerprint", False)
+        """A side before any pair (``against.proof``): each call captured and fingerprinted, nothing timed."""
+
+    def proof(self, key: str) -> Callable[[Fingerprint], bool] | None:
+        """Where the side only fingerprints its calls: every call unmeasured, its fingerprint kept."""
+        return (lambda seen: True) if self.proving else None
 
     def barrier(self, key: str) -> Barrier | None:
         barrier = lockstep_barrier(self.request.get("lockstep"), key, test_id=self.test_id)
@@ -68,6 +77,23 @@ class ChildCalls(Calls):
         """Write the samples (or, for a side, whole entries) the parent asked for."""
         if self.out is None or not passed:
             return Outcome()
+        if self.proving:  # before any pair: each call's fingerprint, its unmeasured profile, where the code came from
+            tolerances = self.settings.tolerances()
+            proved: dict[str, Any] = {
+                "calls": {
+                    key: {
+                        "fingerprint": r.fingerprint.to_json() if r.fingerprint is not None else None,
+                        # what the run's own process reads instead of capturing an unchanged test's call again
+                        "entry": entry_to_json(_side_entry(r, tolerances)),
+                        "facts": node_facts(r.nodes),
+                    }
+                    for key, r in self.results.items()
+                },
+                "spent": dict(self.spent),
+            }
+            self._foreign(proved)
+            write_samples(self.out, proved)
+            return Outcome()
         if self.side:  # against a revision: whole entries, and where the code came from
             tolerances = self.settings.tolerances()
             data: dict[str, Any] = {
@@ -82,11 +108,7 @@ class ChildCalls(Calls):
                 },
                 "spent": dict(self.spent),
             }
-            roots = self.request.get("against")
-            if roots:
-                data["foreign"] = foreign_modules(
-                    Path(roots["new_root"]), Path(roots["old_root"]), extra=[Path(p) for p in roots["extra"]]
-                )
+            self._foreign(data)
             write_samples(self.out, data)
             return Outcome()
         samples: dict[str, SampleJSON] = {
@@ -99,6 +121,14 @@ class ChildCalls(Calls):
         }
         write_samples(self.out, {"calls": samples, "spent": dict(self.spent)})
         return Outcome()
+
+    def _foreign(self, data: dict[str, Any]) -> None:
+        """The old side's import check: the modules it imported from the working tree, in ``data``."""
+        roots = self.request.get("against")
+        if roots:
+            data["foreign"] = foreign_modules(
+                Path(roots["new_root"]), Path(roots["old_root"]), extra=[Path(p) for p in roots["extra"]]
+            )
 
 
 def _side_entry(result: ProfileResult, tolerances: Tolerances) -> BaselineEntry:

@@ -63,6 +63,8 @@ def ending(
     revision it was recorded at), which a refreshed baseline accepts, as a baseline's does; ``confirmation``: what a
     second set of pairs found (a line of a failure, else a notice)."""
     outcome = Outcome()
+    if c is not None and c.status is Status.UNCHANGED:  # proven the same computation: nothing to judge or warn of
+        return Ending(c.status, outcome)
     refresh = c is not None and (not c.against or baseline)
     if c is not None and not c.against and weak and not c.refused:  # a weak baseline says so in every check
         outcome.warnings.append(f"fxprof: {weak}")

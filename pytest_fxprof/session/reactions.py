@@ -43,6 +43,11 @@ class OnCodeChange(StrEnum):
     BASELINE = "baseline"
 
 
+class OnUnchanged(StrEnum):
+    DECIDE = "decide"
+    MEASURE = "measure"
+
+
 class Confirm(StrEnum):
     FRESH = "fresh"
     SAME = "same"
@@ -69,6 +74,9 @@ class Reactions:
     """A check that reached no verdict (``Status.UNDECIDED``: an item that gates too noisy to decide, or a profile
     measured on a busy machine every time): failed, skipped, or passed with a warning. Failed by default: a gate
     that did not judge must not look green in CI, and an undecided check says so, never "slower"."""
+    unchanged: OnUnchanged = OnUnchanged.DECIDE
+    """A call whose computation's fingerprint is its baseline's or the old side's: decided unchanged without
+    measuring (``decide``), or measured as any other (``measure``)."""
 
 
 @dataclass

@@ -30,6 +30,7 @@ class UpdateCalls(Calls):
 
     mode = Mode.UPDATE
     takes_turns = True
+    fingerprinted = True
 
     def __init__(
         self, test_id: str, settings: Settings, *, ahead: Sequence[Sequence[Child]] = (), **kwargs: Any

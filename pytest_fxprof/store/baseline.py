@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
+from pytest_fxprof.records.fingerprint import Fingerprint
 from pytest_fxprof.records.measurement import (
     DIRECTIONS,
     FORWARD,
@@ -119,6 +120,17 @@ class EntryJSON(TypedDict):
     recorded: NotRequired[str]
     history: NotRequired[list[RecordingJSON]]
     revision: NotRequired[str]
+    fingerprint: NotRequired[FingerprintJSON]
+
+
+class FingerprintJSON(TypedDict):
+    """A call's computation fingerprint (``records.fingerprint``): its digest, its parts (entry by entry), each
+    module subtree's digest, and what could not be read."""
+
+    value: str
+    parts: dict[str, dict[str, str]]
+    modules: dict[str, str]
+    unreadable: list[str]
 
 
 class FileJSON(TypedDict):
@@ -205,6 +217,14 @@ def entry_to_json(entry: BaselineEntry) -> EntryJSON:
         out["history"] = [recording_to_json(r) for r in entry.history]
     if entry.revision:  # left out when unknown (a dirty working tree, no git, an older file)
         out["revision"] = entry.revision
+    if entry.fingerprint is not None:  # left out where not read (an older file)
+        f = entry.fingerprint
+        out["fingerprint"] = {
+            "value": f.value,
+            "parts": {p: dict(sorted(v.items())) for p, v in sorted(f.parts.items())},
+            "modules": dict(sorted(f.modules.items())),
+            "unreadable": list(f.unreadable),
+        }
     return out
 
 
@@ -455,7 +475,22 @@ def _entry_from_json(raw: object, where: str) -> BaselineEntry:
         recorded=recorded,
         history=_history_from_json(raw, where, len(nodes)),
         revision=revision,
+        fingerprint=_fingerprint_from_json(raw["fingerprint"], f"{where}.fingerprint")
+        if isinstance(raw, dict) and "fingerprint" in raw
+        else None,
     )
+
+
+def _fingerprint_from_json(raw: object, where: str) -> Fingerprint:
+    """A stored fingerprint, checked: text entries only (its digest is computed again from them)."""
+    parts = _get(raw, "parts", dict, where)
+    for part, entries in parts.items():
+        if not isinstance(entries, dict) or not all(isinstance(v, str) for v in entries.values()):
+            raise _ShapeError(f"{where}.parts.{part} is not an object of strings")
+    modules = _get(raw, "modules", dict, where)
+    if not all(isinstance(v, str) for v in modules.values()):
+        raise _ShapeError(f"{where}.modules is not an object of strings")
+    return Fingerprint(parts, modules, _strings(raw, "unreadable", where))
 
 
 def parse(text: str, path: Path) -> BaselineFile:

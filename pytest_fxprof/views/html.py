@@ -56,6 +56,7 @@ ENVIRONMENT_FIELDS = ("torch", "python", "platform", "cpu", "threads", "device",
 WARN = "warn"
 STATUS_TONES: dict[str, str] = {
     Status.PASS: "good",
+    Status.UNCHANGED: "good",
     Status.REGRESSION: "bad",
     Status.RECORDED: "neutral",
     Status.NOT_RECORDED: "neutral",

@@ -53,6 +53,7 @@ STATUS_WORDS: dict[str, tuple[str, str]] = {
     Status.UNDECIDED: ("undecided", "undecided"),
     Status.MISSING: ("missing a baseline", "missing a baseline"),
     Status.PASS: ("passed", "passed"),
+    Status.UNCHANGED: ("unchanged, not measured", "unchanged, not measured"),
     Status.RECORDED: ("recorded", "recorded"),
     Status.NOT_RECORDED: ("not recorded", "not recorded"),
     Status.UNMEASURED: ("unmeasured", "unmeasured"),

@@ -634,6 +634,8 @@ def summary_line(label: str, c: Comparison | None) -> str:
         return f"{label}: recorded"
     if c.status is Status.MISMATCH:
         return f"{label}: mismatch ({'; '.join(c.mismatches)})"
+    if c.status is Status.UNCHANGED:
+        return f"{label}: unchanged since {c.reference}, its computation's fingerprint the same; not measured"
     if c.status is Status.UNDECIDED and c.noisy_reason:
         return f"{label}: undecided, too noisy to decide ({c.noisy_reason})"
     total = f"total x{round(c.total.ratio, 4):.2f}" if c.total else ""

@@ -308,6 +308,13 @@ class SetJSON(TypedDict):
     pairs: int
 
 
+class FingerprintJSON(TypedDict):
+    """What a call's computation fingerprint was compared with, and what differs (``records.fingerprint``)."""
+
+    reference: str
+    differences: list[str]
+
+
 class ProfileReportJSON(TypedDict):
     """The report of one ``fxprof`` call (``profile_report``), an element of the JSON report's ``profiles`` and
     what every view reads. The keys from ``speed_factor`` to ``warned`` are present where the profile was compared
@@ -356,6 +363,9 @@ class ProfileReportJSON(TypedDict):
     busy_processes: NotRequired[int]
     code_changed: NotRequired[CodeChangedJSON]
     sets: NotRequired[list[SetJSON]]
+    fingerprint: NotRequired[FingerprintJSON]
+    """Where the call's computation fingerprint was compared with its reference's (its baseline's, the old
+    side's): what differs (empty where it is the same, and the call was decided unchanged without measuring)."""
 
 
 JudgedJSON = NodeJSON | AggregateJSON | TotalJSON

@@ -20,7 +20,12 @@ from pytest_fxprof.views.report import NodeJSON, ProfileRecord, ProfileReportJSO
 Line = tuple[str, str | None]
 """A line of text and the colour to write it in (None: the terminal's own)."""
 
-STATUS_COLOURS: dict[str, str] = {Status.REGRESSION: "red", Status.PASS: "green", Status.RECORDED: "green"}
+STATUS_COLOURS: dict[str, str] = {
+    Status.REGRESSION: "red",
+    Status.PASS: "green",
+    Status.UNCHANGED: "green",
+    Status.RECORDED: "green",
+}
 TONE_COLOURS = {"bad": "red", "warn": "yellow", "good": "green"}
 WARNING_COLOUR = "yellow"
 INDENT = "    "
@@ -97,7 +102,7 @@ def profile_lines(record: ProfileRecord, verbose: bool = False) -> list[Line]:
     elif notices:  # nothing to act on: counted here, listed with -v and in the reports
         out.append((f"{INDENT}{len(notices)} notice(s), nothing to act on (pytest -v lists them)", None))
     nodes = profile["nodes"]
-    if not nodes or record["status"] == Status.UNMEASURED:  # one cold pass: its times say little
+    if not nodes or record["status"] in (Status.UNMEASURED, Status.UNCHANGED):  # one cold pass: its times say little
         return out
     compared = any("ratio" in n for n in nodes)
     step = any(n.get("direction", FORWARD) != FORWARD for n in nodes)  # a training step's: say which way
