@@ -36,6 +36,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,11 @@ from pytest_fxprof.records.measurement import Protocol  # noqa: E402
 PROTOCOL = Protocol(warmup=5, passes=20, threads=1, processes=5)
 
 
+OPERATIONS: dict[str, Counter[str]] = {}
+"""The operations (``NodeInfo.label``) each fingerprint's capture timed, by the fingerprint's value: what the
+code-change rule of stored baselines compares (``records.verdicts.operations_changed``)."""
+
+
 def fingerprint(model: nn.Module, args: tuple[Any, ...], protocol: Protocol = PROTOCOL, **request: Any) -> Fingerprint:
     with contextlib.ExitStack() as stack:
         program = open_program(
@@ -68,7 +74,9 @@ def fingerprint(model: nn.Module, args: tuple[Any, ...], protocol: Protocol = PR
             timer=ClockTimer(time.perf_counter_ns),
             engine="compiled",
         )
-        return fingerprint_of(program, model, args, {}, protocol=protocol, how=str(request.get("mode", "auto")))
+        got = fingerprint_of(program, model, args, {}, protocol=protocol, how=str(request.get("mode", "auto")))
+        OPERATIONS[got.value] = Counter(i.label for i in program.infos)
+        return got
 
 
 def verdict(name: str, kind: str, base: Fingerprint, other: Fingerprint, **extra: Any) -> dict[str, Any]:
@@ -76,6 +84,8 @@ def verdict(name: str, kind: str, base: Fingerprint, other: Fingerprint, **extra
     right = differs if kind == "change" else not differs
     differences = other.differences(base)
     expected = extra.get("expected")
+    if base.value in OPERATIONS and other.value in OPERATIONS:  # what the code-change rule would say of it
+        extra["operations_changed"] = OPERATIONS[base.value] != OPERATIONS[other.value]
     if expected:  # every module the difference names is the one the change should blame, or in it
         named = [
             d.removeprefix("module ").removesuffix(": graph changed") for d in differences if d.startswith("module ")
@@ -375,6 +385,13 @@ def main() -> None:
     cases = structure(compiled=not ns.no_compiled)
     cases += real_edits([f for f in ns.families.split(",") if f])
     wrong = [c["case"] for c in cases if not c["right"]]
+    real = [c for c in changes if "expected" in c]
+    print(
+        f"the code-change rule (operations added or removed) on the {len(real)} real changes: "
+        f"{sum(c.get('operations_changed', False) for c in real)} changed; the fingerprint: "
+        f"{sum(c['differs'] for c in real)}; only the fingerprint: "
+        f"{', '.join(c['case'] for c in real if c['differs'] and not c.get('operations_changed')) or 'none'}"
+    )
     changes = [c for c in cases if c["kind"] == "change"]
     neutral = [c for c in cases if c["kind"] == "neutral"]
     print(

@@ -553,11 +553,17 @@ def _proofs(
     """Every test's fingerprints on both sides (``against.proof.prove``), its processes forked from ``launched``
     where the pairs' would be."""
     old_side, new_side = against.sides(new)
-    if launched is not None and _forks(against, old_side):
-        old_side, new_side = replace(old_side, starter=launched.start), replace(new_side, starter=launched.start)
+    forker = launched if launched is not None and _forks(against, old_side) else None
+    if forker is not None:
+        old_side, new_side = replace(old_side, starter=forker.start), replace(new_side, starter=forker.start)
     asked = [(a.test_id, {"settings": a.settings, **({"calls": list(a.keys)} if a.keys else {})}) for a in tests]
     deadline = max(PROCESS_DEADLINE_S, *(2 * a.budget_s for a in tests))
-    return prove(old_side, new_side, asked, deadline_s=deadline, spent=spent)
+    before = forker.forked if forker is not None else 0
+    try:
+        return prove(old_side, new_side, asked, deadline_s=deadline, spent=spent)
+    finally:
+        if forker is not None and spent is not None:
+            spent.forked += forker.forked - before
 
 
 def _measure_set(
@@ -613,6 +619,7 @@ def _measure_set(
     deadline = max(PROCESS_DEADLINE_S, *(2 * a.budget_s for a in tests))
     forking = duet and _forks(against, old_side)
     with _forker(forking, (old_side, new_side), launched) as forker:
+        before = forker.forked if forker is not None else 0  # a parent launched ahead may have forked already
         if forker is not None:
             old_side, new_side = replace(old_side, starter=forker.start), replace(new_side, starter=forker.start)
         try:
@@ -631,7 +638,7 @@ def _measure_set(
         finally:
             if forker is not None:
                 if spent is not None:
-                    spent.forked += forker.forked
+                    spent.forked += forker.forked - before
                 if forker.problem and notice is not None:
                     notice(f"the side processes started fresh: {forker.problem}")
 
