@@ -57,7 +57,9 @@ def test_a_check_of_an_unchanged_test_decides_it_without_measuring(
         prop.get("name"): prop.get("value") for prop in ET.parse(pytester.path / "junit.xml").getroot().iter("property")
     }
     assert properties["fxprof[call0].status"] == "unchanged"
-    assert "unchanged, not measured" in (pytester.path / "out.md").read_text()
+    markdown = (pytester.path / "out.md").read_text()
+    assert "2 unchanged, not measured" in markdown
+    assert markdown.count("| unchanged |  |  |") == 2  # a cold pass's times are no measurement: left out
     assert snapshot(directory) == before
 
     # the same computation in another environment: measured, and the difference named

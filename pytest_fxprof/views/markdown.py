@@ -118,9 +118,13 @@ def _status_cell(status: str) -> str:
     return f"**{word}**" if status in ATTENTION else word
 
 
+NOT_TIMED = (Status.UNCHANGED,)
+"""Statuses whose profile timed nothing: one cold pass, whose times a table leaves out."""
+
+
 def _total_cell(profile: ProfileReportJSON) -> str:
     total = profile.get("total", {})
-    if "current_ns" not in total:
+    if "current_ns" not in total or profile["status"] in NOT_TIMED:
         return ""
     text = fmt_ns(total["current_ns"])
     if "ratio" in total:
@@ -134,6 +138,8 @@ def _total_cell(profile: ProfileReportJSON) -> str:
 def _worst_cell(profile: ProfileReportJSON) -> str:
     """The node with the most time at stake (``worst_nodes``: one the change added by its time); without a
     comparison, the slowest node and its share."""
+    if profile["status"] in NOT_TIMED:
+        return ""
     compared = worst_nodes(profile.get("nodes", []), 1)
     if compared:
         (worst,) = compared
