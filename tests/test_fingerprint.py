@@ -424,3 +424,27 @@ def test_a_baseline_keeps_the_fingerprint_and_refuses_a_malformed_one() -> None:
     older = entry_to_json(make_entry())
     assert "fingerprint" not in older
     assert entry_from_json(older).fingerprint is None
+
+
+def test_the_sides_fingerprints_decide_a_test_unchanged_only_where_every_call_is_the_same() -> None:
+    from pytest_fxprof.against.proof import same_computation
+    from pytest_fxprof.measure.sampling import Child
+
+    fp = fingerprint(nn.Linear(4, 4).eval(), torch.randn(2, 4))
+    other = fingerprint(nn.Linear(4, 8).eval(), torch.randn(2, 4))
+
+    def side(calls: dict[str, Fingerprint | None], **data: Any) -> Child:
+        written = {k: {"fingerprint": f.to_json() if f is not None else None} for k, f in calls.items()}
+        return Child((), 0, {"calls": written, **data}, "")
+
+    same = same_computation(side({"call0": fp}), side({"call0": fp}))
+    assert same.unchanged
+    assert same.changes == {"call0": []}
+    changed = same_computation(side({"call0": fp, "call1": fp}), side({"call0": fp, "call1": other}))
+    assert not changed.unchanged
+    assert changed.changes["call0"] == []
+    assert "module <model>: graph changed" in changed.changes["call1"]
+    assert not same_computation(side({"call0": fp}), side({"call0": fp, "extra": fp})).unchanged  # a new call
+    assert not same_computation(side({"call0": fp}, foreign=["x.py"]), side({"call0": fp})).unchanged
+    assert not same_computation(side({"call0": None}), side({"call0": None})).unchanged  # nothing read
+    assert not same_computation(Child((), 0, {"skipped": "no GPU"}, ""), side({"call0": fp})).unchanged

@@ -26,13 +26,12 @@ from pytest_fxprof.records.fingerprint import Fingerprint
 @dataclass(frozen=True)
 class Proof:
     """What the sides' fingerprints say of one test: ``unchanged`` where every call is the same computation on both
-    sides; ``changes``, per call, what differs (empty for a call that is the same); ``why`` the test is measured
-    though nothing was found to differ (a side failed or skipped it, a call made on one side only, a fingerprint not
-    read whole)."""
+    sides; ``changes``, per call, what differs (empty for a call that is the same). A test that a side failed,
+    skipped or did not finish, or whose calls are not the same on both sides, is not unchanged: its pairs say
+    what became of it."""
 
     unchanged: bool
     changes: dict[str, list[str]] = field(default_factory=dict)
-    why: str = ""
     new: Child | None = None
     """The new side's process as it fingerprinted the test: its unmeasured profile of each call stands for the run's
     own process's where the test is unchanged (``against.compare.first_profile``)."""
@@ -56,7 +55,7 @@ def prove(
     for test_id, _ in tests:
         children = got.measured.get(test_id)
         if children is None:
-            out[test_id] = Proof(unchanged=False, why="a side's process did not fingerprint it (its pairs say why)")
+            out[test_id] = Proof(unchanged=False)  # a side's process did not fingerprint it: its pairs say why
         else:
             out[test_id] = replace(same_computation(children["old"], children["new"]), new=children["new"])
     return out
@@ -65,12 +64,12 @@ def prove(
 def same_computation(old: Child, new: Child) -> Proof:
     """What the fingerprints two sides' processes wrote of one test say."""
     if old.ended or new.ended or old.data is None or new.data is None:
-        return Proof(unchanged=False, why="a side did not run it to the end")
+        return Proof(unchanged=False)  # a side skipped it, lacked it or did not run it to the end
     if old.data.get("foreign"):  # the old side ran the working tree's code: its pairs refuse it, with the fix
-        return Proof(unchanged=False, why="the old side imported code from the working tree")
+        return Proof(unchanged=False)
     old_calls, new_calls = _fingerprints(old), _fingerprints(new)
-    if old_calls.keys() != new_calls.keys():
-        return Proof(unchanged=False, why="its calls are not the same on both sides")
+    if old_calls.keys() != new_calls.keys():  # a call made on one side only: the pairs call it new
+        return Proof(unchanged=False)
     changes = {}
     for key, seen in new_calls.items():
         before = old_calls[key]
