@@ -385,6 +385,8 @@ def main() -> None:
     cases = structure(compiled=not ns.no_compiled)
     cases += real_edits([f for f in ns.families.split(",") if f])
     wrong = [c["case"] for c in cases if not c["right"]]
+    changes = [c for c in cases if c["kind"] == "change"]
+    neutral = [c for c in cases if c["kind"] == "neutral"]
     real = [c for c in changes if "expected" in c]
     print(
         f"the code-change rule (operations added or removed) on the {len(real)} real changes: "
@@ -392,8 +394,6 @@ def main() -> None:
         f"{sum(c['differs'] for c in real)}; only the fingerprint: "
         f"{', '.join(c['case'] for c in real if c['differs'] and not c.get('operations_changed')) or 'none'}"
     )
-    changes = [c for c in cases if c["kind"] == "change"]
-    neutral = [c for c in cases if c["kind"] == "neutral"]
     print(
         f"\n{sum(c['differs'] for c in changes)}/{len(changes)} changes seen as changed, "
         f"{sum(not c['differs'] for c in neutral)}/{len(neutral)} neutral edits proven unchanged; "
