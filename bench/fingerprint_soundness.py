@@ -269,14 +269,14 @@ def structure(compiled: bool) -> list[dict[str, Any]]:
             assert NET.count(old) == 1, name
             out.append(verdict(name, kind, base, of_source(work, f"edit{n}", NET.replace(old, new), x)))
 
-        def conv(**changes: Any) -> nn.Module:
+        def conv(**changes: Any) -> nn.Sequential:
             torch.manual_seed(0)
-            model = nn.Sequential(nn.Conv2d(8, 8, 3, padding=2), nn.ReLU()).eval()
+            layer = nn.Conv2d(8, 8, 3, padding=2)
             for k, v in changes.items():
-                setattr(model[0], k, v)
+                setattr(layer, k, v)
             if changes.get("groups"):
-                model[0].weight = nn.Parameter(model[0].weight[:, : 8 // changes["groups"]].clone())
-            return model
+                layer.weight = nn.Parameter(layer.weight[:, : 8 // changes["groups"]].clone())
+            return nn.Sequential(layer, nn.ReLU()).eval()
 
         plain = fingerprint(conv(), (x,), mode="symbolic")
         out.append(
@@ -286,8 +286,10 @@ def structure(compiled: bool) -> list[dict[str, Any]]:
             verdict("conv groups (symbolic)", "change", plain, fingerprint(conv(groups=2), (x,), mode="symbolic"))
         )
         denormal = conv()
+        first = denormal[0]
+        assert isinstance(first, nn.Conv2d)
         with torch.no_grad():
-            denormal[0].weight.mul_(1e-39)
+            first.weight.mul_(1e-39)
         out.append(verdict("weights full of denormals", "change", plain, fingerprint(denormal, (x,), mode="symbolic")))
         out.append(
             verdict(
@@ -366,7 +368,8 @@ def inductor_config(x: torch.Tensor) -> dict[str, Any]:
 
     def compiled() -> nn.Module:
         torch.manual_seed(0)
-        return torch.compile(nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.GELU()).eval())
+        model: nn.Module = torch.compile(nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.GELU()).eval())  # type: ignore[assignment]
+        return model
 
     base = fingerprint(compiled(), (x,))
     with config.patch(epilogue_fusion=not config.epilogue_fusion):
