@@ -22,7 +22,7 @@ def untuned(monkeypatch: pytest.MonkeyPatch) -> None:
     before it here or the machine sets."""
     monkeypatch.setattr(machine, "_allocator_state", [])
     for name in list(os.environ):
-        if name.startswith(machine._SETTINGS_PREFIXES) or name in (*machine._TORCH_SETTINGS, "LD_PRELOAD"):
+        if name.startswith(machine.ALLOCATOR_SETTINGS) or name in (*machine.TORCH_ALLOCATOR_SETTINGS, "LD_PRELOAD"):
             monkeypatch.delenv(name)
 
 

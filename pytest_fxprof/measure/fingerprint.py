@@ -43,9 +43,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx
-from torch.utils import _pytree as pytree
 
-from pytest_fxprof.measure.signature import state_of, torch_settings
+from pytest_fxprof.measure.machine import ALLOCATOR_SETTINGS, TORCH_ALLOCATOR_SETTINGS
+from pytest_fxprof.measure.signature import call_inputs, state_of, torch_settings
 from pytest_fxprof.records.fingerprint import Fingerprint, digest
 
 if TYPE_CHECKING:
@@ -100,11 +100,12 @@ ENV_PREFIXES = (
     "CUBLAS",
     "CUDNN_",
     "NCCL_",
-    "MALLOC_",
-    "GLIBC_TUNABLES",
     "LD_PRELOAD",
+    *ALLOCATOR_SETTINGS,
 )
-"""Environment variables whose values change which kernels run, with how many threads, on which allocator."""
+"""Environment variables whose values change which kernels run, with how many threads, on which allocator (the
+allocator's settings as ``machine.allocator_in_use`` reads them; torch's own, ``TORCH_ALLOCATOR_SETTINGS``, by
+name)."""
 
 _OWN = ("torch", "builtins", "math", "operator", "_operator", "functools")
 """Modules whose functions and classes are known by their name: their code is the version's."""
@@ -320,13 +321,10 @@ class _Reader:
         if not _own(cls):
             code = self.opaque[f"class {name}"] = self.source(cls, name)
         skip = {"_parameters", "_buffers", "_modules", "training"}
-        attrs = []
+        # what runs around its forward (``_hooks``), then its other attributes
+        attrs = [f"{key}: [{', '.join(self.function(h) for h in hooks)}]" for key, hooks in _hooks(vars(m))]
         for key, value in sorted(vars(m).items()):
-            if key in skip:
-                continue
-            if "_hooks" in key and isinstance(value, Mapping):  # what runs around its forward
-                hooks = [self.function(h) if callable(h) else repr(h) for h in value.values()]
-                attrs.append(f"{key}: {hooks}" if hooks else "")
+            if key in skip or "_hooks" in key:
                 continue
             if isinstance(value, torch.Tensor):
                 attrs.append(f"{key}: {self.tensor(value)}")
@@ -556,11 +554,8 @@ def _library(obj: Any, name: str, unreadable: list[str]) -> str:
 
 def _inputs(reader: _Reader, args: Sequence[Any], kwargs: Mapping[str, Any], *, values: bool) -> dict[str, str]:
     """Each input by where it sits in the call: a tensor's facts, a plain value as itself."""
-    leaves, _ = pytree.tree_flatten_with_path((tuple(args), dict(sorted(kwargs.items()))))
     out = {}
-    for key_path, value in leaves:
-        top, *rest = key_path
-        where = ("args" if getattr(top, "idx", None) == 0 else "kwargs") + pytree.keystr(tuple(rest))
+    for where, value in call_inputs(args, kwargs):
         if isinstance(value, torch.Tensor):
             out[where] = digest(reader.tensor(value, values=values))
         else:
@@ -589,7 +584,7 @@ def _environment(module: torch.nn.Module) -> dict[str, str]:
         if found:
             env[f"library {top}"] = found
     for key, value in sorted(os.environ.items()):
-        if key.startswith(ENV_PREFIXES):
+        if key.startswith(ENV_PREFIXES) or key in TORCH_ALLOCATOR_SETTINGS:
             env[f"${key}"] = value
     return env
 

@@ -69,11 +69,11 @@ _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_MAX = -1, -2, -4
 _PRELOADED = ("jemalloc", "tcmalloc", "mimalloc", "hoard", "snmalloc")
 """Allocators a process may run with instead of its C library's, by the name of their shared library."""
 
-_SETTINGS_PREFIXES = ("MALLOC_", "GLIBC_TUNABLES", "TCMALLOC_", "MIMALLOC_", "JEMALLOC_", "_RJEM_MALLOC_CONF")
+ALLOCATOR_SETTINGS = ("MALLOC_", "GLIBC_TUNABLES", "TCMALLOC_", "MIMALLOC_", "JEMALLOC_", "_RJEM_MALLOC_CONF")
 """Environment variables that change how an allocator behaves (glibc's ``MALLOC_*`` aliases and tunables,
 jemalloc's ``MALLOC_CONF``, tcmalloc's and mimalloc's own)."""
 
-_TORCH_SETTINGS = ("THP_MEM_ALLOC_ENABLE",)
+TORCH_ALLOCATOR_SETTINGS = ("THP_MEM_ALLOC_ENABLE",)
 """torch's own switches of how its CPU allocator asks for memory (huge pages for blocks of 2 MiB or more)."""
 
 _allocator_state: list[str] = []
@@ -144,7 +144,7 @@ def allocator_in_use() -> str:
         return _allocator_state[0]
     name = _preloaded() or (platform.libc_ver()[0] or platform.system().lower() or "unknown")
     settings = sorted(
-        f"{k}={v}" for k, v in os.environ.items() if k.startswith(_SETTINGS_PREFIXES) or k in _TORCH_SETTINGS
+        f"{k}={v}" for k, v in os.environ.items() if k.startswith(ALLOCATOR_SETTINGS) or k in TORCH_ALLOCATOR_SETTINGS
     )
     thp = _transparent_huge_pages()
     settings += [f"thp {thp}"] if thp else []

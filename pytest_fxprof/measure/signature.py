@@ -15,7 +15,7 @@ Must not import pytest.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,12 +120,18 @@ def state_of() -> tuple[str, ...]:
     return (*lines, *(REPLACED + name for name in replaced))
 
 
-def setup_of(module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any]) -> Setup:
-    """What ``module(*args, **kwargs)`` is handed, in which mode and state."""
+def call_inputs(args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """Each input a call takes, with where it sits in it (``args[0]``, ``kwargs['mask']``, ``args[1][0]``)."""
     leaves, _ = pytree.tree_flatten_with_path((tuple(args), dict(sorted(kwargs.items()))))
-    lines = []
+    out = []
     for key_path, value in leaves:
         top, *rest = key_path
         head = "args" if getattr(top, "idx", None) == 0 else "kwargs"
-        lines.append(input_line(head + pytree.keystr(tuple(rest)), value))
+        out.append((head + pytree.keystr(tuple(rest)), value))
+    return out
+
+
+def setup_of(module: torch.nn.Module, args: Sequence[Any], kwargs: dict[str, Any]) -> Setup:
+    """What ``module(*args, **kwargs)`` is handed, in which mode and state."""
+    lines = [input_line(where, value) for where, value in call_inputs(args, kwargs)]
     return Setup(inputs=tuple(lines), mode=mode_of(module), state=state_of())
