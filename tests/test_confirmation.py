@@ -21,7 +21,7 @@ from tests.test_moved import blocks
 PASS, SLOWER, UNDECIDED = Status.PASS, Status.REGRESSION, Status.UNDECIDED
 
 
-def outcome(status: Status, pairs: int = 4, stopped: str = "") -> CallOutcome:
+def outcome(status: Status, pairs: int = 4, stopped: rounds.StopReason | None = None) -> CallOutcome:
     c = Comparison(status, (), 1.0, pairs, (), None, (), (), against="HEAD~1 (abc1234)", pairs=pairs)
     return CallOutcome(c, None, stopped, pairs=pairs)
 
@@ -58,7 +58,7 @@ def test_a_pass_or_a_missing_second_verdict_leaves_the_first_as_it_was() -> None
 
 
 def test_a_second_set_that_a_budget_cut_short_leaves_the_first_verdict_standing() -> None:
-    got = settled(outcome(SLOWER), outcome(UNDECIDED, 1, stopped="the run's time budget of 60 s"))
+    got = settled(outcome(SLOWER), outcome(UNDECIDED, 1, stopped=rounds.StopReason("run budget", 60)))
     assert got.comparison is not None
     assert got.comparison.status is SLOWER
     assert "was cut short, undecided, by the run's time budget of 60 s" in got.confirmation
@@ -80,8 +80,11 @@ def test_a_second_set_fits_the_tests_budget_and_the_runs_at_the_first_sets_cost(
     fit = compare._fitting(tests, got, run_budget_s=200.0, spent_s=140.0)
     # b: 40 s spent of its 50; a takes 30 s of the run's 60 left, c the other 30, d none
     assert [t.test_id for t in fit] == ["a", "c"]
-    assert got["b"].unconfirmed == "the time budget of 50 s per test"
-    assert got["d"].unconfirmed == "the run's time budget of 200 s"
+    assert str(got["b"].unconfirmed) == "the time budget of 50 s per test"
+    assert str(got["d"].unconfirmed) == "the run's time budget of 200 s"
+    assert got["d"].unconfirmed is not None
+    assert got["d"].unconfirmed.by_run_budget
+    assert got["a"].unconfirmed is None
     assert [t.budget_s for t in fit] == [60.0, 60.0]  # what the first set left of the test's budget
     assert [t.keys for t in fit] == [("call0",), ("call0",)]  # the calls the first set's new side made
     assert compare._fitting(tests, got, run_budget_s=None, spent_s=1e9)[-1].test_id == "d"

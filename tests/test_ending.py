@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_fxprof.against.rounds import StopReason
 from pytest_fxprof.judge.decision import Policy, compare
 from pytest_fxprof.records.verdicts import Comparison, Status
 from pytest_fxprof.session.check import noisy
@@ -125,11 +126,17 @@ def test_a_weak_baseline_is_said_in_a_check_against_baselines_only() -> None:
 
 def test_an_undecided_check_says_how_it_could_be_decided() -> None:
     """Against a revision: more pairs; against a baseline: a baseline recorded again (its history restarted)."""
-    stopped = "6 pairs measured, when the budget ended them"
     undecided = replace(checked(), status=Status.UNDECIDED)
-    paired = ending(LABEL, TEST, replace(undecided, against="main"), Reactions(), directory=Path("b"), stopped=stopped)
-    assert stopped in paired.outcome.failures[0]
+    against = replace(undecided, against="main")
+    stopped = StopReason("test budget", 30.0, 10.0)
+    paired = ending(LABEL, TEST, against, Reactions(), directory=Path("b"), pairs=6, stopped=stopped)
+    said = "6 pairs measured, when the time budget of 30 s per test (a pair of it takes 10 s) ended them"
+    assert said in paired.outcome.failures[0]
     assert "--fxprof-budget-s" in paired.outcome.failures[0]
+    by_run_budget = StopReason("run budget", 60)
+    by_run = ending(LABEL, TEST, against, Reactions(), directory=Path("b"), pairs=4, stopped=by_run_budget)
+    assert "4 pairs measured, when the run's time budget of 60 s ended them" in by_run.outcome.failures[0]
+    assert "--fxprof-run-budget-s" in by_run.outcome.failures[0]
     stored = ending(LABEL, TEST, replace(undecided, recordings=3), Reactions(), directory=Path("b"))
     assert "fxprof prune --history 1 --yes" in stored.outcome.failures[0]
 

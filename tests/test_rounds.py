@@ -73,7 +73,7 @@ def test_every_test_takes_its_pairs_and_a_decided_one_leaves_the_later_pairs(mon
     got = rounds.measure_pairs(OLD, NEW, tests, clock=clock, test_order=rounds.in_turn)
     assert served == [["a", "b", "c"]] * 4 + [["b", "c"], ["b"]]
     assert [len(got[t].old) for t in "abc"] == [4, 6, 5]
-    assert all(got[t].stopped == "" for t in "abc")
+    assert all(got[t].stopped is None for t in "abc")
 
 
 def test_pair_one_serves_the_tests_in_the_runs_order_and_each_later_pair_in_its_own(
@@ -107,7 +107,7 @@ def test_an_undecided_test_stops_at_its_limit_and_says_so(monkeypatch: pytest.Mo
     fake_pairs(monkeypatch, clock)
     got = rounds.measure_pairs(OLD, NEW, [asked("a", max_pairs=5, open_until=99)], clock=clock)
     assert len(got["a"].old) == 5
-    assert got["a"].stopped == "the limit of 5 pairs"
+    assert str(got["a"].stopped) == "the limit of 5 pairs"
 
 
 def test_the_tests_budget_bounds_every_pair_after_its_first_its_minimum_too(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -115,10 +115,10 @@ def test_the_tests_budget_bounds_every_pair_after_its_first_its_minimum_too(monk
     fake_pairs(monkeypatch, clock)
     got = rounds.measure_pairs(OLD, NEW, [asked("a", pairs=4, budget_s=30, open_until=99)], clock=clock)
     assert len(got["a"].old) == 3  # a pair takes 10 s: a fourth would end at 40 s, past the budget
-    assert got["a"].stopped == "the time budget of 30 s per test (a pair of it takes 10 s, so 4 pairs need 40 s)"
+    assert str(got["a"].stopped) == "the time budget of 30 s per test (a pair of it takes 10 s, so 4 pairs need 40 s)"
     got = rounds.measure_pairs(OLD, NEW, [asked("a", pairs=4, budget_s=55, open_until=99)], clock=clock)
     assert len(got["a"].old) == 5  # 4 pairs took 40 s, a fifth ends at 50 s, a sixth would end at 60 s
-    assert got["a"].stopped == "the time budget of 55 s per test (a pair of it takes 10 s)"
+    assert str(got["a"].stopped) == "the time budget of 55 s per test (a pair of it takes 10 s)"
     got = rounds.measure_pairs(OLD, NEW, [asked("a", pairs=4, budget_s=5)], clock=clock)
     assert len(got["a"].old) == 1  # the first pair always runs: what a pair costs is known only after it
 
@@ -131,7 +131,7 @@ def test_the_run_budget_starts_no_pair_that_would_end_past_it(monkeypatch: pytes
     # a pair of both tests takes 20 s: the seventh would end at 140 s
     assert len(served) == 6
     assert clock.now == 120
-    assert got["a"].stopped == got["b"].stopped == "the run's time budget of 130 s"
+    assert str(got["a"].stopped) == str(got["b"].stopped) == "the run's time budget of 130 s"
 
 
 def test_the_first_pair_runs_whatever_the_run_budget(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -139,7 +139,7 @@ def test_the_first_pair_runs_whatever_the_run_budget(monkeypatch: pytest.MonkeyP
     served = fake_pairs(monkeypatch, clock)
     got = rounds.measure_pairs(OLD, NEW, [asked("a")], clock=clock, run_budget_s=1)
     assert len(served) == 1
-    assert got["a"].stopped == "the run's time budget of 1 s"
+    assert str(got["a"].stopped) == "the run's time budget of 1 s"
 
 
 ENDED = [({"absent": True}, True, ""), ({"skipped": "no GPU"}, False, "no GPU")]
@@ -425,7 +425,7 @@ def test_the_run_budget_cuts_a_later_pair_that_runs_past_it(monkeypatch: pytest.
     assert given[1] is not None
     assert 47 < clock.now <= 50.5
     assert [len(got[t].old) for t in "ab"] == [1, 1]
-    assert got["a"].stopped == got["b"].stopped == "the run's time budget of 50 s"
+    assert str(got["a"].stopped) == str(got["b"].stopped) == "the run's time budget of 50 s"
 
 
 def test_a_test_that_fails_on_a_side_says_why_and_the_others_go_on(tmp_path: Path, starter: Start) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from pytest_fxprof.against.proof import Proof, prove
 from pytest_fxprof.against.revision import PREFIX, Revision, RevisionError, materialise, remove
-from pytest_fxprof.against.rounds import RUN_BUDGET, PairedTest, Pairs, Side, SideFailedError, measure_pairs
+from pytest_fxprof.against.rounds import PairedTest, Pairs, Side, SideFailedError, StopReason, measure_pairs
 from pytest_fxprof.judge.paired import MIN_PAIRS, PairedPolicy, compare_pairs, needs_more, out_of_line
 from pytest_fxprof.measure.forking import Forker, can_fork
 from pytest_fxprof.measure.sampling import Child, Relaunch, tail
@@ -159,7 +159,7 @@ class CallOutcome:
 
     comparison: Comparison | None
     profile: Profile | None
-    stopped: str = ""
+    stopped: StopReason | None = None
     left_out: int = 0
     kept_out_of_step: int = 0
     out_of_line: int = 0
@@ -652,7 +652,7 @@ def _doubtful(got: Pairs, asked: AskedTest, label: str) -> bool:
     where a side failed, lacked or skipped the test, nor where the run's budget ended its pairs."""
     if got.failed is not None or got.ended is not None or got.error or not got.old:
         return False
-    if got.stopped.startswith(RUN_BUDGET):
+    if got.stopped is not None and got.stopped.by_run_budget:
         return False
     try:
         calls = _judged(got, _keys(asked, got), asked.policy, label)
@@ -673,9 +673,9 @@ def _fitting(
         g = got[a.test_id]
         cost = a.pairs * g.seconds / len(g.old)
         if g.seconds + cost > a.budget_s:
-            g.unconfirmed = f"the time budget of {a.budget_s:.3g} s per test"
+            g.unconfirmed = StopReason("test budget", a.budget_s)
         elif left is not None and cost > left:
-            g.unconfirmed = f"{RUN_BUDGET} of {run_budget_s:g} s"
+            g.unconfirmed = StopReason("run budget", run_budget_s)
         else:
             out.append(replace(a, budget_s=a.budget_s - g.seconds, keys=tuple(_keys(a, g))))
             left = None if left is None else left - cost
@@ -771,7 +771,7 @@ def judge_test(
         return TestOutcome(absent=False, calls=calls)
     first = _judge_set(against, test_id, got, profiles, policy)
     if got.confirmed is None:
-        if not got.unconfirmed:
+        if got.unconfirmed is None:
             return first
         why = f"not measured again in a second set of pairs: {got.unconfirmed} left no time for it"
         calls = {
@@ -799,7 +799,7 @@ def settled(first: CallOutcome, second: CallOutcome | None) -> CallOutcome:
     first, second = replace(first, sets=sets), replace(second, sets=sets)
     found = f"a first set of {first.pairs} pairs found it {_found(a)}"
     again = f"a second, independent set of {second.pairs} pairs (fresh processes, the revision exported afresh)"
-    if b.status is Status.UNDECIDED and "budget" in second.stopped:
+    if b.status is Status.UNDECIDED and second.stopped is not None and second.stopped.limit != "pairs":
         return replace(first, confirmation=f"{again} was cut short, undecided, by {second.stopped}: {found}")
     if a.status is Status.REGRESSION and b.status is Status.REGRESSION:
         return replace(first, confirmation=f"confirmed by {again}: {_found(b)}")
@@ -861,7 +861,7 @@ def _judge_set(
                 "process made; calls must not depend on the process (make the call whatever ran before it)"
             )
         profile = side_profile(profiles[key], merged(new_entries))
-        stopped = got.stopped if comparison is not None and needs_more(comparison) else ""
+        stopped = got.stopped if comparison is not None and needs_more(comparison) else None
         found = found or PairedEntries([], [])
         calls[key] = CallOutcome(
             comparison,

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pytest_fxprof.against.revision import PREFIX
 from pytest_fxprof.measure.lockstep import call_tag, exited_mark, pair_cores
@@ -58,8 +58,38 @@ class Side:
     """How its processes start: fresh interpreters, or forked (``measure.forking``)."""
 
 
-RUN_BUDGET = "the run's time budget"
-"""How ``Pairs.stopped`` begins where the run's budget ended a test's pairs."""
+@dataclass(frozen=True)
+class StopReason:
+    """What ended a test's pairs while an item still needed more (``Pairs.stopped``), or kept a second set from
+    being measured (``Pairs.unconfirmed``): the run's time budget, the test's, or the most pairs a test takes,
+    with its value (seconds, or pairs; None where the run has no budget of its own). Said as ``str(reason)``."""
+
+    limit: Literal["run budget", "test budget", "pairs"]
+    of: float | None = None
+    per_pair_s: float | None = None
+    """The test's cost a pair, where its own budget ended it."""
+    needed: int = 0
+    """The pairs it needed at the least, where its budget ended it before them."""
+
+    @property
+    def by_run_budget(self) -> bool:
+        return self.limit == "run budget"
+
+    @property
+    def option(self) -> str:
+        """The option that gives the test more time."""
+        return "--fxprof-run-budget-s" if self.by_run_budget else "--fxprof-budget-s"
+
+    def __str__(self) -> str:
+        if self.limit == "pairs":
+            return f"the limit of {self.of:g} pairs"
+        if self.by_run_budget:
+            return "the run's time budget" + ("" if self.of is None else f" of {self.of:g} s")
+        said = f"the time budget of {self.of:.3g} s per test"
+        if self.per_pair_s is None:
+            return said
+        need = f", so {self.needed} pairs need {self.per_pair_s * self.needed:.3g} s" if self.needed else ""
+        return f"{said} (a pair of it takes {self.per_pair_s:.3g} s{need})"
 
 
 def _never(got: Pairs) -> bool:
@@ -97,8 +127,8 @@ class Pairs:
     seconds: float = 0.0
     """Its share of the pairs' time: its own time in each pair (the slower side's) and its part of the processes'
     start."""
-    stopped: str = ""
-    """Why no more pairs were measured though an item was undecided (a budget, the limit); empty otherwise."""
+    stopped: StopReason | None = None
+    """Why no more pairs were measured though an item was undecided (a budget, the limit)."""
     ended: tuple[str, Child] | None = None
     """The side whose process found the test absent or skipped, and that process: the rounds ended there."""
     failed: SideFailedError | None = None
@@ -108,7 +138,7 @@ class Pairs:
     confirmed: Pairs | None = None
     """A second, independent set of pairs of the test, measured after these where they ended with a call slower or
     undecided (``against.compare.measure_tests``): what its verdict must agree with."""
-    unconfirmed: str = ""
+    unconfirmed: StopReason | None = None
     """Why these pairs' verdict was to be confirmed but was not (a budget spent)."""
     unchanged: bool = False
     """Every call of the test is the same computation on both sides (``against.proof``): no pair was measured, and
@@ -156,9 +186,9 @@ def shuffled(seed: int | None = None) -> TestOrder:
     every allocation before, and a memory-bound operation (a concatenation, a pooling) runs faster or slower by
     where its input and output lie. Both sides of a pair run the same tests in the same order, but their
     processes differ a little (each imports its own code, from its own directory), so the same order in every
-    pair can leave one side's placement worse in every pair: an unchanged model's concatenations measured 6-8 %
-    slower on the new side and failed 3 of 4 checks of a 20-model suite (slower in 10 and 11 of 12 pairs, where
-    12 were measured): no interval drawn from those pairs can tell that from a slowdown. An order per pair makes
+    pair can leave one side's placement worse in every pair, and an unchanged model's memory-bound operations
+    read slower in nearly every pair: no interval drawn from those pairs can tell that from a slowdown. An order
+    per pair makes
     it part of the spread between pairs, which the verdict weighs (BENCHMARKS.md, "Each pair in its own order")."""
     rng = random.Random(seed)  # noqa: S311 (an order, not a secret)
 
@@ -271,7 +301,7 @@ def measure_pairs(
     ``progress(pair, tests, seconds)`` is told of each pair as it ends, ``watch(pair, test, seconds)`` of a test that
     runs long in it (``measure.serving.WATCH_S``)."""
     arrange = test_order or shuffled()
-    cut = RUN_BUDGET if run_budget_s is None else f"{RUN_BUDGET} of {run_budget_s:g} s"
+    cut = StopReason("run budget", run_budget_s)
     got = {t.test_id: Pairs() for t in tests}
     done: set[str] = set()
     began = clock()
@@ -284,7 +314,7 @@ def measure_pairs(
             ahead = sum(got[t.test_id].seconds / max(1, len(got[t.test_id].old)) for t in chosen)
             if already_s + clock() - began + ahead > run_budget_s:
                 for t in chosen:
-                    got[t.test_id].stopped = f"{RUN_BUDGET} of {run_budget_s:g} s"
+                    got[t.test_id].stopped = cut
                 break
         started = clock()
         served = arrange(number + 1, chosen)
@@ -315,7 +345,7 @@ def measure_pairs(
     return got
 
 
-def _take(t: PairedTest, g: Pairs, result: PairResult, cut: str) -> bool:
+def _take(t: PairedTest, g: Pairs, result: PairResult, cut: StopReason) -> bool:
     """Add what pair ``result`` measured of test ``t`` to ``g``; whether that ends its pairs (a side failed, lacked
     or skipped it, the pair was ``cut`` short before it, or nothing is left to compare)."""
     if t.test_id in result.failed:
@@ -362,13 +392,10 @@ def _open(t: PairedTest, g: Pairs, done: set[str]) -> bool:
         done.add(t.test_id)
         return False
     if n >= t.max_pairs:
-        g.stopped = f"the limit of {t.max_pairs} pairs"
+        g.stopped = StopReason("pairs", t.max_pairs)
     elif n and g.seconds + g.seconds / n > t.budget_s:
-        per_pair = g.seconds / n
-        g.stopped = f"the time budget of {t.budget_s:.3g} s per test (a pair of it takes {per_pair:.3g} s" + (
-            f", so {t.pairs} pairs need {per_pair * t.pairs:.3g} s)" if n < t.pairs else ")"
-        )
-    if g.stopped:
+        g.stopped = StopReason("test budget", t.budget_s, g.seconds / n, t.pairs if n < t.pairs else 0)
+    if g.stopped is not None:
         done.add(t.test_id)
         return False
     return True

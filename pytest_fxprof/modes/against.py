@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_fxprof.against.compare import Against, AskedTest, early_forker, measure_tests
-from pytest_fxprof.against.rounds import RUN_BUDGET
 from pytest_fxprof.measure.turns import TurnError
 from pytest_fxprof.modes.base import relaunch_of
 from pytest_fxprof.modes.gate import Gate, ahead_of_tests, fixture_tests, say
@@ -131,13 +130,15 @@ class AgainstMode(Gate):
         except TurnError as exc:
             self.ahead_error = str(exc)
         self.run.spent.waiting_s += sum(t.waited_s for t in self.ahead_turns)
-        undecided = [t for t, got in self.ahead.items() if got.stopped.startswith(RUN_BUDGET)]
+        undecided = [t for t, got in self.ahead.items() if got.stopped is not None and got.stopped.by_run_budget]
         if undecided:
             say(
                 config,
                 f"{len(undecided)} test(s) still undecided when the run's time budget ended: {', '.join(undecided)}",
             )
-        unconfirmed = [t for t, got in self.ahead.items() if got.unconfirmed.startswith(RUN_BUDGET)]
+        unconfirmed = [
+            t for t, got in self.ahead.items() if got.unconfirmed is not None and got.unconfirmed.by_run_budget
+        ]
         if unconfirmed:
             say(
                 config,

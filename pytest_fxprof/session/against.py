@@ -131,14 +131,14 @@ class AgainstCalls(Calls):
             assert measured is not None  # both sides made the call
             judged = ProfileResult.of(replace(measured, comparison=call.comparison, seconds=tested.seconds))
             self.results[key] = judged
-            ended = f"{call.pairs} pairs measured" + (f", when {call.stopped} ended them" if call.stopped else "")
             end = ending(
                 self.label(key),
                 self.test_id,
                 judged.comparison,
                 self.reactions,
                 directory=self.store.directory,
-                stopped=ended,
+                pairs=call.pairs,
+                stopped=call.stopped,
                 confirmation=call.confirmation,
             )
             if call.sets:

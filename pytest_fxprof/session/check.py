@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_fxprof.against.compare import AgainstError
 from pytest_fxprof.against.recorded import RecordedSides, baseline_revision
+from pytest_fxprof.against.rounds import StopReason
 from pytest_fxprof.judge.decision import capture_changed, compare, refuse_lone, weak_baseline
 from pytest_fxprof.measure.sampling import BUSY_RETRIES, SamplingError, sample
 from pytest_fxprof.measure.turns import TurnError
@@ -57,7 +58,7 @@ class RevisionCheck:
     comparison: Comparison | None = None
     profile: Profile | None = None
     pairs: int = 0
-    stopped: str = ""
+    stopped: StopReason | None = None
     why: str = ""
 
 
@@ -173,11 +174,7 @@ class CheckCalls(Calls):
         for key, result in self.results.items():
             checked = self.revision_checks.get(key)
             shown, paired = _stricter(result, checked)
-            stopped = ""
-            if paired and checked is not None:
-                stopped = f"{checked.pairs} pairs measured" + (
-                    f", when {checked.stopped} ended them" if checked.stopped else ""
-                )
+            measured = checked if paired and checked is not None else RevisionCheck("")
             end = ending(
                 self.label(key),
                 self.test_id,
@@ -185,7 +182,8 @@ class CheckCalls(Calls):
                 self.reactions,
                 directory=self.store.directory,
                 weak=self._weak(key),
-                stopped=stopped,
+                pairs=measured.pairs,
+                stopped=measured.stopped,
                 baseline=paired,
             )
             if checked is not None and checked.comparison is not None and not paired and end.outcome.failures:
@@ -259,9 +257,7 @@ class CheckCalls(Calls):
                 )
                 continue
             assert tested is not None
-            self.revision_checks[key] = RevisionCheck(
-                sha, call.comparison, call.profile, call.pairs, call.stopped if call.stopped else ""
-            )
+            self.revision_checks[key] = RevisionCheck(sha, call.comparison, call.profile, call.pairs, call.stopped)
 
     def extend_report(self, key: str, report: ProfileReportJSON) -> None:
         if key in self.changes:

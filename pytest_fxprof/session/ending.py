@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_fxprof.against.rounds import RUN_BUDGET
+from pytest_fxprof.against.rounds import StopReason
 from pytest_fxprof.records.verdicts import Comparison, Status, operations_changed
 from pytest_fxprof.session.reactions import (
     OnFaster,
@@ -53,15 +53,17 @@ def ending(
     *,
     directory: Path,
     weak: str = "",
-    stopped: str = "",
+    pairs: int = 0,
+    stopped: StopReason | None = None,
     baseline: bool = False,
     confirmation: str = "",
 ) -> Ending:
     """How the comparison ``c`` of the call ``label`` of ``test_id`` ends the test. ``directory``: where its
-    baseline was looked for; ``weak``: the warning of a baseline recorded on a busy machine; ``stopped``: how a
-    revision's pairs ended; ``baseline``: a comparison against a revision that stands for a baseline (the
-    revision it was recorded at), which a refreshed baseline accepts, as a baseline's does; ``confirmation``: what a
-    second set of pairs found (a line of a failure, else a notice)."""
+    baseline was looked for; ``weak``: the warning of a baseline recorded on a busy machine; ``pairs`` and
+    ``stopped``: how many pairs a revision's comparison took, and what ended them while it was open; ``baseline``: a
+    comparison against a revision that stands for a baseline (the revision it was recorded at), which a refreshed
+    baseline accepts, as a baseline's does; ``confirmation``: what a second set of pairs found (a line of a failure,
+    else a notice)."""
     outcome = Outcome()
     if c is not None and c.status is Status.UNCHANGED:  # proven the same computation: nothing to judge or warn of
         return Ending(c.status, outcome)
@@ -89,9 +91,10 @@ def ending(
         advice = f"\n  {if_intended(test_id)}" if refresh else ""
         outcome.failures.append(regression_message(label, c) + confirmed + advice)
     if c.status is Status.UNDECIDED:
-        budget = "--fxprof-run-budget-s" if RUN_BUDGET in stopped else "--fxprof-budget-s"
+        measured = f"{pairs} pairs measured" + (f", when {stopped} ended them" if stopped is not None else "")
+        budget = "--fxprof-budget-s" if stopped is None else stopped.option
         fix = (
-            f"{stopped}; more pairs decide it (raise {budget} or --fxprof-pairs), or a quieter runner"
+            f"{measured}; more pairs decide it (raise {budget} or --fxprof-pairs), or a quieter runner"
             if c.against
             else wide_bands(test_id, c)
         )
