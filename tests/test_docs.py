@@ -188,3 +188,32 @@ def test_the_architecture_page_names_every_module_on_top_and_every_file_of_the_t
     inner = [p.name for name in packages for p in (package / name).glob("*.py") if p.name not in internal]
     missing = sorted(name for name in [*top, *(f"{n}/" for n in packages), *inner] if f"`{name}`" not in text)
     assert missing == []
+
+
+def layer_rows(text: str) -> dict[str, str]:
+    """The rows of the architecture page's layer table: sub-package -> what the row says it owns."""
+    rows = {}
+    for line in text.splitlines():
+        m = re.match(r"^\| `(\w+)/` \| (.*?) \|", line)
+        if m:
+            rows[m[1]] = m[2]
+    return rows
+
+
+def test_the_architecture_page_names_every_module_of_every_layer_and_no_other() -> None:
+    """Each layer's row names each of its modules in backticks within brackets (``(`module`)``), and names in that
+    form only modules it has."""
+    rows = layer_rows((ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"))
+    package = ROOT / "pytest_fxprof"
+    layers = {p.parent.name for p in package.glob("*/__init__.py")} - {"modes", "session", "cli"}
+    assert set(rows) == layers
+    wrong = []
+    for layer, owns in rows.items():
+        modules = {p.stem for p in (package / layer).glob("*.py") if p.name != "__init__.py"}
+        named = {m for group in re.findall(r"\(([^()]*)\)", owns) for m in re.findall(r"`([a-z_]+)`", group)}
+        wrong += [f"{layer}/{m}.py: not named in its row" for m in sorted(modules - named)]
+        wrong += [f"{layer}/: names `{m}`, which it has no module of" for m in sorted(named - modules)]
+    assert wrong == []
+    assert layer_rows("| `views/` | Text (`render`) and more (`report`) | x | y |") == {
+        "views": "Text (`render`) and more (`report`)"
+    }

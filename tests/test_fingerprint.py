@@ -22,7 +22,8 @@ import torch
 from torch import nn
 
 from pytest_fxprof.measure.engine import ClockTimer
-from pytest_fxprof.measure.fingerprint import _kernels, _Reader, fingerprint_of
+from pytest_fxprof.measure.fingerprint import _kernels, fingerprint_of
+from pytest_fxprof.measure.opaque import Reader
 from pytest_fxprof.measure.program import CaptureRequest, open_program
 from pytest_fxprof.records.fingerprint import Fingerprint, changed_modules, changes_text
 from pytest_fxprof.records.measurement import Protocol
@@ -266,6 +267,35 @@ def test_a_convolutions_attribute_under_symbolic_tracing_is_seen(attribute: str)
     assert b.differences(a)[0] == "module 0: graph changed"
 
 
+def test_a_hook_around_a_modules_forward_is_seen_wherever_it_is_registered() -> None:
+    """A hook runs in the call as the user makes it though no graph holds it: on a submodule, on a leaf that the
+    graph calls whole, or on every module; the same model without it, and a hook removed again, are the same."""
+
+    def build() -> nn.Sequential:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(8, 8), nn.ReLU()).eval()
+
+    def hook(module: nn.Module, args: Any, output: Any) -> None:
+        time.sleep(0)
+
+    x = torch.randn(2, 8)
+    plain = fingerprint(build(), x)
+    assert fingerprint(build(), x).same_as(plain)
+    for register in ("leaf", "model"):
+        model = build()
+        (model[0] if register == "leaf" else model).register_forward_hook(hook)
+        hooked = fingerprint(model, x)
+        assert not hooked.same_as(plain), register
+        assert any("_forward_hooks" in d for d in hooked.differences(plain)), hooked.differences(plain)
+    handle = torch.nn.modules.module.register_module_forward_hook(hook)
+    try:
+        every = fingerprint(build(), x)
+    finally:
+        handle.remove()
+    assert not every.same_as(plain)
+    assert fingerprint(build(), x).same_as(plain)
+
+
 def test_weights_full_of_denormals_are_seen() -> None:
     model = nn.Linear(64, 64).eval()
     x = torch.randn(8, 64)
@@ -372,7 +402,7 @@ def test_an_inductor_config_change_or_other_generated_code_is_seen() -> None:
         def __init__(self, code: str) -> None:
             self.graphs = [Graph(code)]
 
-    reader = _Reader()
+    reader = Reader()
     a = _kernels(reader, Kernels("def call(args): ..."))
     assert a == _kernels(reader, Kernels("def call(args): ..."))
     assert _kernels(reader, Kernels("def call(args): kernel_1(args)"))["code"] != a["code"]
@@ -385,7 +415,7 @@ def test_an_opaque_object_it_cannot_read_proves_nothing() -> None:
     class Opaque:
         """A constant torch.fx keeps in the graph whose type fxprof does not know."""
 
-    reader = _Reader()
+    reader = Reader()
     assert reader.constant(Opaque(), {}) == "?"
     fp = Fingerprint({"graph": {"graphs": "x"}}, unreadable=tuple(reader.unreadable))
     assert not fp.proven
