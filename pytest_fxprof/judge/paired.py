@@ -15,8 +15,8 @@ patterns and classes, as ``aggregates.plan`` lays them out over both sides' node
 2. The estimate is the geometric mean ratio ``exp(mean(x))``; its one-sided interval at ``CONFIDENCE`` is
    ``mean(x) -/+ t * sd(x) / sqrt(n)``, Student's t with ``n - 1`` degrees of freedom, so that the spread
    between pairs, not the passes inside a process, sets the width. Not a median and its absolute deviation:
-   with few pairs those are too sure of themselves (simulated here, 1.7-2.6 % of unchanged noisy items
-   called slower at a nominal 1 %). A pair that a burst of other work hit widens the interval instead: the
+   with few pairs those are too sure of themselves, calling more unchanged noisy items slower than the nominal
+   rate. A pair that a burst of other work hit widens the interval instead: the
    item is too noisy until more pairs decide it.
 3. *Slower* when the interval lies above 1 (the change is real) and the estimate beyond ``1 + band`` (it is
    large enough to matter). The band is the node (or total) tolerance, the narrower ``CHANGED_TOLERANCE`` for
@@ -36,8 +36,7 @@ patterns and classes, as ``aggregates.plan`` lays them out over both sides' node
 5. A test passes from ``MIN_PASSING_PAIRS`` pairs; a slowdown fails it only from ``MIN_DECIDING_PAIRS`` pairs or
    more: where pairs were left out (their processes met two machines, or lost their lock-step) and fewer remain, it
    is too noisy to decide, and more pairs are measured. Three pairs that agree by chance make an interval that t,
-   with two degrees of freedom, trusts: a neutral edit of a GPT-style model failed on its largest node at x1.06, from
-   three pairs whose other checks spread x0.84-x1.23 (BENCHMARKS.md).
+   with two degrees of freedom, trusts, and a neutral edit can fail on it (BENCHMARKS.md, "The fewest pairs").
 6. As in the stored-baseline gate, only a node of ``GATING_NS`` or ``GATING_SHARE`` of the summed node time
    fails a test alone; a smaller one warns, and its aggregates gate it.
 
@@ -117,16 +116,15 @@ far more often at the usual spread, and more pairs then confirm it."""
 RESOLVE_CONFIDENCE = 0.99
 """The confidence of the total's interval that ``RESOLVE`` bounds: how sure the pairs must be that they could see
 a slowdown, not that one is real, so not the false alarm's ``CONFIDENCE``: failing still takes an interval
-above 1 at 99.9 %. At 99.9 % (t = 10.2 with 4 pairs) half the unchanged tests of a 2-core runner's checks took
-more than 4 pairs for their total alone, and caught +5 % on the total about as often: over the pairs of 133
-recorded unchanged tests, resampled, 4.2 pairs a test on average against 5.0, and +5 % on the total caught in
-97.2 % of checks against 98.1-98.5 % (BENCHMARKS.md, "The total's resolve at 99 %"; ``bench/resolve_tradeoff.py``)."""
+above 1 at 99.9 %. At 99.9 % (t = 10.2 with 4 pairs) the total alone keeps a test in the pairs longer and
+catches a slowdown of the total no more often (BENCHMARKS.md, "The total's resolve at 99 %";
+``bench/resolve_tradeoff.py``)."""
 
 
 PAIR_SPREAD = 0.01
-"""The usual spread of the total's log ratio between pairs of an unchanged check (sample standard deviation): the
-median over 59 such checks on a 2-core CPU runner was 0.0102 (0.0021-0.0525; BENCHMARKS.md, "The fewest pairs",
-``bench/pair_spread.py``). Sets ``MIN_DECIDING_PAIRS``."""
+"""The usual spread of the total's log ratio between pairs of an unchanged check (sample standard deviation),
+the median over the checks of ``bench/pair_spread.py`` (BENCHMARKS.md, "The fewest pairs"). Sets
+``MIN_DECIDING_PAIRS``."""
 
 
 def can_decide(
@@ -416,8 +414,7 @@ CORROBORATE = 0.5
 """A module whose code changed is found slower at the narrow ``CHANGED_TOLERANCE``, or by the operations that replaced
 others (``replaced``), where its pairs show that much; within the band unchanged code gets, that fails the test only
 where the call as the user makes it got slower by this share of the total's band too (+1.5 % at +3 %). Such a change
-can cost its module a few percent and the user's program nothing it can measure: an unfused ``Linear`` cost BERT's
-output modules x1.024 in the pairs, and the model's forward x0.991-1.001 in five ordinary processes (BENCHMARKS.md,
+can cost its module a few percent in the pairs and the user's program nothing it can measure (BENCHMARKS.md,
 "The allocator: the program users run")."""
 
 
@@ -545,10 +542,9 @@ OUT_OF_LINE = 0.10
 """A pair whose typical node (the median of its ratios over the nodes that weigh, ``LINE_SHARE`` of the old
 side's node time or more) lies more than this from the median pair's met two machines, not one: a burst of
 other work hit one of its processes, and nodes of every kind moved together. A change of code moves every pair
-alike, so the median pair moves with it. Such a pair is left out of every item of the call (``out_of_line``):
-one pair whose old process ran 2.4 times slower hid a +10 % slowdown of a 7 % node that the other pairs agreed
-on. Across 1,968 pairs of 289 checks of seven models, 99 % lay within 6.3 % of their median pair
-(BENCHMARKS.md, "A pair disturbed on one side")."""
+alike, so the median pair moves with it. Such a pair is left out of every item of the call (``out_of_line``),
+where it would hide a slowdown the other pairs agree on; undisturbed pairs lie well within this of their median
+pair (BENCHMARKS.md, "A pair disturbed on one side")."""
 
 LINE_SHARE = 0.005
 """The nodes whose ratios say how a pair's machine went: those of at least this share of the old side's summed

@@ -24,36 +24,28 @@ counts in ``Disturbance.kept_disturbed``."""
 
 BUSY_OFF_CPU = 0.10
 """A profile whose kept passes' thread was off the CPU for more than this share of their wall time, on average,
-was measured on a busy machine: a tenth of its time went to other processes.
-
-Measured on a 2-core machine (``bench/disturbance.py``: ``profile_module`` at one thread, 5 warm-up and 20 kept
-passes, on torchvision ResNet18 and MobileNetV3-small and a transformer encoder): alone, the kept passes' mean
-share was 0.000-0.001 (worst pass 0-1 %); beside two CPU hogs 0.007-0.405. Beside neighbours that come and go
-(``bench/gate_quality.py --load neighbours``, 72 profiles of ResNet18, RegNetY-400MF and an encoder), profiles
-whose medians were visibly disturbed (node medians x1.22-x1.84 the pass) had 33-49 %, and 3.5-8 % went with
-node medians that still added up (x0.95-x1.01): a node's median is robust to a few preempted passes, since a
-neighbour's time slice lands in one node of a pass, so a few percent is no alarm on its own."""
+was measured on a busy machine: a tenth of its time went to other processes. A profile measured alone stays far
+below it and one whose node medians a neighbour visibly moved far above; a few percent is no alarm on its own,
+since a neighbour's time slice lands in one node of a pass and a node's median is robust to a few preempted
+passes (BENCHMARKS.md, "What the disturbance figures read"; ``bench/disturbance.py``)."""
 
 BUSY_KEPT_DISTURBED = 0.5
 """A profile that had to keep more than this share of its passes although their thread was off the CPU above
 ``OFF_CPU_LIMIT`` (too few clean passes within the budget of ``passes`` more) was measured on a busy machine:
-its node medians then come from disturbed passes. Measured as for ``BUSY_OFF_CPU``: 0 of 20 kept disturbed in
-every quiet profile; beside neighbours that come and go, 11-12 of 12 where the medians were disturbed, and 5-6 of
-12 where they still added up."""
+its node medians then come from disturbed passes. A quiet profile keeps none such; one whose medians a neighbour
+moved keeps most (BENCHMARKS.md, "What the disturbance figures read")."""
 
 BUSY_CONSISTENCY = 1.10
 """A profile whose node medians sum to more than this many times its median instrumented pass was measured on a
 busy machine. Nodes are stamped on the wall clock and the pass on the thread's CPU clock, so a neighbour's time
-slices land in the nodes' time and not in the pass's. Measured as for ``BUSY_OFF_CPU``: 0.967-0.983 quiet (the pass
-also holds the stamps' own cost); 1.34 for resnet18 under two CPU hogs; 1.57 on a timm TinyViT with two other
-jobs. Under two hogs most disturbed profiles stayed near 0.95-0.98: the pass's CPU clock runs on while the
-scheduler shares a core, so this rule catches only a heavy disturbance; ``BUSY_SUM_CONSISTENCY`` catches others."""
+slices land in the nodes' time and not in the pass's. A quiet profile stays a little under 1 (the pass also holds
+the stamps' own cost). The pass's CPU clock runs on while the scheduler shares a core, so this rule catches only a
+heavy disturbance; ``BUSY_SUM_CONSISTENCY`` catches others (BENCHMARKS.md, "What the disturbance figures read")."""
 
 BUSY_SUM_CONSISTENCY = 0.90
 """A profile whose node medians sum to less than this share of the median of its per-pass node sums was measured
-on a busy machine: each pass carries a neighbour's time slice in some node, each node's median does not.
-Measured as for ``BUSY_OFF_CPU``: 0.966-0.986 quiet; 0.671 (resnet18) and 0.588 (mobilenet_v3_small) under two
-CPU hogs, 0.955-0.994 in the other profiles under them."""
+on a busy machine: each pass carries a neighbour's time slice in some node, each node's median does not. A quiet
+profile stays a little under 1 (BENCHMARKS.md, "What the disturbance figures read")."""
 
 MIN_PASSES = 2
 """Fewer kept passes than this tell nothing about the spread of a pass: no consistency figure."""

@@ -132,8 +132,8 @@ def benchmark_json(
     commit_info: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The document pytest-benchmark's ``--benchmark-json`` would write for these profiles. ``machine_info``
-    and ``commit_info`` default to pytest-benchmark's own (this machine, and the git commit of the
-    current directory)."""
+    and ``commit_info`` default to pytest-benchmark's own (the machine it runs on, and the git commit of
+    the current directory)."""
     from pytest_benchmark.plugin import pytest_benchmark_generate_json, pytest_benchmark_generate_machine_info
     from pytest_benchmark.utils import get_commit_info
 
