@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from pytest_fxprof import profile as fxprof_profile
-from pytest_fxprof.against.compare import first_profile, merged, node_facts, side_profile
+from pytest_fxprof.against.answers import first_profile, merged, node_facts, side_profile
 from pytest_fxprof.against.rounds import Pairs
 from pytest_fxprof.judge.paired import MIN_DECIDING_PAIRS, MIN_PASSING_PAIRS
 from pytest_fxprof.measure.forking import can_fork

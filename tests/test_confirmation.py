@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from pytest_fxprof.against import compare, rounds
-from pytest_fxprof.against.compare import AskedTest, CallOutcome, settled
+from pytest_fxprof.against import campaign, compare, rounds
+from pytest_fxprof.against.campaign import AskedTest
+from pytest_fxprof.against.compare import CallOutcome, settled
 from pytest_fxprof.against.revision import Revision
 from pytest_fxprof.judge.paired import PairedPolicy
 from pytest_fxprof.measure.sampling import Child, Relaunch
@@ -77,7 +78,7 @@ def test_a_second_set_fits_the_tests_budget_and_the_runs_at_the_first_sets_cost(
     tests = [asked("a"), asked("b", budget_s=50.0), asked("c"), asked("d")]
     # 4 pairs of 10 s: the second set's 3 pairs cost 30 s
     got = {t.test_id: pairs(4, 40.0) for t in tests}
-    fit = compare._fitting(tests, got, run_budget_s=200.0, spent_s=140.0)
+    fit = campaign._fitting(tests, got, run_budget_s=200.0, spent_s=140.0)
     # b: 40 s spent of its 50; a takes 30 s of the run's 60 left, c the other 30, d none
     assert [t.test_id for t in fit] == ["a", "c"]
     assert str(got["b"].unconfirmed) == "the time budget of 50 s per test"
@@ -87,7 +88,7 @@ def test_a_second_set_fits_the_tests_budget_and_the_runs_at_the_first_sets_cost(
     assert got["a"].unconfirmed is None
     assert [t.budget_s for t in fit] == [60.0, 60.0]  # what the first set left of the test's budget
     assert [t.keys for t in fit] == [("call0",), ("call0",)]  # the calls the first set's new side made
-    assert compare._fitting(tests, got, run_budget_s=None, spent_s=1e9)[-1].test_id == "d"
+    assert campaign._fitting(tests, got, run_budget_s=None, spent_s=1e9)[-1].test_id == "d"
 
 
 def test_only_a_test_found_slower_or_undecided_is_measured_again(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,15 +122,15 @@ def test_only_a_test_found_slower_or_undecided_is_measured_again(monkeypatch: py
         exported.append(ref)
         return Revision("sha", "sha", cwd, cwd / "fresh")
 
-    monkeypatch.setattr(compare, "_measure_set", first_set)
-    monkeypatch.setattr(compare, "_judged", judged)
-    monkeypatch.setattr(compare, "materialise", materialise)
-    monkeypatch.setattr(compare, "remove", lambda revision: exported.append(f"removed {revision.tree.name}"))
+    monkeypatch.setattr(campaign, "_measure_set", first_set)
+    monkeypatch.setattr(campaign, "judged_calls", judged)
+    monkeypatch.setattr(campaign, "materialise", materialise)
+    monkeypatch.setattr(campaign, "remove", lambda revision: exported.append(f"removed {revision.tree.name}"))
     revision = Revision("HEAD~1", "sha", Path("/repo"), Path("/repo-old"))
     against = compare.Against(revision)
     tests = [asked(t) for t in verdicts]
     relaunch = Relaunch(Path(), Path(), None)
-    got = compare.measure_tests(against, relaunch, tests, duet=True, confirm=True)
+    got = campaign.measure_tests(against, relaunch, tests, duet=True, confirm=True)
     assert [names for _, names in sets] == [list(verdicts), ["slow", "noisy"]]
     assert sets[1][0].tree == Path("/repo/fresh")  # exported afresh ...
     assert sets[1][0].ref == "HEAD~1"  # ... under the ref the run names
@@ -137,7 +138,7 @@ def test_only_a_test_found_slower_or_undecided_is_measured_again(monkeypatch: py
     assert [t for t, g in got.items() if g.confirmed is not None] == ["slow", "noisy"]
     sets.clear()
     firsts.clear()
-    compare.measure_tests(against, relaunch, tests, duet=True, confirm=False)
+    campaign.measure_tests(against, relaunch, tests, duet=True, confirm=False)
     assert len(sets) == 1
 
 

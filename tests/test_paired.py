@@ -400,7 +400,7 @@ def test_sides_of_different_sizes_are_refused() -> None:
 
 
 def test_pairs_out_of_lock_step_are_left_out_or_kept_and_counted() -> None:
-    from pytest_fxprof.against.compare import paired_entries
+    from pytest_fxprof.against.answers import paired_entries
     from pytest_fxprof.against.rounds import Pairs
     from pytest_fxprof.measure.sampling import Child
     from pytest_fxprof.store.baseline import entry_to_json
@@ -470,7 +470,7 @@ def test_no_pair_is_left_out_without_a_majority_or_a_median_pair() -> None:
 
 
 def test_a_pair_out_of_line_is_left_out_of_the_call_and_counted() -> None:
-    from pytest_fxprof.against.compare import paired_entries
+    from pytest_fxprof.against.answers import paired_entries
     from pytest_fxprof.against.rounds import Pairs
     from pytest_fxprof.measure.sampling import Child
     from pytest_fxprof.store.baseline import entry_to_json

@@ -176,7 +176,7 @@ def test_a_profile_without_the_plain_forward_times_only_instrumented_passes() ->
 def test_a_sides_plain_total_comes_from_the_processes_that_timed_it() -> None:
     """A side's process that timed no plain forward writes its run's plain total as 0 (not timed); the new side's
     profile takes its plain total and overhead from the processes that timed it, its node times from all."""
-    from pytest_fxprof.against.compare import merged, side_profile
+    from pytest_fxprof.against.answers import merged, side_profile
     from pytest_fxprof.measure.profiler import profile_module
     from pytest_fxprof.records.measurement import Protocol, Tolerances
     from pytest_fxprof.session.child import _side_entry

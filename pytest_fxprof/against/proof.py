@@ -34,7 +34,7 @@ class Proof:
     changes: dict[str, list[str]] = field(default_factory=dict)
     new: Child | None = None
     """The new side's process as it fingerprinted the test: its unmeasured profile of each call stands for the run's
-    own process's where the test is unchanged (``against.compare.first_profile``)."""
+    own process's where the test is unchanged (``against.answers.first_profile``)."""
 
 
 def prove(

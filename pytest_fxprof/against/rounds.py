@@ -137,7 +137,7 @@ class Pairs:
     """Why the caller's ``moot`` ended its rounds with an error (the old side ran the working tree's code)."""
     confirmed: Pairs | None = None
     """A second, independent set of pairs of the test, measured after these where they ended with a call slower or
-    undecided (``against.compare.measure_tests``): what its verdict must agree with."""
+    undecided (``against.campaign.measure_tests``): what its verdict must agree with."""
     unconfirmed: StopReason | None = None
     """Why these pairs' verdict was to be confirmed but was not (a budget spent)."""
     unchanged: bool = False
@@ -146,6 +146,10 @@ class Pairs:
     changes: dict[str, list[str]] = field(default_factory=dict)
     """Per call, what differs between the sides' computation fingerprints, where they were read before the pairs
     (empty for a call that is the same)."""
+
+
+class AgainstError(Exception):
+    """A side could not be measured; the message names the side, the cause and the fix."""
 
 
 class SideFailedError(Exception):

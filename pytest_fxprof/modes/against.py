@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_fxprof.against.compare import Against, AskedTest, early_forker, measure_tests
+from pytest_fxprof.against.campaign import AskedTest, early_forker, measure_tests
+from pytest_fxprof.against.compare import Against
 from pytest_fxprof.measure.turns import TurnError
 from pytest_fxprof.modes.base import relaunch_of
 from pytest_fxprof.modes.gate import Gate, ahead_of_tests, fixture_tests, say

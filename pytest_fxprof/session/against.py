@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_fxprof.against.compare import Against, AgainstError, TestOutcome, first_profile, judge_test
+from pytest_fxprof.against.answers import first_profile
+from pytest_fxprof.against.compare import Against, TestOutcome, judge_test
+from pytest_fxprof.against.rounds import AgainstError
 from pytest_fxprof.judge.paired import OUT_OF_LINE
 from pytest_fxprof.measure.turns import TurnError
 from pytest_fxprof.records.fingerprint import changes_text

@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pytest_fxprof.against.compare import Against, TestOutcome, check_test
+from pytest_fxprof.against.campaign import check_test
+from pytest_fxprof.against.compare import Against, TestOutcome
 from pytest_fxprof.measure.sampling import BUSY_RETRIES, Relaunch, SamplingError
 from pytest_fxprof.measure.serving import Spent
 from pytest_fxprof.measure.turns import Turn, Turns
@@ -266,7 +267,7 @@ class Calls:
     def measure_pairs(self, against: Against, profiles: dict[str, Profile], *, prove: bool = False) -> TestOutcome:
         """The test measured alone in pairs of old and new processes against ``against`` (at this test's pairs,
         budget and schedule, in the machine's measuring turn), each call of ``profiles`` judged by the paired
-        rule (``against.compare.check_test``); a call slower or undecided is confirmed by a second set of pairs
+        rule (``against.campaign.check_test``); a call slower or undecided is confirmed by a second set of pairs
         unless ``--fxprof-confirm off``; ``prove``: where both sides' fingerprints agree, no pairs
         (``against.proof``)."""
         assert self.relaunch is not None

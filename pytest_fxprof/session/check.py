@@ -6,9 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_fxprof.against.compare import AgainstError
 from pytest_fxprof.against.recorded import RecordedSides, baseline_revision
-from pytest_fxprof.against.rounds import StopReason
+from pytest_fxprof.against.rounds import AgainstError, StopReason
 from pytest_fxprof.judge.decision import capture_changed, compare, refuse_lone, weak_baseline
 from pytest_fxprof.measure.sampling import BUSY_RETRIES, SamplingError, sample
 from pytest_fxprof.measure.turns import TurnError

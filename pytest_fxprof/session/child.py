@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_fxprof.against.compare import node_facts
+from pytest_fxprof.against.answers import node_facts
 from pytest_fxprof.against.origin import foreign_modules
 from pytest_fxprof.measure.lockstep import Barrier, lockstep_barrier
 from pytest_fxprof.measure.sampling import SampleJSON, SampleRequest, capture_from_request, write_samples
@@ -133,5 +133,5 @@ class ChildCalls(Calls):
 
 def _side_entry(result: ProfileResult, tolerances: Tolerances) -> BaselineEntry:
     """A side's entry of one call (its run's ``total_ns`` is 0 where the process timed no plain call, which
-    ``against.compare.side_profile`` leaves out of the plain total)."""
+    ``against.answers.side_profile`` leaves out of the plain total)."""
     return result.entry(tolerances)
