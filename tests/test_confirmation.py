@@ -155,3 +155,29 @@ def test_a_set_that_found_a_part_slower_names_it_beside_a_total_that_was_not() -
     slower = against(blocks(), blocks(gelu=3.0), noise=0.005)
     assert slower.total is not None
     assert compare._found(slower) == f"slower (total x{slower.total.ratio:.3f})"
+
+
+def test_the_verdict_of_a_set_of_pairs_is_judged_once_whoever_asks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a pair the campaign asks whether a test needs more, then whether to confirm it, then the test asks for
+    its outcome: each call of one set of pairs is judged once for all three, and again only after a pair more."""
+    judged: list[str] = []
+
+    def counted(old: Any, new: Any, policy: PairedPolicy, against: str) -> Comparison:
+        judged.append(old)
+        return outcome(SLOWER).comparison  # type: ignore[return-value]
+
+    monkeypatch.setattr(compare, "paired_entries", lambda got, key: compare.PairedEntries([key], [key]))
+    monkeypatch.setattr(compare, "merged", lambda entries: entries[0])
+    monkeypatch.setattr(compare, "compare_pairs", counted)
+    got = pairs(4, 40.0, calls=("call0", "call1"))
+    policy = PairedPolicy()
+    first = compare.judged_calls(got, ["call0", "call1"], policy, "HEAD~1")
+    assert campaign._doubtful(got, asked("t"), "HEAD~1")  # the campaign's question: slower, so confirm
+    again = compare.judged_calls(got, ["call1", "call0"], policy, "HEAD~1")  # the test's, its calls in its order
+    assert judged == ["call0", "call1"]
+    assert list(again) == ["call1", "call0"]
+    assert again == first
+    got.old.append(got.old[0])
+    got.new.append(got.new[0])
+    compare.judged_calls(got, ["call0", "call1"], policy, "HEAD~1")
+    assert judged == ["call0", "call1", "call0", "call1"]

@@ -188,14 +188,9 @@ def _measure_set(
     label = against.label
 
     def paired(asked: AskedTest) -> PairedTest:
-        seen: dict[int, dict[str, Comparison | None]] = {}
-
         def judged(got: Pairs) -> dict[str, Comparison | None]:
-            """Each call's comparison over the pairs so far, judged once per pair for both questions."""
-            if len(got.old) not in seen:
-                seen.clear()
-                seen[len(got.old)] = judged_calls(got, _keys(asked, got), asked.policy, label)
-            return seen[len(got.old)]
+            """Each call's comparison over the pairs so far (judged once per pair, for both questions)."""
+            return judged_calls(got, _keys(asked, got), asked.policy, label)
 
         def undecided(got: Pairs) -> bool:
             return any(c is not None and needs_more(c) for c in judged(got).values())

@@ -208,11 +208,21 @@ TO_CONFIRM = (Status.REGRESSION, Status.UNDECIDED)
 
 
 def judged_calls(got: Pairs, keys: Iterable[str], policy: PairedPolicy, label: str) -> dict[str, Comparison | None]:
-    out: dict[str, Comparison | None] = {}
-    for key in keys:
-        found = paired_entries(got, key)
-        out[key] = None if found is None else compare_pairs(merged(found.old), merged(found.new), policy, against=label)
-    return out
+    """Each call of ``keys`` judged with the paired rule on the pairs ``got`` holds: once per set of pairs, the
+    same question asked again (by the campaign after each pair and before a second set, then by ``judge_test``)
+    answered from ``Pairs.verdicts``."""
+    keys = list(keys)
+    asked = (len(got.old), tuple(sorted(keys)), policy, label)
+    if asked not in got.verdicts:
+        out: dict[str, Comparison | None] = {}
+        for key in asked[1]:
+            found = paired_entries(got, key)
+            out[key] = (
+                None if found is None else compare_pairs(merged(found.old), merged(found.new), policy, against=label)
+            )
+        got.verdicts.clear()  # a pair more: the earlier answers are spent
+        got.verdicts[asked] = out
+    return {key: got.verdicts[asked][key] for key in keys}
 
 
 def judge_test(

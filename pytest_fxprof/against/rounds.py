@@ -140,6 +140,9 @@ class Pairs:
     undecided (``against.campaign.measure_tests``): what its verdict must agree with."""
     unconfirmed: StopReason | None = None
     """Why these pairs' verdict was to be confirmed but was not (a budget spent)."""
+    verdicts: dict[tuple[Any, ...], Any] = field(default_factory=dict, repr=False, compare=False)
+    """The verdict of each call over the pairs so far, as ``against.compare.judged_calls`` judged it once: asked
+    again (after a pair, whether to confirm, the test's outcome), the same pairs are not judged again."""
     unchanged: bool = False
     """Every call of the test is the same computation on both sides (``against.proof``): no pair was measured, and
     ``new`` holds only the new side's process that fingerprinted it (its unmeasured profiles)."""
