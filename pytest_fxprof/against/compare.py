@@ -204,7 +204,8 @@ def _failure(err: SideFailedError, label: str, test_id: str) -> AgainstError:
 
 
 TO_CONFIRM = (Status.REGRESSION, Status.UNDECIDED)
-"""The verdicts of a set of pairs that a second set confirms before they stand (``measure_tests``)."""
+"""The verdicts of a set of pairs that a second set confirms before they stand
+(``against.campaign.measure_tests``)."""
 
 
 def judged_calls(got: Pairs, keys: Iterable[str], policy: PairedPolicy, label: str) -> dict[str, Comparison | None]:
@@ -229,9 +230,9 @@ def judge_test(
     against: Against, test_id: str, got: Pairs, profiles: dict[str, Profile], policy: PairedPolicy
 ) -> TestOutcome:
     """Judge each call of ``profiles`` (this process's unmeasured profiles of the test's calls, keyed as the calls
-    are) on what the test's pairs measured (``measure_tests``) with the paired rule; where a second set confirmed
-    them (``Pairs.confirmed``), a call fails only where both sets find it slower (``settled``). A test whose
-    computation is the same on both sides (``Pairs.unchanged``) is unchanged, call by call."""
+    are) on what the test's pairs measured (``against.campaign.measure_tests``) with the paired rule; where a second
+    set confirmed them (``Pairs.confirmed``), a call fails only where both sets find it slower (``settled``). A test
+    whose computation is the same on both sides (``Pairs.unchanged``) is unchanged, call by call."""
     if got.unchanged:
         if set(profiles) != set(got.changes):
             raise AgainstError(
