@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from pytest_fxprof.against import campaign, compare, rounds
+from pytest_fxprof.against.answers import PairedEntries
 from pytest_fxprof.against.campaign import AskedTest
 from pytest_fxprof.against.compare import CallOutcome, settled
 from pytest_fxprof.against.revision import Revision
@@ -166,7 +167,7 @@ def test_the_verdict_of_a_set_of_pairs_is_judged_once_whoever_asks(monkeypatch: 
         judged.append(old)
         return outcome(SLOWER).comparison  # type: ignore[return-value]
 
-    monkeypatch.setattr(compare, "paired_entries", lambda got, key: compare.PairedEntries([key], [key]))
+    monkeypatch.setattr(compare, "paired_entries", lambda got, key: PairedEntries([key], [key]))
     monkeypatch.setattr(compare, "merged", lambda entries: entries[0])
     monkeypatch.setattr(compare, "compare_pairs", counted)
     got = pairs(4, 40.0, calls=("call0", "call1"))
