@@ -330,7 +330,7 @@ def test_a_pair_gets_two_groups_of_cores_or_none(threads: int, available: list[i
 def test_auto_runs_a_duet_on_the_cpu_and_alternates_on_an_accelerator() -> None:
     from dataclasses import replace
 
-    from pytest_fxprof.against.compare import duet_for
+    from pytest_fxprof.against.campaign import duet_for
     from tests.records_for_tests import ENV
 
     def on(device: str) -> Any:

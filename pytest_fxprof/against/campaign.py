@@ -15,7 +15,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -23,24 +23,48 @@ from typing import Any
 
 from pytest_fxprof.against.answers import calls_of
 from pytest_fxprof.against.compare import (
-    PROCESS_DEADLINE_S,
     TO_CONFIRM,
     Against,
     TestOutcome,
-    duet_for,
     judge_test,
     judged_calls,
-    refuse_foreign,
 )
 from pytest_fxprof.against.proof import Proof, prove
 from pytest_fxprof.against.revision import PREFIX, RevisionError, materialise, remove
 from pytest_fxprof.against.rounds import AgainstError, PairedTest, Pairs, Side, StopReason, measure_pairs
 from pytest_fxprof.judge.paired import PairedPolicy, needs_more
 from pytest_fxprof.measure.forking import Forker, can_fork
-from pytest_fxprof.measure.sampling import Relaunch
+from pytest_fxprof.measure.sampling import Child, Relaunch
 from pytest_fxprof.measure.serving import Spent
 from pytest_fxprof.records.profile import Profile
 from pytest_fxprof.records.verdicts import Comparison, Status
+
+PROCESS_DEADLINE_S = 600.0
+"""The least time one test may run in a side's process before the process is stopped and the test failed as hung
+(twice the test's budget, if that is more): the pairs hold the machine's lock, so a test that hangs would stop
+every other test's check."""
+
+
+def duet_for(schedule: str, profiles: Iterable[Profile]) -> bool:
+    """Whether a test's pairs run as duets: ``duet`` and ``alternate`` say so; ``auto`` runs a duet where every
+    call runs on the CPU, whose cores the twins share and trade, and alternates where one runs on an
+    accelerator, which two processes at once would share: each would time the other's kernels too."""
+    if schedule == "auto":
+        return all(p.environment.device == "cpu" for p in profiles)
+    return schedule == "duet"
+
+
+def refuse_foreign(child: Child, label: str) -> None:
+    foreign = sorted((child.data or {}).get("foreign", []))
+    if foreign:
+        shown = "; ".join(foreign[:6]) + (f"; ... {len(foreign) - 6} more" if len(foreign) > 6 else "")
+        raise AgainstError(
+            f"the old side ({label}) imported code from the working tree, so it would measure the new code: "
+            f"{shown}. The old side runs the revision's tree with its top level and src/ first on PYTHONPATH; "
+            "a sys.path entry or an import by absolute path to the checkout defeats that: import the project "
+            "by a path relative to the test files, or name its other import roots in the ini key "
+            "fxprof_against_roots"
+        )
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from pytest_fxprof.against.answers import PairedEntries, calls_of, entries_of, m
 from pytest_fxprof.against.revision import Revision
 from pytest_fxprof.against.rounds import AgainstError, Pairs, Side, SideFailedError, StopReason
 from pytest_fxprof.judge.paired import PairedPolicy, compare_pairs, needs_more
-from pytest_fxprof.measure.sampling import Child, Relaunch, tail
+from pytest_fxprof.measure.sampling import Relaunch, tail
 from pytest_fxprof.records.profile import Profile
 from pytest_fxprof.records.verdicts import Comparison, Status, Verdict
 
@@ -66,12 +66,6 @@ class SideWatch:
 NOT_FOUND = (4, 5)
 """pytest's exit statuses where the test named on the command line is not there: a usage error (no such file,
 no such name in it) or nothing collected."""
-
-
-PROCESS_DEADLINE_S = 600.0
-"""The least time one test may run in a side's process before the process is stopped and the test failed as hung
-(twice the test's budget, if that is more): the pairs hold the machine's lock, so a test that hangs would stop
-every other test's check."""
 
 
 @dataclass(frozen=True)
@@ -175,15 +169,6 @@ class TestOutcome:
     """How many pairs were measured, in every set."""
     seconds: float = 0.0
     skipped: str = ""
-
-
-def duet_for(schedule: str, profiles: Iterable[Profile]) -> bool:
-    """Whether a test's pairs run as duets: ``duet`` and ``alternate`` say so; ``auto`` runs a duet where every
-    call runs on the CPU, whose cores the twins share and trade, and alternates where one runs on an
-    accelerator, which two processes at once would share: each would time the other's kernels too."""
-    if schedule == "auto":
-        return all(p.environment.device == "cpu" for p in profiles)
-    return schedule == "duet"
 
 
 def _failure(err: SideFailedError, label: str, test_id: str) -> AgainstError:
@@ -347,19 +332,6 @@ def _judge_set(
             changes=got.changes.get(key),
         )
     return TestOutcome(absent=False, calls=calls, pairs=len(got.old), seconds=got.seconds)
-
-
-def refuse_foreign(child: Child, label: str) -> None:
-    foreign = sorted((child.data or {}).get("foreign", []))
-    if foreign:
-        shown = "; ".join(foreign[:6]) + (f"; ... {len(foreign) - 6} more" if len(foreign) > 6 else "")
-        raise AgainstError(
-            f"the old side ({label}) imported code from the working tree, so it would measure the new code: "
-            f"{shown}. The old side runs the revision's tree with its top level and src/ first on PYTHONPATH; "
-            "a sys.path entry or an import by absolute path to the checkout defeats that: import the project "
-            "by a path relative to the test files, or name its other import roots in the ini key "
-            "fxprof_against_roots"
-        )
 
 
 def pair_ratios(c: Comparison) -> list[float]:
