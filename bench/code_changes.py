@@ -183,7 +183,8 @@ import ab_quality
 import ab_tradeoff
 import gate_quality as gq
 
-from pytest_fxprof.judge.aggregates import LEVEL_ITEMS, corrected_confidence, fold
+from pytest_fxprof.judge.aggregates import LEVEL_ITEMS, fold
+from pytest_fxprof.judge.band import corrected_confidence
 from pytest_fxprof.judge.paired import CONFIDENCE
 
 BENCH = Path(__file__).resolve().parent
@@ -1107,7 +1108,7 @@ def items(profile: dict[str, Any]) -> list[dict[str, Any]]:
 
 def replayed_failure(check: dict[str, Any], tolerance: float, confidence: float) -> bool:
     """Whether a check against a revision fails when judged again at another tolerance of its nodes and aggregates
-    (and ``confidence``), each aggregate at its level's correction (``aggregates.corrected_confidence``)."""
+    (and ``confidence``), each aggregate at its level's correction (``band.corrected_confidence``)."""
     for item in check.get("items") or []:
         strict = min(1.0, LEVEL_ITEMS / int(item.get("level_items") or 1))
         level = corrected_confidence(confidence, strict) if item["kind"] not in ("node", "total") else confidence

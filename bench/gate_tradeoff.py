@@ -46,10 +46,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from pytest_fxprof.judge.decision import GATING_NS, NOISY_BAND, Policy, band_for, compare
+from pytest_fxprof.judge.band import band_for
+from pytest_fxprof.judge.decision import NOISY_BAND, Policy, compare
+from pytest_fxprof.judge.noise import GATING_NS
 from pytest_fxprof.records.measurement import BaselineEntry, Run
 from pytest_fxprof.records.verdicts import BandSource, Comparison, Judgement, Status
-from pytest_fxprof.store.baseline import BaselineStore, run_from_json
+from pytest_fxprof.store.baseline import BaselineStore
+from pytest_fxprof.store.validation import run_from_json
 
 BENCH = Path(__file__).resolve().parent
 CASE = re.compile(r"\[(?P<model>[^-\]]+)-(?P<condition>[^\]]+)\]$")

@@ -48,14 +48,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_fxprof.judge import paired
-from pytest_fxprof.judge.aggregates import LEVEL_ITEMS, corrected_confidence
-from pytest_fxprof.judge.paired import (
-    CONFIDENCE,
-    MIN_PASSING_PAIRS,
-    Interval,
-    judge_pairs,
-    t_quantile,
-)
+from pytest_fxprof.judge.aggregates import LEVEL_ITEMS
+from pytest_fxprof.judge.band import corrected_confidence, t_quantile
+from pytest_fxprof.judge.paired import CONFIDENCE, MIN_PASSING_PAIRS, Interval, judge_pairs
 from pytest_fxprof.records.verdicts import BandSource, Judgement, Verdict
 
 START = MIN_PASSING_PAIRS

@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gate_tradeoff import judged, load
 
-from pytest_fxprof.judge.decision import NOISY_BAND, SPREAD_K, Policy
+from pytest_fxprof.judge.band import SPREAD_K
+from pytest_fxprof.judge.decision import NOISY_BAND, Policy
 from pytest_fxprof.records.verdicts import Status
 
 SETTINGS = ((0.15, 0.10), (0.22, 0.14), (0.25, 0.15), (0.30, 0.20), (0.40, 0.30))

@@ -1,5 +1,5 @@
 """Pairs whose processes met two machines: how far each pair's typical node lies from the median pair's, and
-what leaving out those beyond ``judge.paired.OUT_OF_LINE`` changes, read from the checks against a revision
+what leaving out those beyond ``judge.outliers.OUT_OF_LINE`` changes, read from the checks against a revision
 that ``bench/ab_quality.py`` and ``bench/code_changes.py`` recorded (no measuring here).
 
     .venv/bin/python bench/pair_lines.py bench/ab_quality.jsonl bench/ab_unchanged.jsonl \\
@@ -8,7 +8,7 @@ that ``bench/ab_quality.py`` and ``bench/code_changes.py`` recorded (no measurin
 
 A pair's shift is the median log ratio (new over old) of the nodes that weigh ``LINE_SHARE`` of the model or
 more, from each node's recorded ratio per pair (rounded to 4 digits) and its old side's time, as
-``judge.paired.pair_shifts`` takes them from the entries. Printed: the quantiles of every pair's distance from
+``judge.outliers.pair_shifts`` takes them from the entries. Printed: the quantiles of every pair's distance from
 its check's median pair, then for each limit the pairs left out and every check whose verdict changes when its
 gating items are judged again (``judge_pairs``, with the bands the check recorded) without them; both verdicts
 come from that replay, so the two are read alike. An undecided replay measures more pairs in a real check.
@@ -23,7 +23,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from pytest_fxprof.judge.paired import LINE_SHARE, MIN_LINE_NODES, MIN_PAIRS, OUT_OF_LINE, judge_pairs
+from pytest_fxprof.judge.outliers import LINE_SHARE, MIN_LINE_NODES, OUT_OF_LINE
+from pytest_fxprof.judge.paired import MIN_PAIRS, judge_pairs
 from pytest_fxprof.records.verdicts import BandSource, Verdict
 
 LIMITS = (0.05, 0.07, OUT_OF_LINE, 0.15, 0.20)
@@ -54,7 +55,7 @@ def shifts(check: dict[str, Any]) -> list[float] | None:
 
 
 def left_out(found: list[float], limit: float) -> set[int]:
-    """As ``judge.paired.out_of_line`` decides from the shifts."""
+    """As ``judge.outliers.out_of_line`` decides from the shifts."""
     if len(found) < 3:
         return set()
     centre = statistics.median(found)

@@ -45,7 +45,8 @@ def child(way: str, records: Path, suite: str) -> None:
     from pytest_fxprof.capture.choose import capture_module
     from pytest_fxprof.measure.profiler import profile_module
     from pytest_fxprof.records.measurement import Protocol
-    from pytest_fxprof.store.baseline import capture_from_json, capture_to_json
+    from pytest_fxprof.store.schema import capture_to_json
+    from pytest_fxprof.store.validation import capture_from_json
 
     torch.set_num_threads(1)
     names = list(suite_models.SUITES[suite])

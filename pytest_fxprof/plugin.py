@@ -9,7 +9,6 @@ profile anything.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
@@ -17,7 +16,7 @@ import pytest
 
 from pytest_fxprof.measure.sampling import SamplingError
 from pytest_fxprof.measure.turns import TurnError
-from pytest_fxprof.modes.base import OffMode, RunMode, relaunch_of
+from pytest_fxprof.modes.base import CALLS_KEY, Calls, OffMode, RunMode, relaunch_of
 from pytest_fxprof.options import (
     MARKER,
     add_options,
@@ -29,15 +28,13 @@ from pytest_fxprof.options import (
     settings_of,
 )
 from pytest_fxprof.result import ProfileResult
-from pytest_fxprof.session.calls import Calls
 from pytest_fxprof.session.reactions import Outcome, UsageError
-from pytest_fxprof.session.run import WORKER_KEY, RunState
+from pytest_fxprof.session.run import RunState
 from pytest_fxprof.settings import SETTING_NAMES, Mode, Settings, SettingsError
 from pytest_fxprof.store.baseline import BaselineError, BaselineStore
 
 MODE_KEY = pytest.StashKey[RunMode]()
 SETTINGS_KEY = pytest.StashKey[Settings]()
-CALLS_KEY = pytest.StashKey[Calls]()
 SPOILED_KEY = pytest.StashKey[bool]()
 SKIPPED_KEY = pytest.StashKey[bool]()
 """Set on a test that fxprof skipped (a missing baseline, another setup, no verdict), to report the skip there."""
@@ -96,16 +93,20 @@ def _mode_class(mode: Mode) -> type[RunMode]:
     if mode is Mode.OFF:
         return OffMode
     if mode is Mode.SAMPLE:
-        from pytest_fxprof.modes.child import ChildMode
+        from pytest_fxprof.modes.sample import SampleMode
 
-        return ChildMode
+        return SampleMode
     if mode is Mode.AGAINST:
         from pytest_fxprof.modes.against import AgainstMode
 
         return AgainstMode
-    from pytest_fxprof.modes.gate import CheckMode, UpdateMode
+    if mode is Mode.CHECK:
+        from pytest_fxprof.modes.check import CheckMode
 
-    return CheckMode if mode is Mode.CHECK else UpdateMode
+        return CheckMode
+    from pytest_fxprof.modes.update import UpdateMode
+
+    return UpdateMode
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -125,7 +126,11 @@ def pytest_configure(config: pytest.Config) -> None:
     run.lock_path = lock_path(config) if mode is not Mode.SAMPLE else None
     config.stash[MODE_KEY] = chosen = _mode_class(mode)(config, run)
     config.pluginmanager.register(chosen, f"fxprof-{mode.value}")
-    if config.pluginmanager.hasplugin("xdist") and not chosen.worker:
+    if chosen.worker:
+        from pytest_fxprof.modes.xdist import XdistWorker
+
+        config.pluginmanager.register(XdistWorker(chosen), "fxprof-xdist-worker")
+    elif config.pluginmanager.hasplugin("xdist"):
         from pytest_fxprof.modes.xdist import XdistController
 
         config.pluginmanager.register(XdistController(chosen), "fxprof-xdist-controller")
@@ -299,27 +304,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         return report
     if report.failed or hasattr(report, "wasxfail") or (report.when == "call" and not report.passed):
         item.stash[SPOILED_KEY] = True
-    if report.when == "teardown":
+    if report.when == "teardown":  # in an xdist worker, ``XdistWorker`` sends what this settles to the controller
         mode = item.config.stash[MODE_KEY]
-        run = mode.run
-        notes, errors = len(run.notes), len(run.errors)
-        calls.settle(run, passed=not item.stash.get(SPOILED_KEY, False))
-        if mode.worker:  # an xdist worker: the controller gets it with this report
-            payload = run.test_payload(calls, run.notes[notes:], run.errors[errors:])
-            report.fxprof = json.loads(json.dumps(payload))  # plain JSON data only: execnet refuses the rest
+        calls.settle(mode.run, passed=not item.stash.get(SPOILED_KEY, False))
         if mode.gated:
             from pytest_fxprof.views.outputs import user_properties
 
             # on the teardown report, the one junitxml takes properties from (and xdist sends on)
             report.user_properties.extend(user_properties(calls.records))
     return report
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    config = session.config
-    if hasattr(config, "workerinput"):  # an xdist worker: the controller writes
-        run = _run(config)
-        if config.getoption("keyword") or config.getoption("markexpr"):
-            run.partial = True
-        config.workeroutput[WORKER_KEY] = run.payload()  # type: ignore[attr-defined]

@@ -994,7 +994,7 @@ class _Block(nn.Module):
 
 
 def _side_call(result: Any, facts: Any) -> dict[str, Any]:
-    """A call as a side's process writes it (``session.child.ChildCalls.finish``) and its parent reads it back."""
+    """A call as a side's process writes it (``modes.sample.SampleCalls.finish``) and its parent reads it back."""
     entry = entry_to_json(result.entry(Tolerances(node=0.05, total=0.03)))
     out: dict[str, Any] = json.loads(json.dumps({"entry": entry, "alone_from": None, "facts": facts}))
     return out

@@ -11,12 +11,11 @@ import pytest
 from pytest_fxprof.judge.aggregates import (
     LEVEL_ITEMS,
     Group,
-    corrected_confidence,
-    corrected_k,
     fold,
     graph_groups,
     plan,
 )
+from pytest_fxprof.judge.band import corrected_confidence, corrected_k
 from pytest_fxprof.records.measurement import NodeInfo
 from pytest_fxprof.records.verdicts import Kind
 from tests.records_for_tests import node

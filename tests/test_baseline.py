@@ -37,17 +37,16 @@ from pytest_fxprof.store.baseline import (
     BaselineFile,
     BaselineStore,
     as_file,
-    capture_from_json,
-    capture_to_json,
     entry_from_json,
     entry_to_json,
     file_name,
     parse,
     read_baseline,
     render,
-    run_from_json,
 )
 from pytest_fxprof.store.files import dumps, stale_temporaries, write_atomic
+from pytest_fxprof.store.schema import capture_to_json
+from pytest_fxprof.store.validation import capture_from_json, run_from_json
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = DATA / "baseline_v1.json"

@@ -18,7 +18,8 @@ from pytest_fxprof.judge.decision import compare
 from pytest_fxprof.records.measurement import NodeInfo, NodeStats, Tolerances, iqr_int, median_int, node_key
 from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.views.benchjson import benchmark_json, write_benchmark_json
-from pytest_fxprof.views.report import NodeJSON, ProfileReportJSON, profile_report
+from pytest_fxprof.views.judged_json import NodeJSON
+from pytest_fxprof.views.report import ProfileReportJSON, profile_report
 from tests.records_for_tests import CAPTURE, ENV, POLICY, PROTOCOL
 
 TOLERANCES = Tolerances(0.1, 0.15)

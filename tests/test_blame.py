@@ -28,8 +28,9 @@ from pytest_fxprof.records.verdicts import (
     Verdict,
 )
 from pytest_fxprof.views.frames import verdict_rows
-from pytest_fxprof.views.render import code_change_line, regression_message
-from pytest_fxprof.views.report import blame_json
+from pytest_fxprof.views.item_lines import code_change_line
+from pytest_fxprof.views.judged_json import blame_json
+from pytest_fxprof.views.render import regression_message
 from tests.records_for_tests import ENV, PROTOCOL, node
 
 AGAINST = "origin/main (1a2b3c4)"

@@ -10,20 +10,14 @@ from typing import Any
 
 import pytest
 
-from pytest_fxprof.judge.decision import (
-    DRIFT_DOUBT,
+from pytest_fxprof.judge.band import SPREAD_K, band_for
+from pytest_fxprof.judge.decision import DRIFT_DOUBT, MACHINE_FACTOR_LIMIT, NOISY_BAND, Policy, compare, judge
+from pytest_fxprof.judge.moved import align
+from pytest_fxprof.judge.noise import (
     GATING_NS,
     GATING_SHARE,
-    MACHINE_FACTOR_LIMIT,
-    NOISY_BAND,
     PRIOR_WEIGHT,
-    SPREAD_K,
     Peers,
-    Policy,
-    align,
-    band_for,
-    compare,
-    judge,
     node_noise,
     size_class,
     weighted_median,

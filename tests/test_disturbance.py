@@ -16,14 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_fxprof.judge.decision import (
-    WEAK_BAND,
-    Policy,
-    learnt_from,
-    recording_spread,
-    weak_baseline,
-    widest_band,
-)
+from pytest_fxprof.judge.decision import Policy, learnt_from
+from pytest_fxprof.judge.weak import WEAK_BAND, recording_spread, weak_baseline, widest_band
+from pytest_fxprof.modes.check import noisy
 from pytest_fxprof.records.disturbance import (
     BUSY_CONSISTENCY,
     BUSY_LINE,
@@ -38,7 +33,6 @@ from pytest_fxprof.records.disturbance import (
 )
 from pytest_fxprof.records.measurement import Recording, Run
 from pytest_fxprof.records.verdicts import Status
-from pytest_fxprof.session.check import noisy
 from pytest_fxprof.views.report import busy_line
 from pytest_fxprof.views.terminal import busy_counts
 from tests.records_for_tests import BASE_NS, ENV, MODEL, PROTOCOL

@@ -9,8 +9,8 @@ import pytest
 
 from pytest_fxprof.against.rounds import StopReason
 from pytest_fxprof.judge.decision import Policy, compare
+from pytest_fxprof.modes.check import noisy
 from pytest_fxprof.records.verdicts import Comparison, Status
-from pytest_fxprof.session.check import noisy
 from pytest_fxprof.session.ending import ending
 from pytest_fxprof.session.reactions import OnFaster, OnMismatch, OnMissing, OnUndecided, Reactions
 from tests.records_for_tests import ENV
@@ -155,3 +155,33 @@ def test_faster_than_a_baseline_warns_only_where_the_speed_up_is_established() -
     (warning,) = [w for w in end.outcome.warnings if "got faster" in w]  # beside the changed graph's
     assert warning.startswith("fxprof: t [call0] got faster than its baseline")
     assert "refresh the baseline so that it keeps guarding the new speed" in warning
+
+
+def test_the_steps_a_verdict_takes_are_named_as_the_code_names_them() -> None:
+    """The ending module's list of the steps from the rule to the test names functions and classes that exist: a
+    step renamed, moved or removed fails here until the list says so."""
+    import importlib
+    import re
+
+    import pytest_fxprof.session.ending as module
+
+    doc = module.__doc__ or ""
+    steps = doc[doc.index("1. the rule") :]
+    names = re.findall(r"``((?:[a-z_]+\.)+[A-Za-z_]+)``", steps)
+    assert len(names) >= 10, names
+    missing = []
+    for name in names:
+        parts = name.split(".")
+        for cut in range(len(parts) - 1, 0, -1):  # the longest importable prefix, then attributes
+            try:
+                found: object = importlib.import_module("pytest_fxprof." + ".".join(parts[:cut]))
+            except ImportError:
+                continue
+            for attr in parts[cut:]:
+                found = getattr(found, attr, None)
+            if found is None:
+                missing.append(name)
+            break
+        else:
+            missing.append(name)
+    assert missing == []

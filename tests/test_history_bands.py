@@ -9,14 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from pytest_fxprof.judge.decision import (
-    HISTORY_NODE_TOLERANCE,
-    HISTORY_TOTAL_TOLERANCE,
-    MIN_RECORDINGS,
-    compare,
-    node_noise,
-    spread_of,
-)
+from pytest_fxprof.judge.decision import HISTORY_NODE_TOLERANCE, HISTORY_TOTAL_TOLERANCE, MIN_RECORDINGS, compare
+from pytest_fxprof.judge.noise import node_noise, spread_of
 from pytest_fxprof.records.measurement import BaselineEntry, Recording, Run
 from pytest_fxprof.records.verdicts import BandSource, Comparison, NodeVerdict, Status, Verdict
 from pytest_fxprof.settings import Settings

@@ -20,7 +20,8 @@ import pytest
 from pytest_fxprof.judge.decision import compare
 from pytest_fxprof.records.measurement import NodeInfo, NodeStats, Tolerances, iqr_int
 from pytest_fxprof.result import ProfileResult
-from pytest_fxprof.views.html import SHARE_BAR_EM, TITLE, render_html, section_id, write_html
+from pytest_fxprof.views.html import TITLE, render_html, section_id, write_html
+from pytest_fxprof.views.html_tree import SHARE_BAR_EM
 from pytest_fxprof.views.report import HintJSON, ProfileReportJSON, profile_report
 from tests.records_for_tests import CAPTURE, ENV, POLICY, PROTOCOL, node
 

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 import pytest
 
 from pytest_fxprof.views.html import CHART_ROWS, TABLE_ROWS, section_id, write_html
-from pytest_fxprof.views.report import NodeRefJSON, ProfileReportJSON
+from pytest_fxprof.views.judged_json import NodeRefJSON
+from pytest_fxprof.views.report import ProfileReportJSON
 from tests.test_html import HOSTILE, checked, display_order, profiles, recorded
 
 if TYPE_CHECKING:

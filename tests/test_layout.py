@@ -500,12 +500,14 @@ def test_the_documented_architecture_table_matches_the_code() -> None:
 TOP_LINES = 400
 """The most lines a module on top may have: the plugin's hooks, the modes, the session and the command line
 stay small rooms, each with one job."""
+MODULE_LINES = 500
+"""The most lines any other module may have: a module past it holds more than one job, and is split at its seam."""
 
 
-def test_no_module_on_top_is_over_its_size() -> None:
+def test_no_module_is_over_its_size() -> None:
     over = {
         name: lines
         for name, path in modules().items()
-        if layer(name) == TOP and (lines := len(path.read_text("utf-8").splitlines())) > TOP_LINES
+        if (lines := len(path.read_text("utf-8").splitlines())) > (TOP_LINES if layer(name) == TOP else MODULE_LINES)
     }
     assert over == {}

@@ -14,8 +14,9 @@ from pytest_fxprof.judge.decision import compare
 from pytest_fxprof.records.measurement import NodeInfo, NodeStats, Tolerances, node_key
 from pytest_fxprof.records.units import fmt_ns
 from pytest_fxprof.result import ProfileResult
+from pytest_fxprof.views.judged_json import NodeRefJSON
 from pytest_fxprof.views.markdown import ITEMS_SHOWN, PROFILES_SHOWN, markdown_summary, write_markdown
-from pytest_fxprof.views.report import HintJSON, NodeRefJSON, ProfileReportJSON, profile_report
+from pytest_fxprof.views.report import HintJSON, ProfileReportJSON, profile_report
 from tests.records_for_tests import CAPTURE, ENV, POLICY, PROTOCOL
 
 TOLERANCES = Tolerances(0.1, 0.15)

@@ -8,8 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from pytest_fxprof.judge.decision import align
-from pytest_fxprof.judge.moved import scopes
+from pytest_fxprof.judge.moved import align, scopes
 from pytest_fxprof.records.verdicts import Comparison, Status, Verdict
 from tests.test_blame import Timed, _keyed, against, fn, stored
 

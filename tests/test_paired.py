@@ -9,6 +9,8 @@ from dataclasses import replace
 
 import pytest
 
+from pytest_fxprof.judge.band import t_cdf, t_quantile
+from pytest_fxprof.judge.outliers import out_of_line
 from pytest_fxprof.judge.paired import (
     CONFIDENCE,
     MIN_DECIDING_PAIRS,
@@ -23,9 +25,6 @@ from pytest_fxprof.judge.paired import (
     compare_pairs,
     judge_pairs,
     needs_more,
-    out_of_line,
-    t_cdf,
-    t_quantile,
     undecided,
 )
 from pytest_fxprof.records.measurement import BaselineEntry, Capture, NodeInfo, Run, Setup, Tolerances

@@ -17,7 +17,8 @@ from pytest_fxprof.capture.errors import CaptureError, ProfileError
 from pytest_fxprof.capture.nodes import describe_nodes
 from pytest_fxprof.capture.symbolic import trace_symbolic
 from pytest_fxprof.measure.facts import FAULT_PASSES
-from pytest_fxprof.measure.profiler import OFF_CPU_LIMIT, chosen_passes, off_cpu_share
+from pytest_fxprof.measure.schedule import chosen_passes, off_cpu_share
+from pytest_fxprof.records.disturbance import OFF_CPU_LIMIT
 
 
 class Block(nn.Module):
@@ -178,8 +179,8 @@ def test_a_sides_plain_total_comes_from_the_processes_that_timed_it() -> None:
     profile takes its plain total and overhead from the processes that timed it, its node times from all."""
     from pytest_fxprof.against.answers import merged, side_profile
     from pytest_fxprof.measure.profiler import profile_module
+    from pytest_fxprof.modes.sample import _side_entry
     from pytest_fxprof.records.measurement import Protocol, Tolerances
-    from pytest_fxprof.session.child import _side_entry
     from pytest_fxprof.store.baseline import entry_from_json, entry_to_json
 
     net, x = Net(), (torch.randn(2, 3, 8, 8),)
@@ -608,5 +609,11 @@ def test_cyclic_garbage_collection_is_off_while_passes_run_and_back_after() -> N
     assert gc.isenabled()
     profile(nn.Sequential(Probe()), torch.ones(1), warmup=1, passes=2, leaf_modules=[Probe], capture="symbolic")
     assert gc.isenabled()
-    # the plain calls (1 thrown away, 2 timed), the counting pass, the instrumented passes (1 + 2), the fault passes
-    assert seen == [False] * 3 + [True] + [False] * 3 + [False] * 2
+    # the plain calls (1 thrown away, 2 timed), the counting pass, the instrumented passes (1 + 2), the fault passes;
+    # a pass the machine preempted is measured again, so a loaded machine may add a call to either side
+    counting = seen.index(True)
+    assert seen.count(True) == 1
+    assert counting >= 3
+    assert len(seen) - counting - 1 >= 3 + 2
+    assert not any(seen[:counting])
+    assert not any(seen[counting + 1 :])

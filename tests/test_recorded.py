@@ -17,9 +17,9 @@ import pytest
 from pytest_fxprof.against.recorded import REF, RecordedSides, baseline_revision, working_revision
 from pytest_fxprof.judge.decision import refuse_lone
 from pytest_fxprof.judge.paired import MIN_DECIDING_PAIRS
+from pytest_fxprof.modes.check import CheckCalls, RevisionCheck, code_changed, stricter
 from pytest_fxprof.records.measurement import NodeInfo
 from pytest_fxprof.records.verdicts import Comparison, Status
-from pytest_fxprof.session.check import CheckCalls, RevisionCheck, _stricter, code_changed
 from pytest_fxprof.session.reactions import Reactions
 from pytest_fxprof.session.run import RunState
 from pytest_fxprof.settings import Mode, Settings
@@ -151,12 +151,12 @@ def test_a_call_captured_another_way_than_its_baseline_is_code_that_changed_unle
 @pytest.mark.parametrize("paired", [Status.REGRESSION, Status.PASS, Status.UNDECIDED])
 def test_a_call_the_baseline_could_not_judge_for_its_capture_shows_what_its_pairs_found(paired: Status) -> None:
     mine = result(comparison=_captured_otherwise())
-    got, is_paired = _stricter(mine, RevisionCheck("a" * 40, _comparison(paired), result(seconds=2.0), 4))
+    got, is_paired = stricter(mine, RevisionCheck("a" * 40, _comparison(paired), result(seconds=2.0), 4))
     assert is_paired
     assert got.comparison is not None
     assert got.comparison.status is paired
     # the pairs measured nothing: the mismatch stands
-    got, is_paired = _stricter(mine, RevisionCheck("a" * 40, _comparison(Status.MISMATCH), result(seconds=2.0), 4))
+    got, is_paired = stricter(mine, RevisionCheck("a" * 40, _comparison(Status.MISMATCH), result(seconds=2.0), 4))
     assert not is_paired
     assert got.comparison is not None
     assert got.comparison.status is Status.MISMATCH
@@ -175,10 +175,10 @@ def test_a_call_the_baseline_could_not_judge_for_its_capture_shows_what_its_pair
         (Status.PASS, Status.MISMATCH, "stored"),
     ],
 )
-def test_a_call_judged_twice_shows_the_stricter_verdict(stored: Status, paired: Status, shown: str) -> None:
+def test_a_call_judged_twice_shows_thestricter_verdict(stored: Status, paired: Status, shown: str) -> None:
     mine = result(comparison=_comparison(stored))
     theirs = result(comparison=None, seconds=2.0)
-    got, is_paired = _stricter(mine, RevisionCheck("a" * 40, _comparison(paired), theirs, MIN_DECIDING_PAIRS))
+    got, is_paired = stricter(mine, RevisionCheck("a" * 40, _comparison(paired), theirs, MIN_DECIDING_PAIRS))
     assert is_paired == (shown == "paired")
     assert got.comparison is not None
     assert got.comparison.status is (paired if shown == "paired" else stored)

@@ -37,8 +37,10 @@ from pytest_fxprof.measure.serving import Spent
 from pytest_fxprof.options import all_options
 from pytest_fxprof.records.measurement import BaselineEntry, Capture, Environment, Protocol, Setup, Tolerances
 from pytest_fxprof.records.profile import ROLLUPS
-from pytest_fxprof.store.baseline import EntryJSON, FileJSON, RunJSON, capture_to_json, entry_to_json
-from pytest_fxprof.views.report import NodeJSON, ProfileReportJSON, ReportJSON
+from pytest_fxprof.store.baseline import EntryJSON, FileJSON, entry_to_json
+from pytest_fxprof.store.schema import RunJSON, capture_to_json
+from pytest_fxprof.views.judged_json import NodeJSON
+from pytest_fxprof.views.report import ProfileReportJSON, ReportJSON
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "docs" / "reference"

@@ -22,23 +22,21 @@ from pytest_fxprof.records.measurement import (
 from pytest_fxprof.records.units import fmt_ns
 from pytest_fxprof.records.verdicts import Comparison, Kind, Status, Verdict
 from pytest_fxprof.result import ProfileResult
+from pytest_fxprof.views.item_lines import aggregate_line, node_line, op_name, total_line
+from pytest_fxprof.views.judged_json import NodeJSON
 from pytest_fxprof.views.render import (
     AGGREGATES_SHOWN,
     WORST_SHOWN,
-    aggregate_line,
     at_stake,
     improvement_lines,
-    node_line,
     notice_lines,
-    op_name,
     profile_table,
     regression_message,
     structural_lines,
     summary_line,
-    total_line,
     worst_text,
 )
-from pytest_fxprof.views.report import NodeJSON, profile_report, worst_label, worst_nodes
+from pytest_fxprof.views.report import profile_report, worst_label, worst_nodes
 from tests.records_for_tests import (
     BASE_NS,
     CAPTURE,

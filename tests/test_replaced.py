@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from pytest_fxprof.judge.aggregates import plan
-from pytest_fxprof.judge.decision import align
-from pytest_fxprof.judge.moved import _held
+from pytest_fxprof.judge.moved import _held, align
 from pytest_fxprof.judge.paired import CHANGED_TOLERANCE, _homes, replaced
 from pytest_fxprof.records.verdicts import (
     AggregateVerdict,

@@ -15,7 +15,8 @@ from pytest_fxprof.records.measurement import NodeInfo, NodeStats, Tolerances
 from pytest_fxprof.records.verdicts import Comparison
 from pytest_fxprof.result import ProfileResult
 from pytest_fxprof.store.baseline import run_to_json
-from pytest_fxprof.views.report import REPORT_VERSION, JudgedJSON, item_tone, profile_report, write_report
+from pytest_fxprof.views.judged_json import JudgedJSON
+from pytest_fxprof.views.report import REPORT_VERSION, item_tone, profile_report, write_report
 from tests.records_for_tests import CAPTURE, ENV, POLICY, PROTOCOL, node
 
 # A 1 ms graph: relu and softmax are 5 % of it (they gate), tiny 2 % (it does not); stem is the only aggregate.

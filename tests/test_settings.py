@@ -6,7 +6,8 @@ import re
 
 import pytest
 
-from pytest_fxprof.judge.decision import DEFAULT_FLOOR_NS, HISTORY_NODE_TOLERANCE, SPREAD_K, Policy
+from pytest_fxprof.judge.band import SPREAD_K
+from pytest_fxprof.judge.decision import DEFAULT_FLOOR_NS, HISTORY_NODE_TOLERANCE, Policy
 from pytest_fxprof.judge.paired import PairedPolicy
 from pytest_fxprof.records.measurement import Protocol, Tolerances
 from pytest_fxprof.settings import (

@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_fxprof.against.rounds import AgainstError, Pairs
-from pytest_fxprof.judge.paired import MIN_PAIRS, out_of_line
+from pytest_fxprof.judge.outliers import out_of_line
+from pytest_fxprof.judge.paired import MIN_PAIRS
 from pytest_fxprof.measure.sampling import Child
 from pytest_fxprof.records.measurement import BaselineEntry, NodeStats, capture_difference, iqr_int, median_int
 from pytest_fxprof.records.profile import Profile
@@ -61,7 +62,7 @@ class PairedEntries:
     kept_out_of_step: int = 0
     """Pairs that lost it but were kept: fewer than two held it."""
     out_of_line: int = 0
-    """Pairs whose processes met different machines, left out (``judge.paired.out_of_line``)."""
+    """Pairs whose processes met different machines, left out (``judge.outliers.out_of_line``)."""
 
 
 def paired_entries(got: Pairs, key: str) -> PairedEntries | None:

@@ -144,7 +144,7 @@ class CallOutcome:
     left_out: int = 0
     kept_out_of_step: int = 0
     out_of_line: int = 0
-    """How many pairs met different machines in this call and were left out (``judge.paired.out_of_line``)."""
+    """How many pairs met different machines in this call and were left out (``judge.outliers.out_of_line``)."""
     pairs: int = 0
     """How many pairs the comparison stands on (those of one set: ``Pairs.confirmed``)."""
     confirmation: str = ""
@@ -332,8 +332,3 @@ def _judge_set(
             changes=got.changes.get(key),
         )
     return TestOutcome(absent=False, calls=calls, pairs=len(got.old), seconds=got.seconds)
-
-
-def pair_ratios(c: Comparison) -> list[float]:
-    """The total's ratio in each pair (new over old), for the lines that show them."""
-    return list(c.total.judgement.ratios) if c.total is not None else []

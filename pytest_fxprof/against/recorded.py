@@ -3,7 +3,7 @@
 A baseline's bands must hold the drift between a recording and a later check, so they cannot see a change of a few
 percent; measured in pairs of fresh processes against the code the baseline measured, such a change stands out.
 So where a check finds that the model's code changed since its baseline was recorded, it measures the test against
-that revision too (``session.check``). Owns ``working_revision`` (at ``--fxprof-update``: the commit the working
+that revision too (``modes.check``). Owns ``working_revision`` (at ``--fxprof-update``: the commit the working
 tree is, where its tracked files are as committed there, the baselines' directory aside) and ``baseline_revision``
 (at ``--fxprof``: the commit an entry names, else the last commit that wrote its file, where the file is as
 committed there), each with the reason and the fix where there is none.

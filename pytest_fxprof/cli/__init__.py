@@ -1,13 +1,9 @@
 """The ``fxprof`` command: read baselines and reports outside pytest.
 
-``fxprof show`` prints the per-node table of a baseline file (``show``), ``fxprof diff`` judges one file's
-profiles against another's with the gate's own decision and policy (``diff``), and ``fxprof prune`` removes
-the baselines of tests that no longer exist or trims their history (``prune``), ``fxprof merge`` makes one
-report of several shards' (``merge``), and ``fxprof migrate`` rewrites older baseline files in the current
-schema version (``migrate``); what they share (exit codes, errors, reading files)
-is ``inputs``. This module owns the command line that dispatches to them and its exit codes (0: nothing to
-report, 1: a regression found, 2: a usage error or an input that cannot be read, 141: the reader closed the
-pipe). The commands decide nothing themselves and write files only through ``store.files.write_atomic``.
+One module per subcommand (``show``, ``diff``, ``prune``, ``merge``, ``migrate``), what they share in ``inputs``.
+This module owns the command line that dispatches to them and its exit codes (0: nothing to report, 1: a regression
+found, 2: a usage error or an input that cannot be read, 141: the reader closed the pipe). The commands decide
+nothing themselves and write files only through ``store.files.write_atomic``.
 
 Must not import torch or pytest. Must not import pandas at module level.
 """

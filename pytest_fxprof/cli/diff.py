@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_fxprof.cli.inputs import EXIT_FOUND, EXIT_OK, CliError, Report, count_arg, error, load, write_csv
+from pytest_fxprof.cli.inputs import EXIT_FOUND, EXIT_OK, CliError, Report, count_arg, error, load, node_row, write_csv
 from pytest_fxprof.judge.decision import Policy, compare
 from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, directed, median_int
 from pytest_fxprof.records.units import fmt_ns
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     counts = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()))
     print(f"{len(pairing.pairs)} compared: {counts}; {len(pairing.only_a)} only in A, {len(pairing.only_b)} only in B")
     if args.csv is not None:
-        write_csv(Path(args.csv), rows, DIFF_COLUMNS)
+        write_csv(Path(args.csv), rows, DIFF_VALUES)
         print(f"wrote {len(rows)} rows to {args.csv}")
     return EXIT_FOUND if statuses.get(Status.REGRESSION.value) else EXIT_OK
 
@@ -251,32 +251,14 @@ TABLE_LEGEND = (
 )
 
 
-DIFF_COLUMNS = [
-    "test_id", "key", "node_key", "node", "direction", "op", "target", "module", "source", "a_us", "b_us", "ratio",
-    "band", "band_source", "verdict", "gates", "reason",
-]  # fmt: skip
-
-
-def _node_row(ident: tuple[str, str], info: NodeInfo, **values: Any) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "test_id": ident[0],
-        "key": ident[1],
-        "node_key": info.key,
-        "node": info.name,
-        "direction": info.direction,
-        "op": info.op,
-        "target": info.target,
-        "module": info.module,
-        "source": info.source,
-    }
-    return {**row, **values}
+DIFF_VALUES = ("a_us", "b_us", "ratio", "band", "band_source", "verdict", "gates", "reason")
 
 
 def diff_csv_rows(ident: tuple[str, str], a: BaselineEntry, b: BaselineEntry, c: Comparison) -> list[dict[str, Any]]:
     """The node decisions of one pair, then the nodes only one side holds (verdict added or removed)."""
     rows = [
-        _node_row(
-            ident,
+        node_row(
+            *ident,
             v.node,
             a_us=v.baseline_ns / 1e3,
             b_us=v.current_ns / 1e3,
@@ -289,8 +271,8 @@ def diff_csv_rows(ident: tuple[str, str], a: BaselineEntry, b: BaselineEntry, c:
         )
         for v in sorted(c.nodes, key=_rank)
     ]
-    rows += [_node_row(ident, n, a_us=_median_us(a, n), verdict="removed") for n in c.removed]
-    rows += [_node_row(ident, n, b_us=b.runs[0].node_ns[b.nodes.index(n)] / 1e3, verdict="added") for n in c.added]
+    rows += [node_row(*ident, n, a_us=_median_us(a, n), verdict="removed") for n in c.removed]
+    rows += [node_row(*ident, n, b_us=b.runs[0].node_ns[b.nodes.index(n)] / 1e3, verdict="added") for n in c.added]
     return rows
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from pytest_fxprof.records.measurement import BaselineEntry
+from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo
 from pytest_fxprof.records.verdicts import Status
 from pytest_fxprof.settings import Settings
 from pytest_fxprof.store.baseline import BaselineError, BaselineFile, BaselineStore, entry_from_json, parse
@@ -25,22 +25,12 @@ from pytest_fxprof.store.files import TooLargeError, loads, read_text, write_ato
 from pytest_fxprof.views.report import REPORT_MAX_BYTES, REPORT_VERSION, ReportJSON
 
 PROG = "fxprof"
-
-
+DEFAULT_BASELINE_DIR = "baselines"
 EXIT_OK = 0
-
-
 EXIT_FOUND = 1
-
-
 EXIT_USAGE = 2
-
-
 EXIT_BROKEN_PIPE = 141
 """128 + SIGPIPE, what a shell reports for a command whose reader closed the pipe."""
-
-
-DEFAULT_BASELINE_DIR = "baselines"
 
 
 class CliError(Exception):
@@ -253,11 +243,22 @@ def resolve_baseline(spec: str, baseline_dir: Path) -> tuple[Path, BaselineFile]
     return store.path_for(spec), baseline
 
 
-def write_csv(path: Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> None:
-    """The rows as a CSV file, written whole or not at all."""
+NAMING = ("test_id", "key", "node_key", "node", "direction", "op", "target", "module", "source")
+"""The first columns of a CSV file of nodes: what names each node."""
+
+
+def node_row(test_id: str, key: str, info: NodeInfo, **values: Any) -> dict[str, Any]:
+    """A CSV row of a node: the columns that name it (``NAMING``), then ``values``."""
+    named = (test_id, key, info.key, info.name, info.direction, info.op, info.target, info.module, info.source)
+    return {**dict(zip(NAMING, named, strict=True)), **values}
+
+
+def write_csv(path: Path, rows: Sequence[Mapping[str, Any]], values: Sequence[str]) -> None:
+    """The rows of nodes (``node_row``) as a CSV file, the ``NAMING`` columns then ``values``, written whole or not
+    at all."""
     import pandas as pd
 
-    text = pd.DataFrame(list(rows), columns=list(columns)).to_csv(index=False)
+    text = pd.DataFrame(list(rows), columns=[*NAMING, *values]).to_csv(index=False)
     try:
         write_atomic(path, text)
     except OSError as exc:

@@ -1,13 +1,9 @@
 """``fxprof merge``: one JSON report from the reports of several shards of a run.
 
-Owns the command's arguments and output. A suite split over several machines (CI matrix shards, each with
-``--fxprof-report``) merges its reports into one, and can write the Markdown summary and the HTML report of
-the whole from it. Shards must not overlap (a profile of one test and key in two reports is refused, naming
-both) and must come from runs of one mode, against one commit where they were checked against a revision: the
-commit each report records at its top (``against``), whatever name the revision was given (``HEAD``, ``main``) and
-whether or not the shard compared any test. A report that does not record it (written before reports did) is
-compared by the short sha its profiles' labels show (``main (1a2b3c4)``). Nothing is written where an output is
-one of the inputs or a report is given twice.
+Owns the command's arguments and output. Shards must not overlap (a test and key in two reports is refused, naming
+both) and must come from runs of one mode, checked against one commit where they were checked against a revision:
+the one each report records (``against``), or else the short sha its profiles' labels show (``main (1a2b3c4)``).
+Nothing is written where an output is one of the inputs or a report is given twice.
 
 Must not import torch or pytest.
 """
@@ -18,6 +14,7 @@ import argparse
 import os
 import re
 import sys
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,9 +120,7 @@ def run(args: argparse.Namespace) -> int:
     if args.html:
         write_html(Path(args.html), mode, profiles, sorted(unused))
         written.append(Path(args.html))
-    counts: dict[str, int] = {}
-    for p in profiles:
-        counts[p["status"]] = counts.get(p["status"], 0) + 1
+    counts = Counter(p["status"] for p in profiles)
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no profile"
     print(f"merged {len(args.reports)} report(s), {len(profiles)} profile(s) ({summary}) into {args.out}")
     for path in written[1:]:

@@ -1,10 +1,8 @@
 """``fxprof migrate``: rewrite the baseline files of older schema versions in the current one.
 
-Owns the command's arguments and output. ``--fxprof-update`` rewrites a test's file in the current version when
-it records the test again; ``migrate`` does it for a whole directory at once, without measuring, so that the
-change of version is one commit of its own. A file is rewritten only when every value it holds is in the new
-text (the new version only adds fields); one that would lose a value (a field this pytest-fxprof does not know),
-an unreadable one and one of a newer version are listed and never written.
+Owns the command's arguments and output: a whole directory rewritten at once, without measuring, so that the change
+of version is one commit of its own. A file is rewritten only when every value it holds is in the new text; one
+that would lose a value, an unreadable one and one of a newer version are listed and never written.
 
 Must not import torch or pytest.
 """

@@ -1,12 +1,9 @@
-"""``fxprof prune``: remove the baselines of tests that no longer exist.
+"""``fxprof prune``: remove the baselines of tests that no longer exist, or trim their history.
 
-Owns the collection it relies on (``pytest --collect-only`` in a subprocess, which loads this module as a
-plugin for its one hook, so that the rootdir is known) and the refusals that keep it from removing a live
-baseline: a failed, empty or deselecting collection, or a directory none of whose baselines belongs to a
-collected test. Applies the plugin's own rule for unused baselines (``session.why_unused``), lists what it
-found, and removes only with ``--yes``, never an unreadable file. With ``--history N`` it instead trims every
-baseline's history to N recordings in all (``store.history.trim``), which needs no collection: it lists what it
-would drop and rewrites the files (atomically, each where it lies) only with ``--yes``.
+Owns the collection it relies on (``pytest --collect-only`` in a subprocess, which loads this module as a plugin for
+its one hook, so that the rootdir is known) and the refusals that keep it from removing a live baseline: a failed,
+empty or deselecting collection, or a directory none of whose baselines belongs to a collected test. Applies the
+plugin's rule for unused baselines (``session.why_unused``); ``--history N`` trims instead (``store.history.trim``).
 
 Must not import torch. Must not import pytest at module level.
 """
@@ -87,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     if not removable:
         print("nothing to prune")
     elif not args.yes:
-        print(f"nothing was removed; to remove these {len(removable)} file(s): {_prune_hint(args)}")
+        print(f"nothing was removed; to remove these {len(removable)} file(s): {_hint(args)}")
     else:
         _remove(removable)
     if found.unreadable:
@@ -140,7 +137,7 @@ def trim_histories(args: argparse.Namespace, directory: Path) -> int:
             print(f"  {path}")
             print("\n".join(f"    {line}" for line in lines))
         if not args.yes:
-            print(f"nothing was written; to trim these {len(trimmed)} file(s): {_trim_hint(args)}")
+            print(f"nothing was written; to trim these {len(trimmed)} file(s): {_hint(args, '--history', str(keep))}")
         else:
             for path, baseline, _ in trimmed:
                 write_atomic(path, render(baseline))
@@ -159,31 +156,13 @@ def _entries(count: int) -> str:
     return f"{count} entry" if count == 1 else f"{count} entries"
 
 
-def _trim_hint(args: argparse.Namespace) -> str:
-    """The command that trims what this run listed, quoted for a POSIX shell."""
-    parts = [PROG, "prune", "--history", str(args.history), "--yes"]
-    if args.baseline_dir != DEFAULT_BASELINE_DIR:
-        parts += ["--baseline-dir", args.baseline_dir]
-    return shlex.join(parts)
-
-
 OUTPUT_TAIL = 40
 """Lines of pytest's output shown when the collection that ``prune`` relies on failed."""
-
-
 ROOTDIR_LINE = "fxprof rootdir: "
 """What this module's collection hook prints, so that ``prune`` knows what node ids are relative to."""
-
-
 COLLECT_ARGS = ("--collect-only", "-q", "-p", "no:cacheprovider", "-p", "pytest_fxprof.cli.prune")
-
-
 COLLECTED = re.compile(r"^(?:(?P<selected>\d+)/)?(?P<count>\d+) tests? collected|^no tests collected")
-
-
 ERRORS = re.compile(r"\b\d+ errors?\b")
-
-
 PYTEST_NO_TESTS = 5
 
 
@@ -308,9 +287,9 @@ def leftovers(directory: Path) -> list[Path]:
     return sorted({*unnamed, *stale_temporaries(directory)})
 
 
-def _prune_hint(args: argparse.Namespace) -> str:
-    """The command that removes what this run listed, quoted for a POSIX shell."""
-    parts = [PROG, "prune", "--yes"]
+def _hint(args: argparse.Namespace, *options: str) -> str:
+    """The command that does what this run listed (with ``options``), quoted for a POSIX shell."""
+    parts = [PROG, "prune", *options, "--yes"]
     if args.baseline_dir != DEFAULT_BASELINE_DIR:
         parts += ["--baseline-dir", args.baseline_dir]
     if args.pytest_args:
@@ -318,7 +297,7 @@ def _prune_hint(args: argparse.Namespace) -> str:
     return shlex.join(parts)
 
 
-def _remove(paths: Sequence[Path]) -> int:
+def _remove(paths: Sequence[Path]) -> None:
     failed = []
     for path in paths:
         try:
@@ -330,4 +309,3 @@ def _remove(paths: Sequence[Path]) -> int:
     print(f"removed {len(paths) - len(failed)} file(s)")
     if failed:
         raise error(", ".join(failed), "could not be removed", "Check the directory's permissions")
-    return EXIT_OK

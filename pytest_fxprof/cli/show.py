@@ -19,6 +19,7 @@ from pytest_fxprof.cli.inputs import (
     EXIT_OK,
     count_arg,
     error,
+    node_row,
     resolve_baseline,
     write_csv,
 )
@@ -28,9 +29,8 @@ from pytest_fxprof.judge.decision import (
     MIN_RECORDINGS,
     Policy,
     learnt_from,
-    recording_spread,
-    weak_baseline,
 )
+from pytest_fxprof.judge.weak import recording_spread, weak_baseline
 from pytest_fxprof.records.measurement import BaselineEntry, Environment, NodeInfo, iqr_int, is_step, median_int
 from pytest_fxprof.records.units import fmt_ns
 from pytest_fxprof.store.baseline import BaselineFile
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     print("\n\n".join(blocks) if blocks else f"{path}: no entries ({baseline.test_id})")
     if args.csv is not None:
         rows = [row for key, entry in entries.items() for row in show_csv_rows(baseline.test_id, key, entry, args.sort)]
-        write_csv(Path(args.csv), rows, SHOW_COLUMNS)
+        write_csv(Path(args.csv), rows, SHOW_VALUES)
         print(f"wrote {len(rows)} rows to {args.csv}")
     return EXIT_OK
 
@@ -126,10 +126,6 @@ def node_rows(entry: BaselineEntry, sort: str = "time") -> list[NodeRow]:
     return rows
 
 
-def _fmt_spread(spread: float | None) -> str:
-    return "-" if spread is None else f"{spread:.0%}"
-
-
 def bands_line(entry: BaselineEntry) -> str:
     """How the gate sets this entry's bands: from its recording's processes and the default tolerances, or learnt
     from the drift between its recordings (``judge.decision.MIN_RECORDINGS``), counting only those learnt from."""
@@ -152,9 +148,8 @@ def bands_line(entry: BaselineEntry) -> str:
 
 
 UNLIKE_FATE = "the next --fxprof-update sets it aside and keeps the others"
-"""What becomes of a recording measured otherwise than its entry's own (``BaselineEntry.not_comparable``): kept in
-the file as it was read, never learnt from, and set aside by the next update, which keeps the others measured as it
-measures and says so (``store.history.carry``)."""
+"""What becomes of a recording measured otherwise than its entry's own (``BaselineEntry.not_comparable``): never
+learnt from, and set aside by the next update (``store.history.carry``)."""
 
 
 def entry_header(entry: BaselineEntry) -> list[str]:
@@ -197,7 +192,7 @@ def entry_table(entry: BaselineEntry, sort: str, limit: int | None) -> list[str]
             r.info.target,
             r.info.where,
             fmt_ns(r.median_ns),
-            _fmt_spread(r.spread),
+            "-" if r.spread is None else f"{r.spread:.0%}",
             f"{r.share:.1%}",
             *([r.info.source] if sources else []),
         ]
@@ -260,28 +255,12 @@ def learnt_cell(entry: BaselineEntry, index: int, busy: bool) -> str:
     return "not learnt from: made on a busy machine" if busy else "yes"
 
 
-SHOW_COLUMNS = [
-    "test_id", "key", "node_key", "node", "direction", "op", "target", "module", "source", "median_us", "spread",
-    "share", "processes",
-]  # fmt: skip
+SHOW_VALUES = ("median_us", "spread", "share", "processes")
 
 
 def show_csv_rows(test_id: str, key: str, entry: BaselineEntry, sort: str) -> list[dict[str, Any]]:
+    n = len(entry.runs)
     return [
-        {
-            "test_id": test_id,
-            "key": key,
-            "node_key": r.info.key,
-            "node": r.info.name,
-            "direction": r.info.direction,
-            "op": r.info.op,
-            "target": r.info.target,
-            "module": r.info.module,
-            "source": r.info.source,
-            "median_us": r.median_ns / 1e3,
-            "spread": r.spread,
-            "share": r.share,
-            "processes": len(entry.runs),
-        }
+        node_row(test_id, key, r.info, median_us=r.median_ns / 1e3, spread=r.spread, share=r.share, processes=n)
         for r in node_rows(entry, sort)
     ]

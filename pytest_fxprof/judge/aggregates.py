@@ -36,7 +36,6 @@ Must not import torch, pytest or pandas.
 from __future__ import annotations
 
 import re
-import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -310,19 +309,6 @@ def _levels(groups: list[Group]) -> list[Group]:
     for g in groups:
         counts[family_of(g)] += 1
     return [replace(g, family=family_of(g), tested=counts[family_of(g)]) for g in groups]
-
-
-def corrected_k(k: float, strictness: float) -> float:
-    """The deviations a one-sided test needs for ``strictness`` of the false-alarm rate ``k`` deviations give."""
-    if strictness >= 1.0:
-        return k
-    normal = statistics.NormalDist()
-    return normal.inv_cdf(1.0 - normal.cdf(-k) * strictness)
-
-
-def corrected_confidence(confidence: float, strictness: float) -> float:
-    """The confidence a one-sided interval needs for ``strictness`` of the false-alarm rate ``confidence`` gives."""
-    return 1.0 - (1.0 - confidence) * strictness
 
 
 def graph_groups(nodes: Sequence[NodeInfo], classes: Mapping[str, str] | None = None) -> list[Group]:

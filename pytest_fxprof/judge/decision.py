@@ -1,66 +1,38 @@
-"""The gate's decision: compare a profile with its baseline and say, with reasons, what got slower.
-
-Owns the noise model and the rules; the verdict records it returns are ``records.verdicts``. Pure, so that
-every rule can be tested with hand-built numbers. Must not import torch, pytest or pandas.
+"""The gate's decision against a stored baseline: compare a profile with it and say, with reasons, what got slower
+(``compare``). Pure, so that every rule can be tested with hand-built numbers; the verdicts are
+``records.verdicts``. Must not import torch, pytest or pandas.
 
 The rules, in order:
 
-1. Environments must match on ``Environment.MATCH_FIELDS``, the test's setup (its inputs' signatures and the
-   module's mode) must be the baseline's, and the reference workload (timed beside the
-   model, sharing none of its kernels) must run within ``MACHINE_FACTOR_LIMIT`` of its baseline speed.
-   Otherwise the verdict is a *mismatch*: no slowdown can be claimed on another machine or of another setup.
-2. Nodes are paired by signature (op, module path, target) with a sequence alignment, so an inserted or
-   removed op shows up as a structural change instead of shifting every later node.
-3. Node times are divided by a *speed factor* taken from the node's peers: the time-weighted median
-   ratio of the nodes of similar size (within ``PEER_SPAN`` of its baseline time, at least
-   ``MIN_PEERS`` and at most ``MAX_PEERS`` of them, the nearest in size, the node itself excluded).
-   Drift cancels, including contention that slows small ops more than large ones; one slow node
-   barely moves its peers' median. For the slower test
-   a slower factor is divided out with ``DRIFT_DOUBT`` more of it (contention is op-specific, so the
-   drift is itself in doubt); a faster one is not (``FASTER_CREDIT``), so a node is never called slower
-   because the rest of the model sped up more than it did (``Policy.divisor``).
-4. Each node's band is the largest of the node tolerance, ``Policy.spread_k`` between-process
-   deviations (estimated from the baseline's processes and shrunk toward nodes of similar size,
-   ``PRIOR_WEIGHT``; with a history of recordings, the drift between recordings is added to the spread
-   within them, and from ``MIN_RECORDINGS`` recordings on the smaller ``HISTORY_NODE_TOLERANCE`` applies,
-   since the bands then hold the drift the runner showed) and the absolute floor (``floor_ns``, or
-   ``FLOOR_SHARE`` of the model's time if larger). A node is slower when its normalised ratio exceeds
-   ``1 + band``; faster when, divided by its factor only where that is below 1, it is below
-   ``1 / (1 + band)`` and gained more than the floor. Only a node of ``GATING_NS`` or ``GATING_SHARE``
-   of the summed node time fails a test alone; a smaller one is a warning, and its slowdown is caught by
-   the aggregates it belongs to. A band set by the measured spread wider than ``NOISY_BAND`` cannot
-   decide anything: the item is reported as too noisy, never passed or failed on it. A tolerance or floor
-   band is applied as it is.
-5. *Aggregates* sum nodes that carry less noise together than alone (``judge.aggregates``): every operator
-   type (all ``BatchNorm2d``, all ``add``), every module subtree at every depth (``layer3``, ``layer3.0``,
-   ``encoder.layer.3.attention.self``), every repeated block's instances together (``transformer.h.*.mlp``)
-   and every module class's (``LayerNorm``). Each holds its nodes on both sides: where the graph changed, the
-   nodes only one side holds count in the modules they sit in. Their matched members are divided by speed
-   factors taken from peers *outside* the aggregate, so a slowdown of every BatchNorm is not mistaken for a
-   machine that slows small ops. Bands as in 4, with ``spread_k`` raised where the aggregate's level tests more
-   than ``aggregates.LEVEL_ITEMS`` of them.
-6. The total is the plain call as the user makes it divided by the reference workload, banded by the larger of the
-   total tolerance (``HISTORY_TOTAL_TOLERANCE`` from ``MIN_RECORDINGS`` recordings on) and ``spread_k``
-   deviations, within and between recordings (no floor, no speed factor). It catches slowdowns spread
-   over every node, which 3 and 5 cancel by design. As in 3, the slower test divides out a slower reference
-   but a faster one only by ``FASTER_CREDIT``; the faster test divides out both.
-7. A current entry may hold several measurements (a confirmation re-measures a flagged profile). Each
-   item is slower only if *every* measurement says so, faster only if every one does; the verdict
-   carries all the ratios, so whether the confirmation agreed is on record.
+1. *Mismatch*, nothing judged, where the environments differ on ``Environment.MATCH_FIELDS``, the test's setup is
+   not the baseline's, or the reference workload ran beyond ``MACHINE_FACTOR_LIMIT`` of its baseline speed.
+2. Nodes pair by signature with a sequence alignment (``moved.align``): an inserted or removed op is a structural
+   change, not a shift of every later node.
+3. Each node's time is divided by a speed factor from its peers of similar size (``noise.Peers``): drift cancels.
+   The slower test divides a slower factor with ``DRIFT_DOUBT`` more of it and a faster one only by
+   ``FASTER_CREDIT`` (``Policy.divisor``).
+4. Each item's band is ``band.band_for``: the tolerance (``HISTORY_NODE_TOLERANCE`` from ``MIN_RECORDINGS``
+   recordings on), ``spread_k`` deviations of its spread within and between recordings (``noise.node_noise``) or
+   the floor (``floor_ns``, or ``FLOOR_SHARE`` of the model's time). Slower beyond ``1 + band``; faster below
+   ``1 / (1 + band)`` and by more than the floor; a spread band wider than ``NOISY_BAND`` decides nothing. Only
+   a node ``noise.large_enough`` fails a test alone; a smaller one warns.
+5. Aggregates (``judge.aggregates``: operator types, module subtrees, repeated blocks, classes) are judged the
+   same way on their members' summed time, divided by factors from peers outside them, with ``spread_k`` raised
+   for their level (``Group.strictness``).
+6. The total (the plain call over the reference workload) is banded by the total tolerance and its spread, with
+   no floor and no speed factor: it catches slowdowns spread over every node, which 3 and 5 cancel by design.
+7. Where a confirmation measured again, an item is slower only if every measurement says so.
 """
 
 from __future__ import annotations
 
-import functools
-import itertools
 import math
 import statistics
-from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from difflib import SequenceMatcher
 
-from pytest_fxprof.judge.aggregates import Group, corrected_k, plan
+from pytest_fxprof.judge.aggregates import Group, plan
+from pytest_fxprof.judge.band import SPREAD_K, band_for
 from pytest_fxprof.judge.blame import blame
 from pytest_fxprof.judge.memory import (
     OVERHEAD_TOLERANCE,
@@ -73,8 +45,20 @@ from pytest_fxprof.judge.memory import (
     total_memory,
     with_memory,
 )
-from pytest_fxprof.judge.moved import held_to_changes, held_to_scopes, scopes
-from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, Recording, Run
+from pytest_fxprof.judge.moved import align, held_to_changes, held_to_scopes, node_times, scopes
+from pytest_fxprof.judge.noise import (
+    NodeNoise,
+    Peers,
+    RunFactors,
+    centres_of,
+    large_enough,
+    node_noise,
+    shrink,
+    spread_of,
+    weighted_median,
+)
+from pytest_fxprof.judge.weak import recording_spread
+from pytest_fxprof.records.measurement import BaselineEntry, Recording, Run
 from pytest_fxprof.records.verdicts import (
     LONE_REASON,
     AggregateVerdict,
@@ -90,19 +74,12 @@ from pytest_fxprof.records.verdicts import (
 )
 
 NODE_TOLERANCE = 0.15
-"""Default smallest band of a node or aggregate (+15 %). Chosen on the measured trade-off in BENCHMARKS.md:
-a baseline's processes, recorded within a minute, agree more closely than a check made later does on a
-shared machine (memory-bound nodes moved +13 % between a recording and checks minutes later), so the
-band must hold that drift whatever the recording's own spread."""
+"""Default smallest band of a node or aggregate (+15 %): it holds the drift between a recording and a later check
+that the recording's own spread cannot show (BENCHMARKS.md, "Against a baseline: false alarms, detection and the
+default bands")."""
 
 TOTAL_TOLERANCE = 0.10
 """Default smallest band of the model's total (+10 %)."""
-
-SPREAD_K = 3.0
-"""Default band width in between-process standard deviations (log scale): about 1 in 700 one-sided."""
-
-PRIOR_WEIGHT = 4.0
-"""Degrees of freedom given to the size-class spread when shrinking one node's own spread toward it."""
 
 DEFAULT_FLOOR_NS = 20_000
 """Changes smaller than this (20 us) never fail a node: timer, dispatch and cache noise live there."""
@@ -110,61 +87,27 @@ DEFAULT_FLOOR_NS = 20_000
 FLOOR_SHARE = 0.001
 """Nor do changes smaller than this share (0.1 %) of the model's total time."""
 
-GATING_NS = 1_000_000
-"""A node of at least this baseline time (1 ms) can fail a test on its own ..."""
-
-GATING_SHARE = 0.05
-"""... as can one of at least this share of the summed node time; smaller ones warn, and aggregates gate them."""
-
-
-def large_enough(centre_ns: float, busy_ns: float) -> bool:
-    """Whether an item of ``centre_ns`` (a node, or an aggregate's nodes together) out of ``busy_ns`` of summed node
-    time is large enough to fail a test alone (``GATING_NS``, ``GATING_SHARE``): a smaller node only warns, and a
-    smaller aggregate too noisy to decide leaves the decision to the larger ones that hold it."""
-    return centre_ns >= GATING_NS or centre_ns / (busy_ns or 1.0) >= GATING_SHARE
-
-
 NOISY_BAND = 1.0
-"""A band set by the measured spread beyond +100 % decides nothing: the item is reported as too noisy.
-A tolerance (the user's choice) or a floor (an absolute amount of time) is applied however wide."""
+"""A band set by the measured spread beyond +100 % decides nothing (a tolerance or floor applies however wide)."""
 
 DRIFT_DOUBT = 0.5
-"""How much of the drift divided out is itself in doubt. Contention is op-specific (a neighbour's memory
-traffic slows BatchNorm more than the convolutions around it), so a slower item is divided by its speed
-factor to the power ``1 + DRIFT_DOUBT``: on a quiet machine (factor 1) nothing changes; under drift the
-gate asks for a slowdown beyond what the drift could explain."""
+"""How much of the drift divided out is itself in doubt (contention is op-specific): a slower item is divided by
+its speed factor to the power ``1 + DRIFT_DOUBT``."""
 
 FASTER_CREDIT = 0.0
-"""How much of a *faster* speed factor the slower test divides out: ``factor ** FASTER_CREDIT``. None by
-default: peers that got faster are as often a real speed-up elsewhere in the model (an optimised layer)
-as a faster machine, and crediting it calls the unchanged nodes beside it slower. A slowdown on a check
-process that runs faster than the recording is then judged raw, the safe side for a gate."""
-
-PEER_SPAN = 4.0
-"""Nodes within this factor of a node's baseline time are its peers for the speed factor."""
-
-MIN_PEERS = 8
-"""Fewer peers than this within ``PEER_SPAN``: the nearest in size are taken up to this count."""
-
-NEAR_KEPT = 256
-"""How many of each node's nearest peers are kept once listed: an aggregate that excludes more reads on."""
-
-MAX_PEERS = 64
-"""More peers than this within ``PEER_SPAN``: the nearest in size, this many. A time-weighted median of 64 ratios
-moves with the drift, not with one node's noise, and a model of thousands of nodes of one size would otherwise
-scan them all for every node of every aggregate it judges."""
+"""How much of a *faster* speed factor the slower test divides out (``factor ** FASTER_CREDIT``): none, since
+peers that got faster are as often a real speed-up elsewhere in the model as a faster machine."""
 
 MACHINE_FACTOR_LIMIT = 2.0
 """A reference workload this many times faster or slower than in the baseline means another machine."""
 
 MIN_RECORDINGS = 3
-"""A baseline that holds at least this many recordings (its own and its history, ``--fxprof-history``) has
-bands learnt from the drift between them: ``HISTORY_NODE_TOLERANCE`` and ``HISTORY_TOTAL_TOLERANCE`` replace
-the default tolerances, which exist to hold a drift that one recording cannot show."""
+"""A baseline of at least this many recordings (``--fxprof-history``) has bands learnt from the drift between them:
+``HISTORY_NODE_TOLERANCE`` and ``HISTORY_TOTAL_TOLERANCE`` replace the default tolerances."""
 
 HISTORY_NODE_TOLERANCE = 0.05
-"""Smallest band of a node or aggregate whose baseline has ``MIN_RECORDINGS`` recordings (+5 %); the spread
-within and between recordings sets it wider where the runner drifts more (BENCHMARKS.md, baseline history)."""
+"""Smallest band of a node or aggregate whose baseline has ``MIN_RECORDINGS`` recordings (+5 %) (BENCHMARKS.md,
+"Baseline history")."""
 
 HISTORY_TOTAL_TOLERANCE = 0.03
 """Smallest band of the total whose baseline has ``MIN_RECORDINGS`` recordings (+3 %)."""
@@ -203,250 +146,6 @@ class Policy:
         return float(max(factor, 1e-9) ** self.faster_credit)
 
 
-def weighted_median(values: Sequence[float], weights: Sequence[float]) -> float:
-    """The value at which half the total weight lies on either side (1.0 for no weight)."""
-    pairs = sorted((v, w) for v, w in zip(values, weights, strict=True) if w > 0)
-    total = sum(w for _, w in pairs)
-    if not pairs or total <= 0:
-        return 1.0
-    half = total / 2
-    acc = 0.0
-    for k, (value, weight) in enumerate(pairs):
-        acc += weight
-        if math.isclose(acc, half, rel_tol=1e-12) and k + 1 < len(pairs):
-            return (value + pairs[k + 1][0]) / 2  # the weight splits exactly here: the middle of the two
-        if acc > half:
-            return value
-    return pairs[-1][0]  # pragma: no cover - float rounding only
-
-
-def align(
-    baseline: Sequence[NodeInfo], current: Sequence[NodeInfo]
-) -> tuple[list[tuple[int, int]], list[NodeInfo], list[NodeInfo]]:
-    """Pair nodes by signature in graph order; return (pairs of indices, added, removed)."""
-    a = [n.signature for n in baseline]
-    b = [n.signature for n in current]
-    pairs: list[tuple[int, int]] = []
-    added: list[NodeInfo] = []
-    removed: list[NodeInfo] = []
-    for tag, i1, i2, j1, j2 in SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if tag == "equal":
-            pairs.extend(zip(range(i1, i2), range(j1, j2), strict=True))
-        else:
-            removed.extend(baseline[i1:i2])
-            added.extend(current[j1:j2])
-    return pairs, added, removed
-
-
-def node_times(entry: BaselineEntry, nodes: Sequence[NodeInfo]) -> tuple[float, ...]:
-    """The median time over ``entry``'s runs of each of ``nodes`` (nodes of ``entry``): what an added or removed
-    node puts at stake, for the lists that rank nodes by it."""
-    index = {id(n): j for j, n in enumerate(entry.nodes)}
-    out = []
-    for n in nodes:
-        j = index.get(id(n))
-        times = [r.node_ns[j] for r in entry.runs if j is not None and j < len(r.node_ns)]
-        out.append(float(statistics.median(times)) if times else 0.0)
-    return tuple(out)
-
-
-class Peers:
-    """Each node's peers by baseline size, nearest first, walked outward from the node in size order (no table of
-    every pair: a graph of thousands of nodes would hold millions)."""
-
-    def __init__(self, centres: Sequence[float]) -> None:
-        self.centres = list(centres)
-        self.logs = [math.log(max(c, 1.0)) for c in centres]
-        self.span = math.log(PEER_SPAN)
-        self.by_size = sorted(range(len(self.logs)), key=lambda j: (self.logs[j], j))
-        self.position = [0] * len(self.logs)
-        for p, j in enumerate(self.by_size):
-            self.position[j] = p
-        self._kept: dict[int, list[tuple[float, int]]] = {}
-
-    def nearest(self, i: int) -> Iterator[tuple[float, int]]:
-        """``(distance, j)`` of every other node, nearest in size first, ties in node order."""
-        logs, by_size, li = self.logs, self.by_size, self.logs[i]
-        low, high = self.position[i] - 1, self.position[i] + 1
-        while low >= 0 or high < len(by_size):
-            d_low = li - logs[by_size[low]] if low >= 0 else math.inf
-            d_high = logs[by_size[high]] - li if high < len(by_size) else math.inf
-            d = min(d_low, d_high)
-            tied = []
-            while low >= 0 and li - logs[by_size[low]] == d:
-                tied.append(by_size[low])
-                low -= 1
-            while high < len(by_size) and logs[by_size[high]] - li == d:
-                tied.append(by_size[high])
-                high += 1
-            for j in sorted(tied):
-                yield d, j
-
-    def kept(self, i: int) -> list[tuple[float, int]]:
-        """The first of ``nearest(i)``, kept: the most a factor reads but where an aggregate excludes many."""
-        kept = self._kept.get(i)
-        if kept is None:
-            kept = self._kept[i] = list(itertools.islice(self.nearest(i), NEAR_KEPT))
-        return kept
-
-    def factor(self, i: int, ratios: Sequence[float], excluded: frozenset[int] = frozenset()) -> float:
-        """Node ``i``'s speed factor: the time-weighted median ratio of its peers outside ``excluded``."""
-        peers = self._peers(i, excluded)
-        if not peers:
-            return 1.0
-        return weighted_median([ratios[j] for j in peers], [self.centres[j] for j in peers])
-
-    def _peers(self, i: int, excluded: frozenset[int]) -> list[int]:
-        peers: list[int] = []
-        near = self.kept(i)
-        walk = (
-            near if len(near) < NEAR_KEPT else itertools.chain(near, itertools.islice(self.nearest(i), NEAR_KEPT, None))
-        )
-        for d, j in walk:  # those within the span, at least MIN_PEERS, at most MAX_PEERS
-            if (d > self.span and len(peers) >= MIN_PEERS) or len(peers) >= MAX_PEERS:
-                break
-            if j not in excluded:
-                peers.append(j)
-        return peers
-
-    def factors(self, current: Sequence[float], excluded: frozenset[int] = frozenset()) -> list[float]:
-        ratios = [cur / c if c else 1.0 for cur, c in zip(current, self.centres, strict=True)]
-        return [self.factor(i, ratios, excluded | {i}) for i in range(len(self.centres))]
-
-
-class RunFactors:
-    """One run's speed factors (``Peers.factor``) for the aggregates that exclude their own members, each worked out
-    once: a factor depends on the excluded nodes only among the node's nearest peers, and the aggregates of one
-    graph (a block, its pattern, its class, its operator types) share most of those."""
-
-    def __init__(self, peers: Peers, current: Sequence[float]) -> None:
-        self.peers = peers
-        self.current = current
-        self.ratios = [cur / c if c else 1.0 for cur, c in zip(current, peers.centres, strict=True)]
-        self._near: dict[int, frozenset[int]] = {}
-        self._seen: dict[tuple[int, frozenset[int]], float] = {}
-
-    def factor(self, i: int, excluded: frozenset[int]) -> float:
-        """``Peers.factor(i, ratios, excluded)``, from the cache where the same nodes near ``i`` were excluded."""
-        near = self._near.get(i)
-        if near is None:
-            near = self._near[i] = frozenset(j for _, j in self.peers.kept(i))
-        within = excluded & near
-        if len(within) > NEAR_KEPT - MAX_PEERS:  # the scan could read beyond the kept peers: not cached
-            return self.peers.factor(i, self.ratios, excluded)
-        key = (i, within)
-        found = self._seen.get(key)
-        if found is None:
-            found = self._seen[key] = self.peers.factor(i, self.ratios, within)
-        return found
-
-
-@dataclass(frozen=True)
-class NodeNoise:
-    """A node's baseline centre and its between-process deviation on a log scale (None if unknown)."""
-
-    centre_ns: float
-    sigma: float | None
-
-
-def size_class(ns: float) -> int:
-    """Nodes within a factor of two of each other share a class (used to pool spread estimates)."""
-    return math.floor(math.log2(max(ns, 1.0)))
-
-
-def shrink(own: float, dof: int, prior: float) -> float:
-    """An estimated deviation with ``dof`` degrees of freedom pulled toward ``prior``."""
-    return math.sqrt((dof * own * own + PRIOR_WEIGHT * prior * prior) / (dof + PRIOR_WEIGHT))
-
-
-def centres_of(runs: Sequence[Run]) -> list[float]:
-    return [float(statistics.median(run.node_ns[i] for run in runs)) for i in range(len(runs[0].node_ns))]
-
-
-def node_noise(
-    runs: Sequence[Run], peers: Peers | None = None, history: Sequence[Sequence[Run]] = ()
-) -> list[NodeNoise]:
-    """Per node: the centre across baseline processes and the shrunk deviation a new process shows from it.
-
-    With one recording, the deviation between its processes. With ``history`` (earlier recordings of the same
-    nodes, each its processes' runs), the spread within recordings (pooled) and the drift between them
-    (their centres' deviation), each shrunk toward nodes of similar size, added as variances: a new check is
-    a new process on another day. Every time is divided by its peers' speed factor first, as the comparison
-    divides, so that the band holds what the factors leave."""
-    centres = centres_of(runs)
-    recordings = [list(runs), *(list(h) for h in history)]
-    dof = sum(len(r) - 1 for r in recordings)
-    if dof < 1 and len(recordings) < 2:
-        return [NodeNoise(c, None) for c in centres]
-    peers = peers or Peers(centres)
-    within = _shrunk(centres, *_pooled_spread(recordings, peers)) if dof else [0.0] * len(centres)
-    between = [0.0] * len(centres)
-    if len(recordings) >= 2:
-        kept = [centres_of(r) for r in recordings]
-        factors = [peers.factors(c) for c in kept]
-        own = [
-            statistics.stdev(math.log(max(c[i], 1.0) / max(f[i], 1e-9)) for c, f in zip(kept, factors, strict=True))
-            for i in range(len(centres))
-        ]
-        between = _shrunk(centres, own, len(recordings) - 1)
-    return [NodeNoise(c, math.hypot(w, b)) for c, w, b in zip(centres, within, between, strict=True)]
-
-
-def _pooled_spread(recordings: Sequence[Sequence[Run]], peers: Peers) -> tuple[list[float], int]:
-    """Per node, the deviation between processes of one recording, pooled over the recordings; its degrees of
-    freedom."""
-    squares = [0.0] * len(peers.centres)
-    dof = 0
-    for runs in recordings:
-        if len(runs) < 2:
-            continue
-        factors = [peers.factors([float(t) for t in run.node_ns]) for run in runs]
-        for i in range(len(squares)):
-            logs = [math.log(max(run.node_ns[i], 1) / max(f[i], 1e-9)) for run, f in zip(runs, factors, strict=True)]
-            squares[i] += (len(logs) - 1) * statistics.variance(logs)
-        dof += len(runs) - 1
-    return [math.sqrt(q / dof) for q in squares], dof
-
-
-def _shrunk(centres: Sequence[float], own: Sequence[float], dof: int) -> list[float]:
-    """Each node's deviation (``dof`` degrees of freedom) shrunk toward the median of its size class and the
-    classes beside it."""
-    by_class: dict[int, list[float]] = defaultdict(list)
-    for c, s in zip(centres, own, strict=True):
-        by_class[size_class(c)].append(s)
-    out = []
-    for c, s in zip(centres, own, strict=True):
-        cls = size_class(c)
-        neighbours = by_class[cls] + by_class.get(cls - 1, []) + by_class.get(cls + 1, [])
-        out.append(shrink(s, dof, statistics.median(neighbours)))
-    return out
-
-
-def spread_of(groups: Sequence[Sequence[float]]) -> tuple[float | None, int]:
-    """The deviation (log scale) of a new value from groups of positive values taken at different times (a
-    baseline's recordings, newest first): the spread within groups (pooled) and between their medians, added as
-    variances; and the degrees of freedom within. None when there is only one value."""
-    logs = [[math.log(max(v, 1e-12)) for v in g] for g in groups if g]
-    dof = sum(len(g) - 1 for g in logs)
-    within = math.sqrt(sum((len(g) - 1) * statistics.variance(g) for g in logs if len(g) > 1) / dof) if dof else 0.0
-    if len(logs) < 2:
-        return (within if dof else None), dof
-    between = statistics.stdev(statistics.median(g) for g in logs)
-    return math.hypot(within, between), dof
-
-
-def band_for(
-    tolerance: float, sigma: float | None, *, k: float = SPREAD_K, floor: float = 0.0
-) -> tuple[float, BandSource]:
-    """The relative band: the largest of the tolerance, ``k`` deviations and the relative floor."""
-    band, source = tolerance, BandSource.TOLERANCE
-    if sigma is not None and math.exp(k * sigma) - 1.0 > band:
-        band, source = math.exp(k * sigma) - 1.0, BandSource.SPREAD
-    if floor > band:
-        band, source = floor, BandSource.FLOOR
-    return band, source
-
-
 def judge(
     ratios: Sequence[float],
     band: float,
@@ -458,14 +157,9 @@ def judge(
     sigma: float | None = None,
     floor: float = 0.0,
 ) -> Judgement:
-    """Slower only if every measurement is beyond the band, faster only if every one is below it.
-
-    ``faster`` are the ratios to test for a speed-up when they differ from ``ratios``: a node divided by
-    its speed factor only where that is below 1 (a faster machine is not a faster node), mirroring the
-    slower test, which divides only where it is above 1. A speed-up must also gain more than the floor.
-    Only a band set by the measured spread can be too wide to decide: the tolerance is the user's
-    choice and the floor an absolute amount, both judged as they are.
-    """
+    """Slower only if every measurement is beyond the band, faster only if every one is below it (testing
+    ``faster``, where given: divided by speed factors below 1 only) and by more than the floor; too noisy where a
+    band the spread set is wider than ``NOISY_BAND``."""
     ratios = tuple(ratios)
     quicker = tuple(faster) if faster is not None else ratios
     ratio = conservative(ratios)
@@ -766,15 +460,16 @@ def _judge_aggregate(
 ) -> AggregateVerdict:
     """An aggregate judged on its matched nodes and, where the graph changed, on the time of its nodes that only
     one side holds (the baseline's median, and the current per measurement), divided by the same speed factor as
-    its matched nodes; its band's deviations raised for its level (``aggregates.corrected_k``)."""
+    its matched nodes; its band's deviations raised for its level (``band.corrected_k``)."""
     idx = list(group.matched)
     members = frozenset(idx)
     gone = sum(float(statistics.median(r.node_ns[i] for r in baseline.runs)) for i in group.only_old)
     new = [float(sum(r.node_ns[j] for j in group.only_new)) for r in current.runs]
     centre = max(sum(noise[i].centre_ns for i in idx) + gone, 1.0)
     sigma = _aggregate_sigma(recordings, idx, noise, members) if idx else None
-    k = corrected_k(policy.spread_k, group.strictness)
-    band, source = band_for(policy.node_tolerance, sigma, k=k, floor=floor_ns / centre)
+    band, source = band_for(
+        policy.node_tolerance, sigma, k=policy.spread_k, floor=floor_ns / centre, strictness=group.strictness
+    )
     sums = [_aggregate_ns(m, idx, members, policy) for m in measured]
     ratios = [(s[0] + extra / policy.divisor(s[3])) / centre for s, extra in zip(sums, new, strict=True)]
     quick = [(s[1] + extra / max(min(s[3], 1.0), 1e-9)) / centre for s, extra in zip(sums, new, strict=True)]
@@ -795,89 +490,6 @@ def _judge_aggregate(
 
 # A weak baseline ----------------------------------------------------------------------------------------
 
-WEAK_BAND = 0.25
-"""A band set by a recording's spread beyond +25 % cannot catch the +25 % slowdown of a large node the gate must
-catch (a baseline recorded beside two other jobs gave its largest node +27 %, and +25 % on it was missed 5 times
-in 5) ..."""
-
-WEAK_SHARE = 0.25
-"""... and where bands that wide cover more than this share of the time of the nodes that can fail a test alone,
-the recording was made on a busy machine: a machine-wide disturbance widens most nodes' bands, a node that varies
-by nature only its own (BENCHMARKS.md, baseline history). The total is left out: divided by the reference
-workload, its spread between fresh processes set bands of +21 % to +24 % on a quiet machine here (``make demo``,
-step 1), so it would call quiet recordings busy."""
-
-MIN_WIDE_NODES = 2
-"""... on at least this many nodes: MobileNetV3-small at batch 1 has one node that can fail a test alone, whose
-band came out +20 % and +54 % in two recordings on a quiet machine (``make demo``, step 1)."""
-
-
-@dataclass(frozen=True)
-class RecordingSpread:
-    """What one recording's own processes say of the machine they ran on: the widest band their spread sets among
-    the nodes that can fail a test alone (0 and "" where none is set by the spread), the share of those nodes' time
-    whose spread-set band exceeds ``WEAK_BAND``, and the total's spread-set band (None where not set by the
-    spread; shown, not judged)."""
-
-    widest: float
-    widest_of: str
-    wide_share: float
-    total_band: float | None
-    wide_nodes: int = 0
-    """How many of the nodes that can fail a test alone have a spread-set band beyond ``WEAK_BAND``."""
-
-    @property
-    def weak(self) -> bool:
-        """Whether the recording was made on a busy machine: its bands are wide over much of the model, on more
-        than one node (one node alone may vary by nature: that says nothing of the machine)."""
-        return self.wide_nodes >= MIN_WIDE_NODES and self.wide_share > WEAK_SHARE
-
-
-def recording_spread(nodes: Sequence[NodeInfo], runs: Sequence[Run], policy: Policy) -> RecordingSpread:
-    """The spread of one recording (``runs``, one per process, aligned with ``nodes``), by the noise model
-    ``compare`` uses (``node_noise``, ``band_for``, ``spread_of``) on that recording alone. Kept for the stored
-    recordings a run compares with again and again (every check and confirmation of a test)."""
-    return _recording_spread(tuple(nodes), tuple(runs), policy)
-
-
-@functools.lru_cache(maxsize=64)
-def _recording_spread(nodes: tuple[NodeInfo, ...], runs: tuple[Run, ...], policy: Policy) -> RecordingSpread:
-    if not runs:
-        raise ValueError("a recording holds at least one run")
-    noise = node_noise(runs)
-    busy = sum(n.centre_ns for n in noise) or 1.0
-    model_ns = float(statistics.median(r.timed_ns for r in runs))
-    floor_ns = max(policy.floor_ns, policy.floor_share * model_ns)
-    widest, widest_of, gating_ns, wide_ns, wide = 0.0, "", 0.0, 0.0, 0
-    for info, n in zip(nodes, noise, strict=True):
-        c = max(n.centre_ns, 1.0)
-        if not large_enough(c, busy):
-            continue
-        band, source = band_for(policy.node_tolerance, n.sigma, k=policy.spread_k, floor=floor_ns / c)
-        gating_ns += c
-        if source is BandSource.SPREAD:
-            wide_ns += c if band > WEAK_BAND else 0.0
-            wide += band > WEAK_BAND
-            if band > widest:
-                widest, widest_of = band, info.name
-    use_ref = all(r.reference_ns > 0 for r in runs)
-    totals = [max(float(r.timed_ns) / (r.reference_ns if use_ref else 1), 1e-12) for r in runs]
-    sigma, _ = spread_of([totals])
-    total_band = None
-    if sigma is not None:
-        band, source = band_for(policy.total_tolerance, sigma, k=policy.spread_k)
-        total_band = band if source is BandSource.SPREAD else None
-    return RecordingSpread(widest, widest_of, wide_ns / gating_ns if gating_ns else 0.0, total_band, wide)
-
-
-def widest_band(entry: BaselineEntry, policy: Policy) -> tuple[float, str] | None:
-    """The widest band that the measured spread of ``entry``'s own processes (its newest recording: what a busy
-    machine disturbed when it was recorded, not the drift its history shows) sets, among the nodes that can fail a
-    test alone (``GATING_NS``, ``GATING_SHARE``), with the node's name; None where no band is set by the spread
-    (one process, or every band a tolerance or floor)."""
-    spread = recording_spread(entry.nodes, entry.runs, policy)
-    return (spread.widest, spread.widest_of) if spread.widest_of else None
-
 
 def refuse_lone(c: Comparison) -> Comparison:
     """A comparison whose bands a baseline of one process set (``Comparison.lone``) made undecided, nothing judged
@@ -885,27 +497,3 @@ def refuse_lone(c: Comparison) -> Comparison:
     if not c.lone or c.status is Status.MISMATCH:
         return c
     return replace(c, status=Status.UNDECIDED, noisy_reason=LONE_REASON, blame=None)
-
-
-def weak_baseline(label: str, entry: BaselineEntry, policy: Policy) -> str:
-    """The warning of a baseline that holds one process's measurement (its comparable recordings hold one run:
-    nothing shows how an unchanged model varies between processes, and a check cannot judge against it), or
-    whose newest recording was made on a busy machine (``RecordingSpread.weak``): "<label>: recorded on a busy
-    machine: bands up to +27 % (maxpool), over 80 % of the time of the nodes that can fail a test alone; record
-    again ...", else "": the one wording of the recording's warning, ``fxprof show`` and every check that uses the
-    baseline."""
-    if sum(len(r.runs) for r in entry.comparable_recordings) < 2:
-        return (
-            f"{label}: the baseline holds one process's measurement, which cannot show how much the model's times "
-            "vary between processes: a check against it ends undecided, nothing judged, until it is recorded from 2 "
-            "or more processes (--fxprof-processes; the default is 5) or holds a second recording in its history "
-            "(--fxprof-update again)"
-        )
-    spread = recording_spread(entry.nodes, entry.runs, policy)
-    if not spread.weak:
-        return ""
-    over = f"over +{WEAK_BAND:.0%} on {spread.wide_share:.0%} of the time of the nodes that can fail a test alone"
-    return (
-        f"{label}: recorded on a busy machine: bands up to +{spread.widest:.0%} ({spread.widest_of}), {over}; "
-        "record again on a quieter machine or with more processes (--fxprof-processes)"
-    )

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from pytest_fxprof.judge.decision import weighted_median
+from pytest_fxprof.judge.noise import weighted_median
 from pytest_fxprof.records.measurement import NodeStats
 from pytest_fxprof.records.profile import Profile
 from pytest_fxprof.records.units import fmt_ns, fmt_rate

@@ -1,4 +1,5 @@
-"""Lines that swapped places: what both gates do where the model's operations moved but none came or went.
+"""How two graphs' nodes pair (``align``), and lines that swapped places: what both gates do where the model's
+operations moved but none came or went.
 
 Two independent lines of a module swapped (``k = self.key(x)`` before ``q = self.query(x)``) run the same operations
 in another order, and the one that now runs first meets colder caches: time moves between them, and the module that
@@ -19,13 +20,45 @@ Pure. Must not import torch, pytest or pandas.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from difflib import SequenceMatcher
 from typing import TypeVar
 
 from pytest_fxprof.judge.aggregates import fold, parent_path
-from pytest_fxprof.records.measurement import NodeInfo, is_step
+from pytest_fxprof.records.measurement import BaselineEntry, NodeInfo, is_step
 from pytest_fxprof.records.verdicts import AggregateVerdict, Judgement, Kind, NodeVerdict, TotalVerdict, Verdict
+
+
+def align(
+    baseline: Sequence[NodeInfo], current: Sequence[NodeInfo]
+) -> tuple[list[tuple[int, int]], list[NodeInfo], list[NodeInfo]]:
+    """Pair nodes by signature in graph order; return (pairs of indices, added, removed)."""
+    a = [n.signature for n in baseline]
+    b = [n.signature for n in current]
+    pairs: list[tuple[int, int]] = []
+    added: list[NodeInfo] = []
+    removed: list[NodeInfo] = []
+    for tag, i1, i2, j1, j2 in SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            pairs.extend(zip(range(i1, i2), range(j1, j2), strict=True))
+        else:
+            removed.extend(baseline[i1:i2])
+            added.extend(current[j1:j2])
+    return pairs, added, removed
+
+
+def node_times(entry: BaselineEntry, nodes: Sequence[NodeInfo]) -> tuple[float, ...]:
+    """The median time over ``entry``'s runs of each of ``nodes`` (nodes of ``entry``): what an added or removed
+    node puts at stake, for the lists that rank nodes by it."""
+    index = {id(n): j for j, n in enumerate(entry.nodes)}
+    out = []
+    for n in nodes:
+        j = index.get(id(n))
+        times = [r.node_ns[j] for r in entry.runs if j is not None and j < len(r.node_ns)]
+        out.append(float(statistics.median(times)) if times else 0.0)
+    return tuple(out)
 
 
 def _common(a: str, b: str) -> str:

@@ -1,47 +1,24 @@
-"""The A/B decision: old and new code measured in pairs of fresh processes, judged by their ratios per pair.
+"""The A/B decision against a revision: old and new code measured in pairs of fresh processes, judged by their
+ratios per pair (``compare_pairs``). Each pair runs one old and one new process back to back (``against.rounds``),
+so drift hits both alike and cancels in the ratio: no speed factor, no reference workload. Pure.
+Must not import torch, pytest or pandas.
 
-Owns ``compare_pairs`` and its rule. Each pair is one process of the old side and one of the new, run back to
-back on the same machine (``against.rounds``); drift between pairs (a neighbour that came, a core that slowed)
-hits both sides of a pair alike and cancels in its ratio, so the evidence is the ratios *within* pairs, never
-the old side's times against the new side's pooled. Pure, so that every rule can be tested with hand-built
-numbers. Must not import torch, pytest or pandas.
+For each node both sides hold, each aggregate (``aggregates.plan``) and the total:
 
-The rule, for each node present on both sides, each aggregate (operator types, module subtrees at every depth,
-patterns and classes, as ``aggregates.plan`` lays them out over both sides' nodes) and the total:
+1. per pair, ``x = log(new / old)`` of each side's median over its passes (an aggregate sums its members'; the
+   total is the plain call, whose memory and allocator states ``judge.memory`` reads);
+2. the estimate is ``exp(mean(x))``, its one-sided interval Student's t at ``CONFIDENCE`` over the pairs;
+3. *slower* when the interval lies above 1 and the estimate beyond ``1 + band`` (``band.band_for``: the node or
+   total tolerance, ``CHANGED_TOLERANCE`` for a module whose code changed, or the floor where larger); a module
+   whose code changed is also slower where the operations it brought in are slower than those they replaced
+   (``replaced``); *faster* mirrors it and must gain more than the floor;
+4. *too noisy to decide* when neither holds and the estimate lies beyond the band, and the total also when its
+   interval at ``RESOLVE_CONFIDENCE`` is wider than ``RESOLVE`` bands; more pairs are measured while an item that
+   gates is undecided (``needs_more``); an item within its band is within it however wide its interval;
+5. a test passes from ``MIN_PASSING_PAIRS`` pairs and fails from ``MIN_DECIDING_PAIRS``; only a node large enough
+   (``noise.large_enough``) fails a test alone.
 
-1. Per pair ``i``: ``x_i = log(new_i / old_i)``, each side's time being that process's median over its passes
-   (an aggregate sums its members' medians; the total is the plain call as the user makes it, whose memory and
-   allocator states ``judge.memory`` reads).
-2. The estimate is the geometric mean ratio ``exp(mean(x))``; its one-sided interval at ``CONFIDENCE`` is
-   ``mean(x) -/+ t * sd(x) / sqrt(n)``, Student's t with ``n - 1`` degrees of freedom, so that the spread
-   between pairs, not the passes inside a process, sets the width. Not a median and its absolute deviation:
-   with few pairs those are too sure of themselves, calling more unchanged noisy items slower than the nominal
-   rate. A pair that a burst of other work hit widens the interval instead: the
-   item is too noisy until more pairs decide it.
-3. *Slower* when the interval lies above 1 (the change is real) and the estimate beyond ``1 + band`` (it is
-   large enough to matter). The band is the node (or total) tolerance, the narrower ``CHANGED_TOLERANCE`` for
-   a module, pattern or class whose code changed, or the absolute floor as a share of the item's time where
-   that is larger. Faster mirrors it, and must also gain more than the floor. A module whose code changed is also
-   slower where the operations its change brought in are slower than those they replaced, judged the same way,
-   and it did not come out faster: the smallest module or pattern holding them, not the modules around it
-   (``replaced``).
-4. *Too noisy to decide* when neither holds and the estimate lies beyond the band: the item looks slower, but
-   its interval still reaches 1. More pairs are measured while an item that gates is undecided; one still
-   undecided at the end is a warning, never a pass or a failure. The total, which speaks for the whole check,
-   is also too noisy when its interval's half-width at ``RESOLVE_CONFIDENCE`` (99 %) exceeds ``RESOLVE`` bands:
-   then the pairs could not tell the model slowed by twice its band from unchanged, whatever its estimate. A
-   node or aggregate whose estimate lies within its band is within it however wide its interval (shown in its
-   reason): a few memory-bound items of most models spread this much between processes, and spending the pairs
-   that would narrow them on every check of unchanged code would double its time (BENCHMARKS.md).
-5. A test passes from ``MIN_PASSING_PAIRS`` pairs; a slowdown fails it only from ``MIN_DECIDING_PAIRS`` pairs or
-   more: where pairs were left out (their processes met two machines, or lost their lock-step) and fewer remain, it
-   is too noisy to decide, and more pairs are measured. Three pairs that agree by chance make an interval that t,
-   with two degrees of freedom, trusts, and a neutral edit can fail on it (BENCHMARKS.md, "The fewest pairs").
-6. As in the stored-baseline gate, only a node of ``GATING_NS`` or ``GATING_SHARE`` of the summed node time
-   fails a test alone; a smaller one warns, and its aggregates gate it.
-
-No speed factor and no reference workload: both sides of a pair meet the same machine, which is what those
-corrected for (BENCHMARKS.md measures what they would add here).
+BENCHMARKS.md, "Against a revision: how many pairs, at what confidence" holds the figures behind the defaults.
 """
 
 from __future__ import annotations
@@ -52,9 +29,10 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from pytest_fxprof.judge.aggregates import Group, corrected_confidence, plan
+from pytest_fxprof.judge.aggregates import Group, plan
+from pytest_fxprof.judge.band import band_for, corrected_confidence, t_quantile
 from pytest_fxprof.judge.blame import blame
-from pytest_fxprof.judge.decision import align, large_enough, node_times, regressed
+from pytest_fxprof.judge.decision import regressed
 from pytest_fxprof.judge.memory import (
     OVERHEAD_TOLERANCE,
     held_to_memory,
@@ -68,7 +46,8 @@ from pytest_fxprof.judge.memory import (
     with_memory,
     with_states,
 )
-from pytest_fxprof.judge.moved import held_to_changes, held_to_scopes, scopes
+from pytest_fxprof.judge.moved import align, held_to_changes, held_to_scopes, node_times, scopes
+from pytest_fxprof.judge.noise import large_enough
 from pytest_fxprof.records.measurement import BaselineEntry, Run
 from pytest_fxprof.records.verdicts import (
     REPLACED,
@@ -92,33 +71,22 @@ PAIRED_TOTAL_TOLERANCE = 0.03
 
 CHANGED_TOLERANCE = 0.01
 """Default band of a module, pattern or class whose code changed against a revision (+1 %; never wider than the
-node band): operations came or went in it, so a slowdown there is the change's, and the pairs measure it as
-exactly as any other item (their interval still has to clear 1). The node band, set for code that did not change,
-let pass the changes of a pull request that cost their module 1-3 % (a ``Linear`` unfused, an extra copy, a
-``.contiguous()``); a neutral edit changes no module's operations and keeps the node band (BENCHMARKS.md, "Blame
-on real code changes")."""
+node band): a slowdown where operations came or went is the change's (BENCHMARKS.md, "The band where the code
+changed")."""
 
 CONFIDENCE = 0.999
-"""One-sided confidence that a change is real before it counts: about one unchanged item in a thousand (a
-check holds some tens of items that can fail it), and the band cuts those further (an unchanged item must
-also look a band's size slower)."""
+"""One-sided confidence that a change is real before it counts; the band cuts false alarms further."""
 
 MIN_PAIRS = 2
 """Fewer pairs than this carry no spread: every item is too noisy to decide."""
 
 RESOLVE = 2.0
-"""The slowdown of the whole model, in bands, that the pairs must be able to tell from none (+6 % at the
-total's +3 %): a total whose interval at ``RESOLVE_CONFIDENCE`` is wider than that on either side is too noisy
-to decide. A total decided this way shows a slowdown of twice its band beyond the band in all but about one
-check in twenty at the widest spread it allows (its estimate's spread is then ``RESOLVE / t`` bands, t at 99 %),
-far more often at the usual spread, and more pairs then confirm it."""
+"""The slowdown of the whole model, in bands, that the pairs must be able to tell from none: a total whose interval
+at ``RESOLVE_CONFIDENCE`` is wider than that on either side is too noisy to decide."""
 
 RESOLVE_CONFIDENCE = 0.99
 """The confidence of the total's interval that ``RESOLVE`` bounds: how sure the pairs must be that they could see
-a slowdown, not that one is real, so not the false alarm's ``CONFIDENCE``: failing still takes an interval
-above 1 at 99.9 %. At 99.9 % (t = 10.2 with 4 pairs) the total alone keeps a test in the pairs longer and
-catches a slowdown of the total no more often (BENCHMARKS.md, "The total's resolve at 99 %";
-``bench/resolve_tradeoff.py``)."""
+a slowdown, not that one is real (BENCHMARKS.md, "The total's resolve at 99 %")."""
 
 
 PAIR_SPREAD = 0.01
@@ -147,49 +115,6 @@ class PairedPolicy:
     floor_ns: float = 20_000.0
     floor_share: float = 0.001
     confidence: float = CONFIDENCE
-
-
-def t_cdf(t: float, df: int) -> float:
-    """Student's t distribution function for whole degrees of freedom, in closed form (Abramowitz and Stegun,
-    26.7.3 and 26.7.4): exact to rounding."""
-    theta = math.atan2(t, math.sqrt(df))
-    s, c2 = math.sin(theta), math.cos(theta) ** 2
-    if df % 2:  # odd: 2/pi (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...))
-        term, series = 1.0, 1.0 if df > 1 else 0.0
-        for k in range(1, (df - 1) // 2):
-            term *= c2 * (2 * k) / (2 * k + 1)
-            series += term
-        inner = theta + s * math.cos(theta) * series
-        central = 2.0 / math.pi * inner
-    else:  # even: sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...)
-        term, series = 1.0, 1.0
-        for k in range(1, df // 2):
-            term *= c2 * (2 * k - 1) / (2 * k)
-            series += term
-        central = s * series
-    return 0.5 + 0.5 * central  # central is P(|T| < t), signed as t
-
-
-@functools.cache
-def t_quantile(p: float, df: int) -> float:
-    """Student's t quantile: the t with ``t_cdf(t, df) == p`` (infinite without degrees of freedom), by
-    bisection on the exact distribution function."""
-    if df < 1:
-        return math.inf
-    if p < 0.5:
-        return -t_quantile(1.0 - p, df)
-    low, high = 0.0, 1.0
-    while t_cdf(high, df) < p:
-        low, high = high, high * 2.0
-    for _ in range(200):
-        mid = (low + high) / 2.0
-        if t_cdf(mid, df) < p:
-            low = mid
-        else:
-            high = mid
-        if high - low <= 1e-12 * high:
-            break
-    return (low + high) / 2.0
 
 
 MIN_DECIDING_PAIRS = next(n for n in range(MIN_PAIRS, 100) if can_decide(n))
@@ -314,12 +239,6 @@ def _shown(log_ratio: float) -> str:
 
 LOG_MAX = math.log(1e300)
 """The largest log ratio shown as a number."""
-
-
-def band_of(tolerance: float, floor_share: float) -> tuple[float, BandSource]:
-    if floor_share > tolerance:
-        return floor_share, BandSource.FLOOR
-    return tolerance, BandSource.TOLERANCE
 
 
 def undecided(j: Judgement) -> bool:
@@ -470,7 +389,7 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
     ) -> tuple[Judgement, float, float]:
         before, after = _medians(old_runs, old_idx), _medians(new_runs, new_idx)
         centre = max(statistics.median(before), 1.0)
-        band, source = band_of(tolerance, floor_ns / centre)
+        band, source = band_for(tolerance, None, floor=floor_ns / centre)
         confidence = corrected_confidence(policy.confidence, strictness)
         j = judge_pairs(before, after, band, source, confidence=confidence, scale_ns=centre, floor=floor_ns / centre)
         return j, centre, statistics.median(after)
@@ -536,53 +455,6 @@ def compare_pairs(old: BaselineEntry, new: BaselineEntry, policy: PairedPolicy, 
         blame=blame(held_nodes, held, total=total) if failed else None,
     )
     return settle(comparison)
-
-
-OUT_OF_LINE = 0.10
-"""A pair whose typical node (the median of its ratios over the nodes that weigh, ``LINE_SHARE`` of the old
-side's node time or more) lies more than this from the median pair's met two machines, not one: a burst of
-other work hit one of its processes, and nodes of every kind moved together. A change of code moves every pair
-alike, so the median pair moves with it. Such a pair is left out of every item of the call (``out_of_line``),
-where it would hide a slowdown the other pairs agree on; undisturbed pairs lie well within this of their median
-pair (BENCHMARKS.md, "A pair disturbed on one side")."""
-
-LINE_SHARE = 0.005
-"""The nodes whose ratios say how a pair's machine went: those of at least this share of the old side's summed
-node time (smaller ones spread too much between processes to speak for the pair)."""
-
-MIN_LINE_NODES = 5
-"""Fewer weighty nodes than this cannot tell a disturbed pair from a slowed node: no pair is left out."""
-
-
-def pair_shifts(old: BaselineEntry, new: BaselineEntry) -> list[float] | None:
-    """Per pair, the median log ratio (new over old) of the nodes both sides hold that weigh ``LINE_SHARE`` of
-    the old side's node time or more; None where fewer than ``MIN_LINE_NODES`` do."""
-    if len(old.runs) != len(new.runs):
-        raise ValueError(f"paired runs: {len(old.runs)} old and {len(new.runs)} new; each pair needs one of each")
-    matched, _, _ = align(old.nodes, new.nodes)
-    centres = [statistics.median(r.node_ns[i] for r in old.runs) for i in range(len(old.nodes))]
-    busy = sum(centres) or 1
-    weighty = [(i, j) for i, j in matched if centres[i] >= LINE_SHARE * busy]
-    if len(weighty) < MIN_LINE_NODES:
-        return None
-    return [
-        statistics.median(math.log(max(b.node_ns[j], 1) / max(a.node_ns[i], 1)) for i, j in weighty)
-        for a, b in zip(old.runs, new.runs, strict=True)
-    ]
-
-
-def out_of_line(old: BaselineEntry, new: BaselineEntry, limit: float = OUT_OF_LINE) -> tuple[int, ...]:
-    """The pairs (by position) whose typical node lies beyond ``limit`` from the median pair's (``OUT_OF_LINE``),
-    to be left out. None are where the pairs are too few to have a median pair (3), where fewer than
-    ``MIN_LINE_NODES`` nodes weigh, or where they are not a minority that leaves ``MIN_PAIRS`` behind."""
-    shifts = pair_shifts(old, new)
-    if shifts is None or len(shifts) < 3:
-        return ()
-    centre = statistics.median(shifts)
-    out = tuple(p for p, shift in enumerate(shifts) if abs(shift - centre) > math.log1p(limit))
-    if 2 * len(out) >= len(shifts) or len(shifts) - len(out) < MIN_PAIRS:
-        return ()
-    return out
 
 
 def needs_more(c: Comparison) -> bool:

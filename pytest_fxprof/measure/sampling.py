@@ -24,8 +24,9 @@ from typing import Any, NotRequired, Protocol, TypedDict
 
 from pytest_fxprof.records.disturbance import Disturbance, DisturbanceJSON, disturbance_from_json, least_disturbed
 from pytest_fxprof.records.measurement import Capture, Run, capture_difference
-from pytest_fxprof.store.baseline import RunJSON, capture_from_json, run_from_json
 from pytest_fxprof.store.files import loads
+from pytest_fxprof.store.schema import RunJSON
+from pytest_fxprof.store.validation import capture_from_json, run_from_json
 
 OUTPUT_TAIL = 3000
 _DROPPED_ENV = ("PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
@@ -55,7 +56,7 @@ class TestRequest(TypedDict):
     """A side against a revision: the keys of the calls the new side made in this test, where known."""
     captured: NotRequired[dict[str, dict[str, Any]]]
     """A side against a revision, after its first pair: how that pair's process captured each call (its capture
-    record as its entry wrote it, ``store.baseline.capture_to_json``), for ``capture_module``'s ``known``."""
+    record as its entry wrote it, ``store.schema.capture_to_json``), for ``capture_module``'s ``known``."""
 
 
 def capture_from_request(raw: Any) -> Capture | None:

@@ -1,18 +1,21 @@
-"""``XdistController``: registered only in an xdist controller, so that its hooks exist only where xdist does.
+"""pytest-xdist's two sides: ``XdistController``, registered only in a controller, and ``XdistWorker``, only in a
+worker, so that their hooks exist only where xdist does.
 
-Gathers what each test profiled as its teardown report arrives, and what each worker collected when it
-finishes; hands each worker the revision a run against a revision exported, so that all of them share one tree.
+A worker sends what each test profiled on the test's teardown report, and what it collected when it finishes;
+the controller gathers both, hands each worker the revision a run against a revision exported (so that all of
+them share one tree), and writes.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import json
+from collections.abc import Generator
+from typing import Any
 
-from pytest_fxprof.modes.base import RunMode
+import pytest
+
+from pytest_fxprof.modes.base import CALLS_KEY, RunMode
 from pytest_fxprof.session.run import WORKER_KEY, FinishedTest, WorkerPayload
-
-if TYPE_CHECKING:
-    import pytest
 
 
 class XdistController:
@@ -36,3 +39,29 @@ class XdistController:
         else:
             worker = str(getattr(getattr(node, "gateway", None), "id", "?"))
             self.mode.run.lost_worker(worker, error)
+
+
+class XdistWorker:
+    def __init__(self, mode: RunMode) -> None:
+        self.mode = mode
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+        """On the teardown report, what the test left here (its records, its baselines to write, the notes and
+        errors its end added), as the plugin's own hook settled it: the one report xdist sends on at once."""
+        run = self.mode.run
+        notes, errors = len(run.notes), len(run.errors)
+        report = yield
+        calls = item.stash.get(CALLS_KEY, None)
+        if report.when == "teardown" and calls is not None:
+            payload = run.test_payload(calls, run.notes[notes:], run.errors[errors:])
+            report.fxprof = json.loads(json.dumps(payload))  # plain JSON data only: execnet refuses the rest
+        return report
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """What this worker collected, for the controller, which writes."""
+        config, run = session.config, self.mode.run
+        if config.getoption("keyword") or config.getoption("markexpr"):
+            run.partial = True
+        config.workeroutput[WORKER_KEY] = run.payload()  # type: ignore[attr-defined]

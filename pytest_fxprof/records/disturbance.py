@@ -19,7 +19,7 @@ from typing import Any, NotRequired, TypedDict
 
 OFF_CPU_LIMIT = 0.01
 """A pass whose thread was off the CPU (preempted by a neighbour) for more than this share of its wall time
-is disturbed: the profiler measures it again (``measure.profiler.chosen_passes``), and one kept all the same
+is disturbed: the profiler measures it again (``measure.schedule.chosen_passes``), and one kept all the same
 counts in ``Disturbance.kept_disturbed``."""
 
 BUSY_OFF_CPU = 0.10

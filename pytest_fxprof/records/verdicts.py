@@ -262,7 +262,7 @@ class AggregateVerdict(_Judged):
     direction: str = ""
     """A training step's direction the aggregate lies in ("" outside a training step)."""
     gates: bool = True
-    """Whether its nodes together are large enough to fail a test alone (``judge.decision.large_enough``): where
+    """Whether its nodes together are large enough to fail a test alone (``judge.noise.large_enough``): where
     not, a band too noisy to decide leaves the decision to the larger aggregates that hold it (a slower verdict
     still fails the test: the floor already keeps small items from failing on noise)."""
     memory: Memory | None = None

@@ -2,6 +2,20 @@
 
 ``ending`` is a pure function of the comparison, the user's reactions and what the caller knows of the test
 (its label, its baseline's directory, a weak-baseline warning, how a revision's pairs ended): tested by tables.
+
+A verdict's way from the rule to the test, every step by name and in order (``tests/test_ending.py`` holds each
+name to the code):
+
+1. the rule: ``judge.decision.compare`` against a stored baseline, ``judge.paired.compare_pairs`` on a set of
+   pairs, once per set (``against.compare.judged_calls``);
+2. against a stored baseline: ``judge.decision.refuse_lone`` (a baseline of one process decides nothing), then a
+   slowdown confirmed by a second measurement, and ``modes.check.noisy`` where either was measured on a busy
+   machine (``modes.check.CheckCalls.judged``);
+3. against a revision: ``against.compare.settled``, two independent sets of pairs into one verdict;
+4. a check whose model's code changed since its baseline: ``modes.check.stricter``, the pairs' verdict against
+   the baseline's revision or the baseline's, whichever is stricter;
+5. ``ending``: the user's reactions (``session.reactions.Reactions``) turn the verdict into the status recorded and
+   an ``session.reactions.Outcome``, which ``plugin.pytest_runtest_call`` makes a failure, a skip or warnings.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ from pytest_fxprof.store.baseline import BaselineStore, EntryJSON, as_file, entr
 from pytest_fxprof.views.report import ProfileRecord
 
 if TYPE_CHECKING:
+    from pytest_fxprof.modes.base import Calls
     from pytest_fxprof.records.measurement import BaselineEntry
-    from pytest_fxprof.session.calls import Calls
 
 
 WORKER_KEY = "fxprof"

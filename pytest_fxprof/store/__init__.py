@@ -1,8 +1,8 @@
 """Store: what the plugin keeps on disk.
 
-- ``baseline``: the baseline file format (its schema version, validation and errors) and the directory that
-  holds one file per test;
-- ``files``: writing any file whole or not at all, and the one JSON encoding every file uses.
+- ``baseline``: a baseline file, read and checked whole, its errors, and the directory of one file per test;
+- ``schema``: the file's JSON shapes and version; ``validation``: reading it back, field by field, checked;
+- ``history``: an entry's earlier recordings; ``files``: writing files whole, in one JSON encoding.
 
 Must not import torch, pytest or pandas.
 """

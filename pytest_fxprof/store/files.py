@@ -1,10 +1,6 @@
-"""Files the plugin writes: whole or not at all, in one JSON encoding.
-
-Owns ``write_atomic`` (a temporary file beside the target, then a rename: a reader sees the old file or the
-new one, never half of either), the clean-up of the temporary files a killed writer left (``stale_temporaries``),
-``dumps``, the JSON encoding of every file the plugin writes (baselines, reports, samples), and ``loads`` and
-``read_text``, which read JSON strictly and within a size limit, so that no file, however malformed, costs more
-than one clear error. Every view, the baseline store and the command read and write through here.
+"""Files the plugin writes: whole or not at all (``write_atomic``, and the clean-up of what a killed writer left),
+in one JSON encoding (``dumps``), read back strictly and within a size limit (``loads``, ``read_text``), so that no
+file, however malformed, costs more than one clear error.
 
 Must not import torch, pytest or pandas.
 """

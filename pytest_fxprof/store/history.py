@@ -1,13 +1,7 @@
 """A baseline entry's history: the earlier recordings a refresh keeps, and when it must start afresh.
 
-Owns the rule of ``--fxprof-update`` (``carry``): the new recording of a test's ``fxprof`` call keeps the previous
-entry's recordings, newest first, that measured the same program (the same nodes in the same order, the same setup
-and capture method: otherwise the history starts afresh, and the caller is told why) in the same place and way (the
-same environment, ``Environment.MATCH_FIELDS``, and protocol, ``Protocol.MATCH_FIELDS``): one measured otherwise
-(another torch, a merge resolved by hand) is set aside, and the others kept. The same rule, read back, is
-``BaselineEntry.comparable_recordings``: the bands are never learnt from a recording of another environment or
-protocol. Also owns the date a recording gets (``now``, replaceable in tests) and the trim of ``fxprof prune
---history`` (``trim``).
+Owns the rule of ``--fxprof-update`` (``carry``; read back, ``BaselineEntry.comparable_recordings``), the date a
+recording gets (``now``, replaceable in tests) and the trim of ``fxprof prune --history`` (``trim``).
 
 Must not import torch, pytest or pandas.
 """
@@ -23,13 +17,10 @@ DEFAULT_KEEP = 5
 """Recordings an entry holds in all, its own included, unless ``--fxprof-history`` says otherwise."""
 
 
-def utc_now() -> str:
-    """The current time as a recording's date: UTC, ISO 8601 to the second (``2026-11-24T22:30:05Z``)."""
+def now() -> str:
+    """The current time as ``--fxprof-update`` dates a recording: UTC, ISO 8601 to the second
+    (``2026-11-24T22:30:05Z``); tests replace it (``monkeypatch.setattr``)."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-now = utc_now
-"""The clock ``--fxprof-update`` dates recordings with; tests replace it (``monkeypatch.setattr``)."""
 
 
 def why_not_comparable(previous: BaselineEntry, new: BaselineEntry) -> str:
@@ -58,12 +49,10 @@ def other_program(previous: BaselineEntry, new: BaselineEntry) -> str:
 
 
 def carry(previous: BaselineEntry | None, new: BaselineEntry, keep: int, date: str) -> tuple[BaselineEntry, str]:
-    """``new`` dated ``date``, holding at most ``keep`` recordings in all: its own, then those of ``previous`` (its
-    own recording, then its history) that measured the same program (``other_program``) as ``new`` was measured
-    (``measured_unlike``), newest first. A recording measured otherwise (another torch, a merge resolved by hand) is
-    set aside, never a reason to drop the others. Also what the summary says of it: why none was kept (the program
-    changed, or every one was measured otherwise), which were set aside where they would have been kept, or ""
-    (no previous entry, nothing to keep with ``keep`` 1, or all kept)."""
+    """``new`` dated ``date``, holding at most ``keep`` recordings in all: its own, then, newest first, those of
+    ``previous`` that measured the same program (``other_program``) as ``new`` was measured (``measured_unlike``); one
+    measured otherwise is set aside, never a reason to drop the others. Also what the summary says of it: why none
+    was kept, which were set aside where they would have been kept, or "" (none to keep, or all kept)."""
     if keep < 1:
         raise ValueError(f"a baseline entry keeps at least 1 recording (its own), not {keep}")
     dated = replace(new, recorded=date, history=())

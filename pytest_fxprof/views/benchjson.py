@@ -27,7 +27,8 @@ from pytest_fxprof.store.files import write_atomic
 if TYPE_CHECKING:
     from pytest_benchmark.stats import Metadata
 
-    from pytest_fxprof.views.report import NodeJSON, ProfileReportJSON, TotalJSON
+    from pytest_fxprof.views.judged_json import NodeJSON, TotalJSON
+    from pytest_fxprof.views.report import ProfileReportJSON
 
 NS_PER_S = 1e9
 ITERATIONS = 1

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, cast
 from pytest_fxprof.records.measurement import DIRECTIONS, FORWARD
 from pytest_fxprof.records.verdicts import Comparison, Judgement, NodeVerdict
 from pytest_fxprof.store.files import TooLargeError, loads, read_text
-from pytest_fxprof.views.report import REPORT_MAX_BYTES, JudgedJSON, JudgementJSON, ProfileReportJSON, judgement_json
+from pytest_fxprof.views.judged_json import JudgedJSON, JudgementJSON, judgement_json
+from pytest_fxprof.views.report import REPORT_MAX_BYTES, ProfileReportJSON
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -1,14 +1,8 @@
 """The self-contained HTML report (``--fxprof-html``): one file with every profiled test of a run.
 
-Owns the page: its markup here, its style and script in ``assets/report.css`` and ``assets/report.js``
-(package files, so that editors and linters see them for what they are). A view of the profile reports that
-``report.profile_report`` makes; decides nothing. The page needs no network: its style and script are
-inlined, and the profiles ride along as JSON in a ``<script type="application/json" id="fxprof-data">`` tag,
-from which the script draws each profile's chart and node table (how many rows it shows first comes in the
-script tag's ``data-chart-rows`` and ``data-table-rows``). The header, each profile's verdict, failures,
-warnings, total, hints and module tree are plain HTML, readable without the script.
-
-Must not import torch or pytest.
+A view of ``report.profile_report``'s dicts; decides nothing. Its style and script (``assets/``) are inlined and
+the profiles ride along as JSON (``id="fxprof-data"``), from which the script draws each profile's chart and node
+table; the rest is plain HTML, readable without the script. Must not import torch or pytest.
 """
 
 from __future__ import annotations
@@ -17,38 +11,37 @@ import functools
 import hashlib
 import json
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from html import escape
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, NotRequired, TypedDict, cast
 
-from pytest_fxprof.records.units import fmt_ns, fmt_rate
+from pytest_fxprof.records.units import fmt_ns
 from pytest_fxprof.records.verdicts import Status
 from pytest_fxprof.store.files import write_atomic
-from pytest_fxprof.views.render import graphs_text
-from pytest_fxprof.views.report import (
-    AggregateJSON,
-    FlagJSON,
-    GraphsJSON,
-    LeaderJSON,
-    NodeJSON,
-    ProfileReportJSON,
-    RollupJSON,
-    TotalJSON,
-    against_of,
-    blame_lines_of,
-    busy_line,
-    verdict_tone,
+from pytest_fxprof.views.html_format import (
+    badge,
+    counted,
+    esc,
+    facts,
+    fmt_band,
+    fmt_pct,
+    fmt_ratio,
+    name_list,
+    verdict_badge,
 )
+from pytest_fxprof.views.html_tree import module_tree, op_table
+from pytest_fxprof.views.judged_json import AggregateJSON, FlagJSON, LeaderJSON, NodeJSON
+from pytest_fxprof.views.render import graphs_text
+from pytest_fxprof.views.report import GraphsJSON, ProfileReportJSON, against_of, blame_lines_of, busy_line
 
 TITLE = "pytest-fxprof report"
 CHART_ROWS = 40
 """Nodes a chart shows before its "show all" toggle (every node is drawn; the rest are hidden)."""
 TABLE_ROWS = 500
 """Rows a node table shows before its "show all" button (sorting and filtering go over every node)."""
-NAMES_SHOWN = 6
 REQUIRED = {"test_id": str, "key": str, "status": str, "nodes": list, "total": Mapping, "environment": Mapping}
 ENVIRONMENT_FIELDS = ("torch", "python", "platform", "cpu", "threads", "device", "allocator", "clock", "engine")
 
@@ -82,27 +75,22 @@ def section_id(test_id: str, key: str) -> str:
 # Input -------------------------------------------------------------------------------------------
 
 
+_FIX = "pass the dicts that report.profile_report makes (ProfileRecord['report'])"
+
+
 def _checked(profiles: Sequence[ProfileReportJSON]) -> list[ProfileReportJSON]:
     """The profiles sorted for display; ``ValueError`` naming the first one that is not a profile report."""
     out = []
     for i, p in enumerate(profiles):
+        at = f"profile {i} of the HTML report"
         if not isinstance(p, Mapping):
-            raise ValueError(
-                f"profile {i} of the HTML report is a {type(p).__name__}, not a profile report: "
-                "pass the dicts that report.profile_report makes (ProfileRecord['report'])"
-            )
+            raise ValueError(f"{at} is a {type(p).__name__}, not a profile report: {_FIX}")
         for name, kind in REQUIRED.items():
             if not isinstance(p.get(name), kind):
-                raise ValueError(
-                    f"profile {i} of the HTML report ({p.get('test_id', '?')!r}) has no valid {name!r} field: "
-                    "pass the dicts that report.profile_report makes (ProfileRecord['report'])"
-                )
+                raise ValueError(f"{at} ({p.get('test_id', '?')!r}) has no valid {name!r} field: {_FIX}")
         for j, n in enumerate(p["nodes"]):
             if not (isinstance(n, Mapping) and isinstance(n.get("key"), str) and _number(n.get("current_ns"))):
-                raise ValueError(
-                    f"node {j} of profile {i} of the HTML report ({p['test_id']!r}) has no valid 'key' and "
-                    "'current_ns': pass the dicts that report.profile_report makes (ProfileRecord['report'])"
-                )
+                raise ValueError(f"node {j} of {at} ({p['test_id']!r}) has no valid 'key' and 'current_ns': {_FIX}")
         out.append(cast("ProfileReportJSON", dict(p)))
     return sorted(out, key=lambda p: (STATUS_ORDER.get(p["status"], len(STATUS_ORDER)), p["test_id"], p["key"]))
 
@@ -132,60 +120,14 @@ def _data_json(data: Mapping[str, Any]) -> str:
     return text.translate(_JSON_ESCAPES)
 
 
-# Formatting --------------------------------------------------------------------------------------
-
-
-def _e(value: object) -> str:
-    return escape(str(value), quote=True)
-
-
-def _ratio(r: float | None) -> str:
-    return "" if r is None else f"x{r:.2f}"
-
-
-def _band(b: float | None) -> str:
-    return "" if b is None else f"+{b:.0%}"
-
-
-def _pct(x: float | None, digits: int = 1) -> str:
-    return "" if x is None else f"{x:.{digits}%}"
-
-
-def _count(n: object, noun: str, plural: str = "s") -> str:
-    return f"{n} {noun}{'' if n == 1 else plural}"
-
-
-def _badge(text: str, tone: str) -> str:
-    return f'<span class="badge t-{tone}">{_e(text)}</span>'
-
-
-def _verdict_badge(judged: AggregateJSON | TotalJSON) -> str:
-    """The verdict of a judged item (an aggregate or the total) in its colour."""
-    verdict = judged.get("verdict")
-    return _badge(str(verdict or ""), verdict_tone(verdict, gates=True, confirmed=judged.get("confirmed")))
-
-
-def _names(names: Sequence[str], limit: int = NAMES_SHOWN) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f", \N{HORIZONTAL ELLIPSIS} {len(names) - limit} more" if len(names) > limit else "")
-
-
-def _facts(pairs: Sequence[tuple[str, str]]) -> str:
-    """A compact grid of label and value pairs; empty values are left out."""
-    items = "".join(f"<div><dt>{_e(k)}</dt><dd>{_e(v)}</dd></div>" for k, v in pairs if v != "")
-    return f'<dl class="facts">{items}</dl>'
-
-
 # The header --------------------------------------------------------------------------------------
 
 
 def _counts(profiles: Sequence[ProfileReportJSON]) -> str:
-    counts: dict[str, int] = {}
-    for p in profiles:
-        counts[p["status"]] = counts.get(p["status"], 0) + 1
+    counts = Counter(p["status"] for p in profiles)
     first: list[str] = [Status.REGRESSION, Status.UNDECIDED, Status.PASS]
     order = sorted(counts, key=lambda s: (first.index(s) if s in first else len(first), s))
-    return " ".join(_badge(f"{counts[s]} {s}", status_tone(s)) for s in order)
+    return " ".join(badge(f"{counts[s]} {s}", status_tone(s)) for s in order)
 
 
 def _header(mode: str, profiles: Sequence[ProfileReportJSON], title: str) -> str:
@@ -195,16 +137,16 @@ def _header(mode: str, profiles: Sequence[ProfileReportJSON], title: str) -> str
         mode, f"Mode {mode}"
     )
     parts = [
-        f"<h1>{_e(title)}</h1>",
-        f'<p class="run">{_e(what)} &middot; {_count(len(profiles), "profile")} &middot; generated {_e(when)}</p>',
+        f"<h1>{esc(title)}</h1>",
+        f'<p class="run">{esc(what)} &middot; {counted(len(profiles), "profile")} &middot; generated {esc(when)}</p>',
     ]
     if profiles:
         env = profiles[0]["environment"]
         parts.append(f'<p class="counts">{_counts(profiles)}</p>')
-        parts.append(_facts([(f, str(env.get(f, ""))) for f in ENVIRONMENT_FIELDS]))
+        parts.append(facts([(f, str(env.get(f, ""))) for f in ENVIRONMENT_FIELDS]))
         links = "".join(
-            f'<li><a href="#{section_id(p["test_id"], p["key"])}">{_badge(p["status"], status_tone(p["status"]))} '
-            f'<span class="tid">{_e(p["test_id"])}</span> <span class="dim">[{_e(p["key"])}]</span></a></li>'
+            f'<li><a href="#{section_id(p["test_id"], p["key"])}">{badge(p["status"], status_tone(p["status"]))} '
+            f'<span class="tid">{esc(p["test_id"])}</span> <span class="dim">[{esc(p["key"])}]</span></a></li>'
             for p in profiles
         )
         parts.append(f'<nav class="toc"><ul>{links}</ul></nav>')
@@ -216,57 +158,40 @@ def _header(mode: str, profiles: Sequence[ProfileReportJSON], title: str) -> str
 # One profile -------------------------------------------------------------------------------------
 
 
-SHARE_BAR_EM = 4.0
-"""The width of a module's share bar at 100 % (the whole model), in em."""
-
-
 def _capture_text(capture: Mapping[str, Any]) -> str:
     """The capture method and its graphs; a compiled model's kernels, graph breaks and compile time."""
     if not capture:
         return ""
     if capture.get("method") == "inductor" and capture.get("detail"):
         return str(capture["detail"])
-    return f"{capture.get('method', '')} ({_count(capture.get('graphs', 1), 'graph')})"
+    return f"{capture.get('method', '')} ({counted(capture.get('graphs', 1), 'graph')})"
 
 
 def _meta(p: ProfileReportJSON, first_env: Mapping[str, Any]) -> str:
     capture, protocol = p.get("capture") or {}, p.get("protocol") or {}
+    runs = (
+        f"{protocol.get('passes')} passes after {protocol.get('warmup')} warm-up, "
+        f"{counted(protocol.get('threads'), 'thread')}, {counted(protocol.get('processes'), 'process', 'es')}"
+        if protocol
+        else ""
+    )
+    # a profile from another environment was not compared: it has no speed factor or measurements to show
+    compared = not p.get("mismatches") and not p.get("against")
     pairs = [
         ("nodes", str(len(p["nodes"]))),
         ("capture", _capture_text(capture)),
-        (
-            "protocol",
-            f"{protocol.get('passes')} passes after {protocol.get('warmup')} warm-up, "
-            f"{_count(protocol.get('threads'), 'thread')}, {_count(protocol.get('processes'), 'process', 'es')}"
-            if protocol
-            else "",
-        ),
+        ("protocol", runs),
         ("profiled in", f"{p['seconds']:.1f} s" if isinstance(p.get("seconds"), int | float) else ""),
-        # a profile from another environment was not compared: it has no speed factor or measurements to show
         ("against", str(p.get("against") or "")),
         ("pairs", str(p["pairs"]) if p.get("pairs") else ""),
-        # a profile from another environment was not compared: it has no speed factor or measurements to show
-        ("speed factor", "" if p.get("mismatches") or p.get("against") else _ratio(p.get("speed_factor"))),
-        (
-            "measurements",
-            str(p["measurements"])
-            if p.get("measurements") and not p.get("mismatches") and not p.get("against")
-            else "",
-        ),
-        ("profiler overhead", _ratio(p.get("overhead"))),
+        ("speed factor", fmt_ratio(p.get("speed_factor")) if compared else ""),
+        ("measurements", str(p["measurements"]) if p.get("measurements") and compared else ""),
+        ("profiler overhead", fmt_ratio(p.get("overhead"))),
     ]
     env = p["environment"]
     if env != first_env:
         pairs += [(f, str(env.get(f, ""))) for f in ENVIRONMENT_FIELDS if env.get(f) != first_env.get(f)]
-    return _facts(pairs)
-
-
-def _node_index(p: ProfileReportJSON) -> dict[tuple[str, str], NodeJSON]:
-    return {(n.get("name", ""), n.get("module", "")): n for n in p["nodes"]}
-
-
-def _aggregate_index(p: ProfileReportJSON) -> dict[tuple[str, str], AggregateJSON]:
-    return {(a.get("kind", ""), a.get("name", "")): a for a in p.get("aggregates", [])}
+    return facts(pairs)
 
 
 class _Faster(TypedDict):
@@ -284,27 +209,29 @@ def _flag_item(flag: FlagJSON | _Faster, p: ProfileReportJSON) -> str:
     kind, name = flag.get("kind", ""), flag.get("name", "")
     reason = ""
     if kind == "node":
-        n: NodeJSON | dict[str, str] = _node_index(p).get((name, flag.get("module", "")), {})
+        nodes = {(n.get("name", ""), n.get("module", "")): n for n in p["nodes"]}
+        n: NodeJSON | dict[str, str] = nodes.get((name, flag.get("module", "")), {})
         where = n.get("module") or "<root>"
         if n.get("direction", "forward") != "forward":  # a training step's backward or optimizer node
             where += f" {n['direction']}"
-        what = f'node <b>{_e(name)}</b> <span class="dim">({_e(n.get("target", ""))} in {_e(where)}'
-        what += f"{', ' + _e(n['source']) if n.get('source') else ''})</span>"
+        what = f'node <b>{esc(name)}</b> <span class="dim">({esc(n.get("target", ""))} in {esc(where)}'
+        what += f"{', ' + esc(n['source']) if n.get('source') else ''})</span>"
         reason = n.get("reason", "")
     elif kind == "total":
         what, reason = "<b>total</b>", p["total"].get("reason", "")
     else:
-        a: AggregateJSON | dict[str, str] = _aggregate_index(p).get((kind, name), {})
-        what = f"every <b>{_e(name)}</b> node" if kind == "op" else f"{_e(kind or 'module')} <b>{_e(name)}</b>"
+        aggregates = {(a.get("kind", ""), a.get("name", "")): a for a in p.get("aggregates", [])}
+        a: AggregateJSON | dict[str, str] = aggregates.get((kind, name), {})
+        what = f"every <b>{esc(name)}</b> node" if kind == "op" else f"{esc(kind or 'module')} <b>{esc(name)}</b>"
         reason = a.get("reason", "")
-    line = f"{what} {_e(_ratio(flag.get('ratio')))}"
+    line = f"{what} {esc(fmt_ratio(flag.get('ratio')))}"
     if reason:
-        line += f' <span class="reason">{_e(reason)}</span>'
+        line += f' <span class="reason">{esc(reason)}</span>'
     leaders = flag.get("led_by") or []
     if leaders:
         shown = "; ".join(
-            f"{_e(ld.get('name', ''))} {_e(fmt_ns(ld.get('baseline_ns', 0)))} \N{RIGHTWARDS ARROW} "
-            f"{_e(fmt_ns(ld.get('current_ns', 0)))}"
+            f"{esc(ld.get('name', ''))} {esc(fmt_ns(ld.get('baseline_ns', 0)))} \N{RIGHTWARDS ARROW} "
+            f"{esc(fmt_ns(ld.get('current_ns', 0)))}"
             for ld in leaders
         )
         line += f'<div class="led">most of it: {shown}</div>'
@@ -315,7 +242,7 @@ def _flag_list(title: str, flags: Sequence[FlagJSON | _Faster], p: ProfileReport
     if not flags:
         return ""
     items = "".join(_flag_item(f, p) for f in flags)
-    return f'<div class="flags t-{tone}"><h3>{_e(title)}</h3><ul>{items}</ul></div>'
+    return f'<div class="flags t-{tone}"><h3>{esc(title)}</h3><ul>{items}</ul></div>'
 
 
 def _faster(p: ProfileReportJSON) -> list[_Faster]:
@@ -343,53 +270,47 @@ def _structure(p: ProfileReportJSON) -> str:
     if p.get("noisy"):
         judged = any("verdict" in n for n in p.get("nodes", []))  # a busy profile judged nothing
         what = "these items that gate were too noisy to decide" if judged else "too noisy to decide, so not judged"
-        parts.append(f"<h3>Undecided: {what}</h3><p>{_e(p['noisy'])}</p>")
+        parts.append(f"<h3>Undecided: {what}</h3><p>{esc(p['noisy'])}</p>")
     busy = busy_line(p)
     if busy:
-        parts.append(f'<p class="busy"><b>{_e(busy)}</b></p>')
+        parts.append(f'<p class="busy"><b>{esc(busy)}</b></p>')
     if p.get("mismatches"):
-        items = "".join(f"<li>{_e(m)}</li>" for m in p["mismatches"])
+        items = "".join(f"<li>{esc(m)}</li>" for m in p["mismatches"])
         parts.append(f"<h3>Recorded in another environment, so not compared</h3><ul>{items}</ul>")
     graphs: GraphsJSON | dict[str, int] = p.get("graphs") or {}
     if graphs.get("baseline") != graphs.get("current"):
-        parts.append(f"<p><b>{_e(graphs_text(graphs['baseline'], graphs['current']))}</b> {_e(since)}</p>")
+        parts.append(f"<p><b>{esc(graphs_text(graphs['baseline'], graphs['current']))}</b> {esc(since)}</p>")
     changes: tuple[Literal["added"], Literal["removed"]] = ("added", "removed")
     for field in changes:
         refs = p.get(field) or []
         if refs:
-            names = _names([f"{r.get('name', '')} ({r.get('target', '')})" for r in refs])
-            parts.append(f"<p><b>{len(refs)} node(s) {field}</b> {_e(since)}: {_e(names)}</p>")
+            names = name_list([f"{r.get('name', '')} ({r.get('target', '')})" for r in refs])
+            parts.append(f"<p><b>{len(refs)} node(s) {field}</b> {esc(since)}: {esc(names)}</p>")
     return f'<div class="flags t-warn">{"".join(parts)}</div>' if parts else ""
 
 
 def _total(p: ProfileReportJSON) -> str:
     t = p["total"]
-    band = f"{_band(t.get('band'))} ({t['band_source']})" if t.get("band_source") else _band(t.get("band"))
-    measured = ", ".join(_ratio(r) for r in t.get("ratios", [])) if len(t.get("ratios", [])) > 1 else ""
+    band = f"{fmt_band(t.get('band'))} ({t['band_source']})" if t.get("band_source") else fmt_band(t.get("band"))
+    measured = ", ".join(fmt_ratio(r) for r in t.get("ratios", [])) if len(t.get("ratios", [])) > 1 else ""
+    overheads = [t.get("overhead_before"), t.get("overhead_after")]  # the profiler's on each side
+    overhead = " / ".join(fmt_ratio(o) if o is not None else "-" for o in overheads)
     pairs = [
         ("current", fmt_ns(t.get("current_ns", 0))),
         ("baseline", fmt_ns(t["baseline_ns"]) if "baseline_ns" in t else ""),
-        ("ratio", _ratio(t.get("ratio"))),
+        ("ratio", fmt_ratio(t.get("ratio"))),
         ("band", band),
         ("per pair" if p.get("against") else "measurements", measured),
-        ("machine factor", "" if p.get("against") else _ratio(t.get("machine_factor"))),
+        ("machine factor", "" if p.get("against") else fmt_ratio(t.get("machine_factor"))),
         ("instrumented pass", fmt_ns(t["instrumented_ns"]) if t.get("instrumented_ns") else ""),
         ("page faults a call", f"{t['faults']:,}" if t.get("faults") is not None else ""),
-        ("profiler overhead", _overheads(t)),
+        ("profiler overhead", overhead if overheads != [None, None] else ""),
         ("allocator", str(p["environment"].get("allocator", ""))),
     ]
-    verdict = _verdict_badge(t) if t.get("verdict") else ""
-    reason = f' <span class="reason">{_e(t["reason"])}</span>' if t.get("reason") else ""
-    notes = "".join(f"<p>{_e(str(t[k]))}</p>" for k in ("states", "overhead_note") if t.get(k))
-    return f'<div class="total"><h3>Total (the plain call) {verdict}{reason}</h3>{_facts(pairs)}{notes}</div>'
-
-
-def _overheads(t: TotalJSON) -> str:
-    """The profiler's overhead on each side, where both were compared ("" otherwise)."""
-    before, after = t.get("overhead_before"), t.get("overhead_after")
-    if before is None and after is None:
-        return ""
-    return " / ".join(_ratio(o) if o is not None else "-" for o in (before, after))
+    verdict = verdict_badge(t) if t.get("verdict") else ""
+    reason = f' <span class="reason">{esc(t["reason"])}</span>' if t.get("reason") else ""
+    notes = "".join(f"<p>{esc(str(t[k]))}</p>" for k in ("states", "overhead_note") if t.get(k))
+    return f'<div class="total"><h3>Total (the plain call) {verdict}{reason}</h3>{facts(pairs)}{notes}</div>'
 
 
 def _hints(p: ProfileReportJSON) -> str:
@@ -398,172 +319,13 @@ def _hints(p: ProfileReportJSON) -> str:
         return ""
     items = []
     for h in hints:
-        stake = f"{fmt_ns(h.get('time_ns', 0))} at stake ({_pct(h.get('share'))} of the model)"
-        nodes = f"; nodes: {_names(list(h.get('nodes', [])))}" if h.get("nodes") else ""
+        stake = f"{fmt_ns(h.get('time_ns', 0))} at stake ({fmt_pct(h.get('share'))} of the model)"
+        nodes = f"; nodes: {name_list(list(h.get('nodes', [])))}" if h.get("nodes") else ""
         items.append(
-            f'<li><span class="kind">{_e(h.get("kind", ""))}</span> {_e(h.get("message", ""))} '
-            f'<span class="dim">{_e(stake + nodes)}</span></li>'
+            f'<li><span class="kind">{esc(h.get("kind", ""))}</span> {esc(h.get("message", ""))} '
+            f'<span class="dim">{esc(stake + nodes)}</span></li>'
         )
     return f'<div class="hints"><h3>Hints</h3><ul>{"".join(items)}</ul></div>'
-
-
-def _module_row(r: RollupJSON, verdict: AggregateJSON | None, branch: bool) -> str:
-    name = str(r.get("name", ""))
-    head, dot, tail = name.rpartition(".")
-    label = f'<span class="dim">{_e(head + dot)}</span>{_e(tail)}' if dot else _e(name)
-    flops, current = r.get("flops"), r.get("current_ns", 0)
-    rate = fmt_rate(flops / (current / 1e9)) if flops and current else ""
-    share = float(r.get("share") or 0.0)
-    judged = ""
-    if verdict is not None:
-        judged = (
-            f"{_verdict_badge(verdict)} "
-            f"{_e(_ratio(verdict.get('ratio')))} <span class='dim'>band {_e(_band(verdict.get('band')))}</span>"
-        )
-        if verdict.get("reason"):
-            judged = f'<span title="{_e(verdict["reason"])}">{judged}</span>'
-    caret = '<span class="caret"></span>' if branch else '<span class="nocaret"></span>'
-    return (
-        f'<span class="mname" style="padding-left:{int(r.get("depth", 0)) * 1.1:.1f}em">{caret}{label}</span>'
-        f'<span class="num">{_e(r.get("nodes", ""))}</span><span class="num">{_e(fmt_ns(current))}</span>'
-        f'<span class="share"><span class="bar" style="width:{min(share, 1.0) * SHARE_BAR_EM:.2f}em"></span>'
-        f'<span class="num">{_e(_pct(share))}</span></span><span class="num">{_e(rate)}</span>'
-        f'<span class="judged">{judged}</span>'
-    )
-
-
-def _parent(name: str, depth: int) -> str | None:
-    if depth == 0:
-        return None
-    return name.rpartition(".")[0] if depth > 1 else "<model>"
-
-
-_DIRECTION_SHORT = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
-
-
-def _step_row(
-    path: str, depth: int, by: Mapping[str, RollupJSON], verdicts: Mapping[str, AggregateJSON], kids: bool
-) -> str:
-    """One module of a training step: its forward and backward times side by side, and both verdicts."""
-    head, dot, tail = path.rpartition(".")
-    label = f'<span class="dim">{_e(head + dot)}</span>{_e(tail)}' if dot else _e(path)
-    fw: RollupJSON | dict[str, int] = by.get("forward", {})
-    bw: RollupJSON | dict[str, int] = by.get("backward", {})
-    times = [int(fw.get("current_ns") or 0), int(bw.get("current_ns") or 0)]
-    nodes = sum(int(r.get("nodes") or 0) for r in by.values())
-    ratio = f"x{times[1] / times[0]:.2f}" if times[0] and times[1] else ""
-    judged = []
-    for direction in ("forward", "backward", "optimizer"):
-        v = verdicts.get(f"{path} {direction}")
-        if v is not None:
-            badge = f"{_verdict_badge(v)} {_e(_ratio(v.get('ratio')))}"
-            short = _DIRECTION_SHORT[direction]
-            judged.append(f'<span title="{_e(v.get("reason") or direction)}">{short} {badge}</span>')
-    caret = '<span class="caret"></span>' if kids else '<span class="nocaret"></span>'
-    return (
-        f'<span class="mname" style="padding-left:{depth * 1.1:.1f}em">{caret}{label}</span>'
-        f'<span class="num">{nodes}</span><span class="num">{_e(fmt_ns(times[0]) if fw else "")}</span>'
-        f'<span class="num">{_e(fmt_ns(times[1]) if bw else "")}</span><span class="num">{_e(ratio)}</span>'
-        f'<span class="judged">{" ".join(judged)}</span>'
-    )
-
-
-def _step_module_tree(p: ProfileReportJSON, rows: Sequence[RollupJSON]) -> str:
-    """A training step's module tree: each module once, its forward and backward times side by side."""
-    verdicts = {a["name"]: a for a in p.get("aggregates", []) if a.get("kind") == "module"}
-    by_path: dict[str, dict[str, RollupJSON]] = {}
-    depth: dict[str, int] = {}
-    for r in rows:
-        if r.get("direction"):
-            by_path.setdefault(str(r.get("path", "")), {})[str(r["direction"])] = r
-            depth[str(r.get("path", ""))] = int(r.get("depth", 0))
-    children: dict[str | None, list[str]] = {}
-    for path in sorted(by_path, key=lambda q: -sum(int(r.get("current_ns") or 0) for r in by_path[q].values())):
-        parent = _parent(path, depth[path])
-        children.setdefault(parent if parent in by_path or parent is None else "<model>", []).append(path)
-
-    def render(path: str) -> str:
-        kids = children.get(path, [])
-        row = _step_row(path, depth[path], by_path[path], verdicts, bool(kids))
-        if not kids:
-            return f'<div class="mrow leaf">{row}</div>'
-        opened = " open" if depth[path] == 0 else ""
-        inner = "".join(render(k) for k in kids)
-        return f'<details class="mnode"{opened}><summary class="mrow">{row}</summary>{inner}</details>'
-
-    head = (
-        '<div class="mrow mhead"><span>module</span><span class="num">nodes</span><span class="num">forward</span>'
-        '<span class="num">backward</span><span class="num">bwd/fwd</span><span>verdicts</span></div>'
-    )
-    optimizer = by_path.get("<model>", {}).get("optimizer")
-    note = f'<p class="dim">optimizer step {_e(fmt_ns(int(optimizer.get("current_ns") or 0)))}</p>' if optimizer else ""
-    tree = "".join(render(q) for q in children.get(None, []))
-    return (
-        f'<details class="block" open><summary><h3>Modules, forward and backward</h3></summary>'
-        f'<div class="mtree">{head}{tree}</div>{note}</details>'
-    )
-
-
-def _module_tree(p: ProfileReportJSON) -> str:
-    """The module roll-ups as a tree of ``<details>``, slowest first, each beside its aggregate verdict."""
-    rows = (p.get("rollups") or {}).get("module") or []
-    if not rows:
-        return ""
-    if any(r.get("direction") for r in rows):
-        return _step_module_tree(p, rows)
-    verdicts = {a["name"]: a for a in p.get("aggregates", []) if a.get("kind") == "module"}
-    known = {r["name"] for r in rows}
-    children: dict[str | None, list[RollupJSON]] = {}
-    for r in rows:
-        parent = _parent(r["name"], int(r.get("depth", 0)))
-        if parent is not None and parent not in known:
-            parent = "<model>" if "<model>" in known else None
-        children.setdefault(parent, []).append(r)
-
-    # a subtree opens where one of its modules was not judged ok, so that the judgement is in sight
-    judged = [name for name, a in verdicts.items() if a.get("verdict") != "ok"]
-
-    def render(r: RollupJSON) -> str:
-        kids = children.get(r["name"], [])
-        row = _module_row(r, verdicts.get(r["name"]), bool(kids))
-        if not kids:
-            return f'<div class="mrow leaf">{row}</div>'
-        inside = any(name.startswith(r["name"] + ".") for name in judged)
-        opened = " open" if int(r.get("depth", 0)) == 0 or inside else ""
-        inner = "".join(render(k) for k in kids)
-        return f'<details class="mnode"{opened}><summary class="mrow">{row}</summary>{inner}</details>'
-
-    head = (
-        '<div class="mrow mhead"><span>module</span><span class="num">nodes</span><span class="num">time</span>'
-        '<span class="num">share</span><span class="num">GFLOP/s</span><span>module verdict</span></div>'
-    )
-    tree = "".join(render(r) for r in children.get(None, []))
-    return (
-        f'<details class="block" open><summary><h3>Modules</h3></summary><div class="mtree">{head}{tree}</div>'
-        "</details>"
-    )
-
-
-def _op_table(p: ProfileReportJSON) -> str:
-    """Time per operator type, beside the verdict of every node of that type taken together."""
-    rows = (p.get("rollups") or {}).get("op") or []
-    if not rows:
-        return ""
-    verdicts = {a["name"]: a for a in p.get("aggregates", []) if a.get("kind") == "op"}
-    body = []
-    for r in rows:
-        v = verdicts.get(r["name"])
-        judged = f"{_verdict_badge(v)} {_e(_ratio(v.get('ratio')))}" if v else ""
-        body.append(
-            f"<tr><td>{_e(r['name'])}</td><td class='num'>{_e(r.get('nodes', ''))}</td>"
-            f"<td class='num'>{_e(fmt_ns(r.get('current_ns', 0)))}</td>"
-            f"<td class='num'>{_e(_pct(r.get('share')))}</td><td>{judged}</td></tr>"
-        )
-    return (
-        '<details class="block"><summary><h3>Operator types</h3></summary><table class="plain"><thead><tr>'
-        "<th>operator</th><th class='num'>nodes</th><th class='num'>time</th><th class='num'>share</th>"
-        f"<th>verdict of all its nodes</th></tr></thead><tbody>{''.join(body)}</tbody></table></details>"
-    )
 
 
 def _chart_block(p: ProfileReportJSON) -> str:
@@ -585,27 +347,24 @@ def _chart_block(p: ProfileReportJSON) -> str:
 
 
 def _section(index: int, p: ProfileReportJSON, first_env: Mapping[str, Any]) -> str:
+    tone = status_tone(p["status"])
     try:
-        return _section_of(index, p, first_env)
+        flagged = _where(p) + _flag_list("Failed by", p.get("flagged") or [], p, "bad")
+        warned = _flag_list("Warnings", p.get("warned") or [], p, WARN)
+        faster = _flag_list("Faster than the baseline beyond the band", _faster(p), p, WARN)
+        body = (
+            f"{_meta(p, first_env)}{flagged}{_structure(p)}{warned}{faster}{_total(p)}{_hints(p)}"
+            f'{_chart_block(p)}{module_tree(p)}{op_table(p)}<h3>All nodes</h3><div class="fxprof-nodes"></div>'
+        )
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise ValueError(
             f"the profile of {p['test_id']} [{p['key']}] in the HTML report has a field of the wrong shape "
-            f"({type(exc).__name__}: {exc}): pass the dicts that report.profile_report makes (ProfileRecord['report'])"
+            f"({type(exc).__name__}: {exc}): {_FIX}"
         ) from exc
-
-
-def _section_of(index: int, p: ProfileReportJSON, first_env: Mapping[str, Any]) -> str:
-    tone = status_tone(p["status"])
-    flagged = _where(p) + _flag_list("Failed by", p.get("flagged") or [], p, "bad")
-    warned = _flag_list("Warnings", p.get("warned") or [], p, WARN)
-    faster = _flag_list("Faster than the baseline beyond the band", _faster(p), p, WARN)
     return (
         f'<section class="fxprof-profile t-{tone}" id="{section_id(p["test_id"], p["key"])}" data-index="{index}">'
-        f'<h2>{_badge(p["status"], tone)} <span class="tid">{_e(p["test_id"])}</span> '
-        f'<span class="dim">[{_e(p["key"])}]</span></h2>'
-        f"{_meta(p, first_env)}{flagged}{_structure(p)}{warned}{faster}{_total(p)}{_hints(p)}"
-        f'{_chart_block(p)}{_module_tree(p)}{_op_table(p)}<h3>All nodes</h3><div class="fxprof-nodes"></div>'
-        "</section>"
+        f'<h2>{badge(p["status"], tone)} <span class="tid">{esc(p["test_id"])}</span> '
+        f'<span class="dim">[{esc(p["key"])}]</span></h2>{body}</section>'
     )
 
 
@@ -614,15 +373,15 @@ def _where(p: ProfileReportJSON) -> str:
     lines = blame_lines_of(p)
     if not lines:
         return ""
-    rest = "".join(f"<li>{_e(line)}</li>" for line in lines[1:])
+    rest = "".join(f"<li>{esc(line)}</li>" for line in lines[1:])
     listed = f"<ul>{rest}</ul>" if rest else ""
-    return f'<div class="flags t-bad where"><h3>Where</h3><p>{_e(lines[0])}</p>{listed}</div>'
+    return f'<div class="flags t-bad where"><h3>Where</h3><p>{esc(lines[0])}</p>{listed}</div>'
 
 
 def _unused(unused: Sequence[str]) -> str:
     if not unused:
         return ""
-    items = "".join(f"<li>{_e(u)}</li>" for u in sorted(unused))
+    items = "".join(f"<li>{esc(u)}</li>" for u in sorted(unused))
     return f'<section class="unused"><h2>Unused baselines</h2><ul>{items}</ul></section>'
 
 
@@ -639,7 +398,7 @@ def render_html(mode: str, profiles: Sequence[ProfileReportJSON], unused: Sequen
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{_e(title)}</title>\n<style>\n{asset('report.css')}</style>\n</head>\n<body>\n"
+        f"<title>{esc(title)}</title>\n<style>\n{asset('report.css')}</style>\n</head>\n<body>\n"
         f"{_header(mode, shown, title)}\n"
         '<noscript><p class="noscript">The charts and node tables need JavaScript.</p></noscript>\n'
         f"<main>{sections}{_unused(unused)}</main>\n"

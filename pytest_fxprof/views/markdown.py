@@ -20,11 +20,11 @@ from pytest_fxprof.records.measurement import FORWARD
 from pytest_fxprof.records.units import fmt_ns
 from pytest_fxprof.records.verdicts import Status
 from pytest_fxprof.store.files import write_atomic
-from pytest_fxprof.views.render import graphs_text, machine_credit
+from pytest_fxprof.views.item_lines import machine_credit
+from pytest_fxprof.views.judged_json import FlagJSON, NodeJSON
+from pytest_fxprof.views.render import graphs_text
 from pytest_fxprof.views.report import (
-    FlagJSON,
     GraphsJSON,
-    NodeJSON,
     ProfileReportJSON,
     against_of,
     blame_lines_of,

@@ -12,7 +12,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pytest_fxprof.views.report import AgainstJSON, FlagJSON, ProfileRecord, ProfileReportJSON, worst_nodes
+from pytest_fxprof.views.judged_json import FlagJSON
+from pytest_fxprof.views.report import AgainstJSON, ProfileRecord, ProfileReportJSON, worst_nodes
 
 PropertyValue = str | int | float
 PROPERTY_PREFIX = "fxprof"

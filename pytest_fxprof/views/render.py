@@ -1,14 +1,12 @@
-"""Text views of profiles and verdicts: the per-node table, failure messages and summary lines.
-
-Owns wording and layout only; decides nothing. Must not import torch or pytest.
-"""
+"""Text views of profiles and verdicts: the per-node table, failure messages and summary lines. Owns wording and
+layout only; decides nothing. Must not import torch or pytest."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from pytest_fxprof.judge.aggregates import fold, parent_path
-from pytest_fxprof.records.measurement import DIRECTIONS, FORWARD, Capture, NodeInfo, NodeStats, directed, is_step
+from pytest_fxprof.records.measurement import DIRECTIONS, Capture, NodeStats, directed, is_step
 from pytest_fxprof.records.profile import ROOT, Profile
 from pytest_fxprof.records.units import fmt_ns, fmt_rate
 from pytest_fxprof.records.verdicts import (
@@ -18,8 +16,18 @@ from pytest_fxprof.records.verdicts import (
     Kind,
     NodeVerdict,
     Status,
-    TotalVerdict,
     Verdict,
+)
+from pytest_fxprof.views.item_lines import (
+    aggregate_line,
+    code_change_line,
+    led_by,
+    node_head,
+    node_line,
+    nodes_text,
+    signed_ns,
+    total_detail_lines,
+    total_line,
 )
 
 WORST_SHOWN = 3
@@ -35,6 +43,14 @@ def grid(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) 
         ).rstrip()
 
     return [line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)]
+
+
+def _limited(
+    header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int], limit: int | None, more: str
+) -> list[str]:
+    """The grid of the first ``limit`` rows, and a line counting the rest."""
+    shown = rows[:limit]
+    return grid(header, shown, right) + ([f"... {len(rows) - len(shown)} more{more}"] if len(shown) < len(rows) else [])
 
 
 SORTS = ("time", "graph", "stake")
@@ -53,7 +69,6 @@ def profile_table(result: Profile, sort: str = "time", limit: int | None = None)
     cuda = any(n.host_ns is not None for n in nodes)
     if sort == "time":
         nodes.sort(key=lambda n: (-n.median_ns, n.info.key))
-    shown = nodes[:limit] if limit is not None else nodes
     flops = any(n.flops for n in nodes)
     sources = any(n.info.source for n in nodes)
     step = is_step([n.info for n in nodes])
@@ -71,7 +86,7 @@ def profile_table(result: Profile, sort: str = "time", limit: int | None = None)
             *([fmt_ns(n.host_ns or 0), _fmt_bytes(n.peak_bytes)] if cuda else []),
             *([n.info.source] if sources else []),
         ]
-        for n in shown
+        for n in nodes
     ]
     header = ["node", *(["direction"] if step else []), "op", "target", "module", "median", "spread", "share"]
     header += [
@@ -80,17 +95,12 @@ def profile_table(result: Profile, sort: str = "time", limit: int | None = None)
         *(["source"] if sources else []),
     ]
     numeric = set(range(header.index("median"), len(header) - (1 if sources else 0)))
-    lines = grid(header, rows, right=numeric)
-    if len(shown) < len(nodes):
-        lines.append(f"... {len(nodes) - len(shown)} more nodes")
-    lines.append(_totals_line(result))
-    return "\n".join(lines)
+    return "\n".join([*_limited(header, rows, numeric, limit, " nodes"), _totals_line(result)])
 
 
 def stake_table(c: Comparison, limit: int | None = None) -> str:
-    """A comparison's nodes, what is at stake first (``at_stake``: what failed the test, then the time lost): each
-    node that can fail a test alone on its row, and the nodes too small to, folded into one row per module (their
-    times summed: "12 small nodes" in ``layer1.0``), ranked by the time they lost together."""
+    """A comparison's nodes, what is at stake first (``at_stake``): each node that can fail a test alone on its row,
+    those too small to folded into one row per module, ranked by the time they lost together."""
     rows: list[tuple[tuple[int, float], list[str]]] = []
     small: dict[str, list[NodeVerdict]] = {}
     for v in c.nodes:
@@ -98,7 +108,7 @@ def stake_table(c: Comparison, limit: int | None = None) -> str:
             what = f"{v.verdict.value}" + (" (failed)" if v.verdict is Verdict.SLOWER else "")
             stake = at_stake(v.delta_ns, v.verdict.value, failed=v.verdict is Verdict.SLOWER)
             cells = [v.node.name, directed(v.node.where, v.node.direction), fmt_ns(v.baseline_ns)]
-            cells += [fmt_ns(v.current_ns), f"x{v.ratio:.2f}", _signed(v.delta_ns), what]
+            cells += [fmt_ns(v.current_ns), f"x{v.ratio:.2f}", signed_ns(v.delta_ns), what]
             rows.append((stake, cells))
         else:  # in the module around it: a module called whole (call_module) is the node itself
             home = parent_path(v.node.module) if v.node.op == "call_module" else v.node.module
@@ -109,19 +119,11 @@ def stake_table(c: Comparison, limit: int | None = None) -> str:
         slower = sum(v.verdict is Verdict.SLOWER for v in group)
         what = f"{slower} slower" if slower else "ok"
         cells = [f"{len(group)} small node(s)", where, fmt_ns(before), fmt_ns(now)]
-        cells += [f"x{now / before:.2f}" if before else "-", _signed(lost), what]
+        cells += [f"x{now / before:.2f}" if before else "-", signed_ns(lost), what]
         rows.append((at_stake(lost, "", failed=False), cells))
     rows.sort(key=lambda r: r[0])
-    shown = rows[:limit] if limit is not None else rows
     header = ["node", "module", "baseline", "now", "ratio", "lost", "verdict"]
-    lines = grid(header, [cells for _, cells in shown], right={2, 3, 4, 5})
-    if len(shown) < len(rows):
-        lines.append(f"... {len(rows) - len(shown)} more rows")
-    return "\n".join(lines)
-
-
-def _signed(ns: float) -> str:
-    return f"{'+' if ns >= 0 else '-'}{fmt_ns(abs(ns))}"
+    return "\n".join(_limited(header, [cells for _, cells in rows], {2, 3, 4, 5}, limit, " rows"))
 
 
 def _fmt_bytes(size: int | None) -> str:
@@ -136,17 +138,12 @@ def _fmt_bytes(size: int | None) -> str:
 
 def rollup_table(result: Profile, by: str = "module", limit: int | None = None) -> str:
     """Time per module subtree (indented by depth) or per operator type, slowest first."""
-    groups = result.rollup(by)
-    shown = groups[:limit] if limit is not None else groups
     rows = [
         ["  " * r.depth + r.name, str(r.nodes), fmt_ns(r.median_ns), f"{r.share:.1%}", fmt_rate(r.flops_per_s)]
-        for r in shown
+        for r in result.rollup(by)
     ]
     header = ["module" if by == "module" else "operator", "nodes", "median", "share", "GFLOP/s"]
-    lines = grid(header, rows, right={1, 2, 3, 4})
-    if len(shown) < len(groups):
-        lines.append(f"... {len(groups) - len(shown)} more")
-    return "\n".join(lines)
+    return "\n".join(_limited(header, rows, {1, 2, 3, 4}, limit, ""))
 
 
 def _totals_line(result: Profile) -> str:
@@ -165,182 +162,6 @@ def _totals_line(result: Profile) -> str:
     return "; ".join(parts)
 
 
-def _measured(ratios: Sequence[float], *, paired: bool = False) -> str:
-    if paired:
-        return " (per pair " + ", ".join(f"x{r:.2f}" for r in ratios) + ")"
-    return "" if len(ratios) < 2 else " (measurements " + ", ".join(f"x{r:.2f}" for r in ratios) + ")"
-
-
-def _factor(f: float, divisor: float) -> str:
-    """The peers' speed factor and what the slower test divided by, as the decision used it."""
-    if f > 1.0:
-        return f"x{f:.2f} (divided by x{divisor:.2f}, the drift in doubt)"
-    if f < 1.0 and abs(divisor - 1.0) > 5e-3:
-        return f"x{f:.2f} (divided by x{divisor:.2f}, part of the speed-up credited)"
-    return f"x{f:.2f}"
-
-
-def _at(n: NodeInfo) -> str:
-    return f", {n.source}" if n.source else ""
-
-
-def node_head(n: NodeInfo) -> str:
-    """A node as a failure names it: ``conv (call_function aten.convolution.default in layer1.0.conv1, file:line)``;
-    outside the forward, module and direction first: ``layer3.0.conv2 backward (aten.convolution_backward.default)
-    [convolution_backward_8 of convolution_10, file:line]``."""
-    if n.direction == FORWARD:
-        return f"{n.name} ({n.op} {n.target} in {n.where}{_at(n)})"
-    of = f" of {n.forward}" if n.forward else ""
-    return f"{n.where} {n.direction} ({n.target}) [{n.name}{of}{_at(n)}]"
-
-
-def node_line(v: NodeVerdict) -> str:
-    n = v.node
-    if v.judgement.paired:  # against a revision: no speed factor, the ratios are per pair
-        return (
-            f"{node_head(n)}: {fmt_ns(v.baseline_ns)} -> {fmt_ns(v.current_ns)}"
-            f" = x{v.ratio:.2f}, band +{v.band:.0%} ({v.band_source.value}), "
-            f"{'+' if v.delta_ns >= 0 else '-'}{fmt_ns(abs(v.delta_ns))}{_measured(v.judgement.ratios, paired=True)}"
-            f"{_shapes(v)}"
-        )
-    return (
-        f"{node_head(n)}: {fmt_ns(v.baseline_ns)} -> {fmt_ns(v.current_ns)}"
-        f" = x{v.ratio:.2f} after speed factor {_factor(v.speed_factor, v.divisor)}, "
-        f"band +{v.band:.0%} ({v.band_source.value}), {'+' if v.delta_ns >= 0 else '-'}{fmt_ns(abs(v.delta_ns))}"
-        f"{_measured(v.judgement.ratios)}{_shapes(v)}"
-    )
-
-
-def _shapes(v: NodeVerdict) -> str:
-    since = "" if v.judgement.paired else " since the baseline"
-    return f"; output changed{since}: {v.shapes[0]} -> {v.shapes[1]}" if v.shapes else ""
-
-
-def aggregate_what(a: AggregateVerdict, *, nodes: bool = False) -> str:
-    """An aggregate as every line names it: ``every aten.add.Tensor node``, ``module layer3.0 (BasicBlock)``,
-    ``module transformer.h.*.mlp (MLP, 4 instances)``, ``class LayerNorm (9 instances: ...)``; with ``nodes``,
-    how many nodes it holds in the same parentheses."""
-    about = [_nodes_count(a)] if nodes else []
-    if a.kind is Kind.OP:
-        return f"every {a.name} node" + (f" ({about[0]})" if about else "")
-    if a.kind is Kind.CLASS:
-        about.insert(0, f"{len(a.instances)} instances: {', '.join(_folded(a.instances))}")
-        return f"class {a.name} ({'; '.join(about)})"
-    if a.kind is Kind.PATTERN:
-        about.insert(0, f"{len(a.instances)} instances")
-    if a.cls:
-        about.insert(0, a.cls)
-    return f"module {a.name}" + (f" ({', '.join(about)})" if about else "")
-
-
-def _folded(paths: Sequence[str], limit: int = 4) -> list[str]:
-    """Module paths with their indices folded, each once (``transformer.h.*.ln_1``), at most ``limit`` and a count."""
-    folded = list(dict.fromkeys(fold(p) for p in paths))
-    return folded[:limit] + ([f"{len(folded) - limit} more"] if len(folded) > limit else [])
-
-
-def _nodes_count(a: AggregateVerdict) -> str:
-    count = len(a.members) + len(a.added)
-    return f"{count} nodes" if not a.changed else f"{count} nodes, {len(a.members) + len(a.removed)} before"
-
-
-def aggregate_line(a: AggregateVerdict) -> str:
-    j = a.judgement
-    what = aggregate_what(a, nodes=True)
-    memory = a.memory.text() if a.memory is not None else ""
-    memory = f"; memory {memory}" if memory else ""
-    if j.paired:
-        return (
-            f"{what}: {fmt_ns(a.baseline_ns)} -> {fmt_ns(a.current_ns)} = x{a.ratio:.2f}, "
-            f"band +{j.band:.0%} ({j.band_source.value}), {'+' if a.delta_ns >= 0 else '-'}"
-            f"{fmt_ns(abs(a.delta_ns))}{_measured(j.ratios, paired=True)}{memory}"
-        )
-    return (
-        f"{what}: {fmt_ns(a.baseline_ns)} -> {fmt_ns(a.current_ns)} = x{a.ratio:.2f} "
-        f"after speed factor {_factor(a.speed_factor, a.divisor)} from nodes outside it, band +{j.band:.0%} "
-        f"({j.band_source.value}), {'+' if a.delta_ns >= 0 else '-'}{fmt_ns(abs(a.delta_ns))}{_measured(j.ratios)}"
-        f"{memory}"
-    )
-
-
-def op_name(target: str) -> str:
-    """A node's target as short as people read it in a list: ``tanh`` of ``aten.tanh.default``, ``add`` of
-    ``operator.add``, ``Linear`` of a module's class, ``layer_norm`` of a custom op's ``mylib.layer_norm.default``
-    (a compiled model's library call)."""
-    parts = target.split(".")
-    if parts[0] in ("aten", "prims", "quantized") and len(parts) >= 2:
-        return parts[1]
-    if len(parts) >= 3 and (parts[-1] == "default" or parts[-1][:1].isupper()):  # an overload: the op is before it
-        return parts[-2]
-    return parts[-1]
-
-
-def sources_text(nodes: Sequence[NodeInfo]) -> str:
-    """Where ``nodes`` were written, per file with its line span: ``model.py:78-80``; "" where none is known."""
-    lines: dict[str, list[int]] = {}
-    for n in nodes:
-        file, _, line = n.source.rpartition(":")
-        if file and line.isdigit():
-            lines.setdefault(file, []).append(int(line))
-    spans = [f"{f}:{min(ls)}" + (f"-{max(ls)}" if max(ls) != min(ls) else "") for f, ls in lines.items()]
-    return ", ".join(spans)
-
-
-def _per_instance(a: AggregateVerdict, nodes: Sequence[NodeInfo]) -> tuple[list[NodeInfo], int]:
-    """The nodes of one instance and how many instances hold the same (by operation, in order), where every instance
-    of the pattern or class that holds any does; else all of ``nodes`` and 1."""
-    if not a.instances or not nodes:
-        return list(nodes), 1
-    longest = sorted(a.instances, key=len, reverse=True)
-    by: dict[str, list[NodeInfo]] = {}
-    for n in nodes:
-        instance = next((p for p in longest if n.module == p or n.module.startswith(p + ".")), "")
-        by.setdefault(instance, []).append(n)
-    groups = list(by.values())
-    # by their operations as the line names them: each instance's weights (``layer1.0.conv2.weight``) are its own
-    first = [op_name(n.target) for n in groups[0]]
-    if len(groups) > 1 and all([op_name(n.target) for n in g] == first for g in groups):
-        return groups[0], len(groups)
-    return list(nodes), 1
-
-
-def _ops(nodes: Sequence[NodeInfo], limit: int = 8) -> str:
-    names = [op_name(n.target) + ("" if n.direction == FORWARD else f" {n.direction}") for n in nodes]
-    return ", ".join(names[:limit]) + (f", ... {len(names) - limit} more" if len(names) > limit else "")
-
-
-def code_change_line(a: AggregateVerdict) -> str:
-    """What changed in an aggregate's code, from the nodes only one side holds: "its code changed: 6 nodes added in
-    each of 4 instances at model.py:78-80 (tanh, pow, mul, add, mul, mul); 1 removed in each (gelu)"; "" where
-    nothing did."""
-    if not a.changed:
-        return ""
-    parts = []
-    added, each = _per_instance(a, a.added)
-    if added:
-        per = f" in each of {each} instances" if each > 1 else _modules_of(a, added)
-        parts.append(f"{len(added)} node(s) added{per}{_sources_at(added)} ({_ops(added)})")
-    removed, each_removed = _per_instance(a, a.removed)
-    if removed:
-        per = " in each" if each_removed > 1 and added and each_removed == each else ""
-        per = per or (f" in each of {each_removed} instances" if each_removed > 1 else _modules_of(a, removed))
-        parts.append(f"{len(removed)} removed{per}{_sources_at(removed)} ({_ops(removed)})")
-    # an operator type's nodes come and go with the code of the modules they sit in, named instead
-    return ("its code changed: " if a.kind is not Kind.OP else "its nodes changed: ") + "; ".join(parts)
-
-
-def _sources_at(nodes: Sequence[NodeInfo]) -> str:
-    where = sources_text(nodes)
-    return f" at {where}" if where else ""
-
-
-def _modules_of(a: AggregateVerdict, nodes: Sequence[NodeInfo]) -> str:
-    """For an operator type, the modules ``nodes`` sit in (``in transformer.h.*.mlp``); "" for a module's own."""
-    if a.kind is not Kind.OP:
-        return ""
-    return " in " + ", ".join(_folded([n.where for n in nodes]))
-
-
 def blame_lines(c: Comparison) -> list[str]:
     """What a failure leads with (``Comparison.blame``): where the time went, the modules around it on one line,
     and what changed in its code; [] where no module could be named."""
@@ -348,14 +169,12 @@ def blame_lines(c: Comparison) -> list[str]:
     if b is None:
         return []
     chain = " > ".join(f"{a.name} x{a.ratio:.2f}" for a in b.chain)  # with its direction in a training step
+    chained = [f"    in: {chain}"] if chain else []
     if b.lead is None:  # a node: named here with where it sits, its verdict among the slower nodes below
         assert b.node is not None
         v = b.node
         share = f", {b.share:.0%} of the extra time" if b.share < 0.995 else ""
-        out = [f"  where: node {node_head(v.node)}: x{v.ratio:.2f}, +{fmt_ns(v.delta_ns)}{share}"]
-        if chain:
-            out.append(f"    in: {chain}")
-        return out
+        return [f"  where: node {node_head(v.node)}: x{v.ratio:.2f}, +{fmt_ns(v.delta_ns)}{share}", *chained]
     a = b.lead
     share = f", {b.share:.0%} of the extra time" if 0 < b.share < 0.995 else ""
     if b.by_memory:  # the times name nothing: the allocator's cost, which the plain call pays, does
@@ -374,9 +193,7 @@ def blame_lines(c: Comparison) -> list[str]:
             f"; within its band measured alone, but its code changed and it lost +{fmt_ns(b.share * b.extra_ns)}"
             f"{factor}, {b.share:.0%} of the extra time"
         )
-    out = [f"  where: {aggregate_line(a)}{share}"]
-    if chain:
-        out.append(f"    in: {chain}")
+    out = [f"  where: {aggregate_line(a)}{share}", *chained]
     swap = a.judgement.replaced
     if swap:
         out.append(f"    its new operations against those they replaced: {swap}")
@@ -384,7 +201,7 @@ def blame_lines(c: Comparison) -> list[str]:
     if changed:
         out.append(f"    {changed}")
     else:  # its nodes are those of the baseline: the ones that lost the most point at the cause
-        led = _led_by(c, a)
+        led = led_by(c, a)
         if led:
             out.append(led.lstrip("\n"))
     return out
@@ -411,48 +228,6 @@ def _shown_apart(c: Comparison, a: AggregateVerdict) -> bool:
     return not (inside or lead.startswith(home + "."))  # nor one of the instances around it
 
 
-def total_line(t: TotalVerdict) -> str:
-    if t.judgement.paired:
-        return (
-            f"total: {fmt_ns(t.baseline_ns)} -> {fmt_ns(t.current_ns)} (the plain call), x{t.ratio:.2f}, "
-            f"band +{t.band:.0%} "
-            f"({t.band_source.value}): {t.verdict.value}{_measured(t.judgement.ratios, paired=True)}"
-        )
-    return (
-        f"total: {fmt_ns(t.baseline_ns)} -> {fmt_ns(t.current_ns)} (the plain call), x{t.ratio:.2f} against the "
-        "reference workload "
-        f"(machine x{t.machine_factor:.2f}{machine_credit(t.machine_factor, t.verdict.value)}), band +{t.band:.0%} "
-        f"({t.band_source.value}): {t.verdict.value}{_measured(t.judgement.ratios)}"
-    )
-
-
-def total_detail_lines(t: TotalVerdict) -> list[str]:
-    """What the total's line rests on, each on a line of its own: the allocator states the processes fell into, the
-    whole call's memory, the profiler's overhead on each side and, where it grew, what that means for the nodes."""
-    out = [f"  {t.states}"] if t.states else []
-    memory = t.memory.text() if t.memory is not None else ""
-    if memory:
-        out.append(f"  memory of the call: {memory}")
-    before, after = t.overhead
-    if before is not None or after is not None:
-        sides = ("old side", "new side") if t.judgement.paired else ("baseline", "this run")
-        shown = ", ".join(f"x{o:.2f} {side}" for o, side in zip((before, after), sides, strict=True) if o is not None)
-        out.append(f"  the profiler's overhead (instrumented pass over the plain call): {shown}")
-    if t.overhead_note:
-        out.append(f"  {t.overhead_note}")
-    return out
-
-
-def machine_credit(factor: float, verdict: str) -> str:
-    """What a faster machine counted for: nothing, unless the total was found faster (``judge.decision``)."""
-    return "; faster, not credited" if factor < 1.0 and verdict != Verdict.FASTER.value else ""
-
-
-def _names(nodes: Sequence[NodeInfo], limit: int = 8) -> str:
-    shown = ", ".join(f"{n.name} ({n.target} in {n.where}{_at(n)})" for n in nodes[:limit])
-    return shown + (f", ... {len(nodes) - limit} more" if len(nodes) > limit else "")
-
-
 def structural_lines(c: Comparison) -> list[str]:
     lines = []
     if c.graph_changed:
@@ -461,9 +236,9 @@ def structural_lines(c: Comparison) -> list[str]:
         if c.graphs_changed:
             lines.append(f"  {graphs_text(*c.graphs)}")
         if c.added:
-            lines.append(f"  added: {_names(c.added)}")
+            lines.append(f"  added: {nodes_text(c.added)}")
         if c.removed:
-            lines.append(f"  removed: {_names(c.removed)}")
+            lines.append(f"  removed: {nodes_text(c.removed)}")
     return lines
 
 
@@ -474,8 +249,8 @@ def graphs_text(before: int, now: int) -> str:
     return f"captured graphs: {before} -> {now} ({what})"
 
 
-def _capped(lines: Sequence[str], limit: int = AGGREGATES_SHOWN) -> list[str]:
-    return [*lines[:limit], *([f"  ... {len(lines) - limit} more"] if len(lines) > limit else [])]
+def _capped(lines: Sequence[str], limit: int = AGGREGATES_SHOWN, more: str = "  ... {} more") -> list[str]:
+    return [*lines[:limit], *([more.format(len(lines) - limit)] if len(lines) > limit else [])]
 
 
 def _slower(c: Comparison, a: AggregateVerdict) -> str:
@@ -491,20 +266,7 @@ def _pointer(c: Comparison, a: AggregateVerdict) -> str:
     """What points at an aggregate's cause, on a line of its own: what changed in its code, or where its graph did
     not change, the members that lost the most."""
     changed = code_change_line(a)
-    return f"\n    {changed}" if changed else _led_by(c, a)
-
-
-def _led_by(c: Comparison, a: AggregateVerdict) -> str:
-    """The aggregate's members that point at the cause, on a line of their own."""
-    leaders = c.leaders(a)
-    if not leaders:
-        return ""
-    shown = "; ".join(
-        f"{v.node.name} ({v.node.label} in {v.node.where}{_at(v.node)}) "
-        f"{fmt_ns(v.baseline_ns)} -> {fmt_ns(v.current_ns)}"
-        for v in leaders
-    )
-    return f"\n    most of it: {shown}"
+    return f"\n    {changed}" if changed else led_by(c, a)
 
 
 def regression_message(label: str, c: Comparison) -> str:
@@ -538,12 +300,9 @@ def capture_notices(capture: Capture) -> list[str]:
     why, so that node names after aten ops (``linear_6``) or submodules kept whole are no surprise."""
     if not capture.detail:
         return []
-    fell_back = capture.method in ("export", "dynamo")
-    after = (
-        "; its node names follow the operators (linear_6) and each node's module path says where it sits"
-        if fell_back
-        else ""
-    )
+    after = ""
+    if capture.method in ("export", "dynamo"):  # it fell back
+        after = "; its node names follow the operators (linear_6) and each node's module path says where it sits"
     detail = capture.detail.removesuffix(f"; captured with {capture.method}")
     return [f"captured with {capture.method}: {detail}{after}"]
 
@@ -562,8 +321,7 @@ def coarse_line(capture: Capture, nodes: Sequence[NodeStats]) -> str:
     for n in nodes:
         if n.op == "call_module" and n.module in shares:
             shares[n.module] += n.share
-    held = sum(shares.values())
-    if held < COARSE_SHARE:
+    if sum(shares.values()) < COARSE_SHARE:
         return ""
     parts = ", ".join(f"{path} ({share:.0%})" for path, share in sorted(shares.items(), key=lambda x: -x[1]))
     return (
@@ -576,9 +334,8 @@ def coarse_line(capture: Capture, nodes: Sequence[NodeStats]) -> str:
 
 def notice_lines(c: Comparison) -> list[str]:
     """What the gate saw but does not fail on: small slowed nodes, unconfirmed flags, undecidable bands."""
-    out = [f"slower small node (its aggregates gate it): {node_line(v)}" for v in c.slower_small[:WORST_SHOWN]]
-    if len(c.slower_small) > WORST_SHOWN:
-        out.append(f"... {len(c.slower_small) - WORST_SHOWN} more small nodes slower")
+    small = [f"slower small node (its aggregates gate it): {node_line(v)}" for v in c.slower_small]
+    out = _capped(small, WORST_SHOWN, "... {} more small nodes slower")
     out += [f"not confirmed by the second measurement, so not failed: {t}" for t in c.unconfirmed]
     fix = "more pairs or a quieter machine" if c.against else "record the baseline with more processes"
     out += [f"too noisy to decide ({fix}): {t}" for t in c.noisy]
@@ -589,9 +346,8 @@ def undecided_message(label: str, c: Comparison, fix: str) -> str:
     """Why a check reached no verdict (``Status.UNDECIDED``): what it could not decide, then ``fix``."""
     head = f"fxprof: {label}: undecided against {c.reference}, no verdict (neither a pass nor a slowdown)"
     items = [c.noisy_reason] if c.noisy_reason else list(c.noisy)
-    lines = [f"  too noisy to decide: {t}" for t in items[:WORST_SHOWN]]
-    if len(items) > WORST_SHOWN:
-        lines.append(f"  ... {len(items) - WORST_SHOWN} more too noisy to decide (pytest -v lists them)")
+    more = "  ... {} more too noisy to decide (pytest -v lists them)"
+    lines = _capped([f"  too noisy to decide: {t}" for t in items], WORST_SHOWN, more)
     return "\n".join([head, *lines, f"  {fix}"])
 
 
@@ -607,15 +363,13 @@ def improvement_lines(c: Comparison) -> list[str]:
 
 def at_stake(delta_ns: float, verdict: str, *, failed: bool) -> tuple[int, float]:
     """How every view ranks compared items, worst first: what failed the test, then by the time each lost (never by
-    its ratio: a 200 ns node whose time tripled in a band a hundred times wider is not worse than a large Linear
-    that lost 1 ms; a node too small to fail a test alone ranks by the time it lost, as its module does)."""
+    its ratio: a tiny node that tripled is not worse than a large one that lost 1 ms)."""
     return (0 if failed else 1, -delta_ns if verdict != Verdict.NOISY.value else 0.0)
 
 
 def worst_text(c: Comparison, limit: int = WORST_SHOWN) -> str:
-    """The items a comparison puts most time at stake in, worst first (``at_stake``), as the summary lists them:
-    compared nodes by their ratio (``fc1 x1.31``), and the nodes the change added or removed by their time
-    (``add_2 +1.20 ms (added)``), so that the operations that carry a change's time are never left out."""
+    """The nodes a comparison puts most time at stake in, worst first (``at_stake``): compared ones by their ratio
+    (``fc1 x1.31``), those the change added or removed by their time (``add_2 +1.20 ms (added)``)."""
     ranked: list[tuple[tuple[int, float], int, str]] = []
     for k, v in enumerate(c.nodes):
         stake = at_stake(v.delta_ns, v.verdict.value, failed=v.verdict is Verdict.SLOWER and v.gates)

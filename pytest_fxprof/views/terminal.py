@@ -1,21 +1,23 @@
-"""The terminal summary's lines for one profile, each with the colour of its verdict.
-
-Owns what the ``fxprof`` section of the terminal summary shows: the profile's summary line, its worst nodes
-and, with ``-v``, its whole node table and hints. Reads the same per-profile records as the other views, so
-profiles measured in xdist workers show the same way. Colours are names the terminal writer applies only
-when the terminal supports them. Must not import torch or pytest.
+"""The ``fxprof`` section of the terminal summary: the run's lines (``run_lines``) and each profile's (its summary
+line, its worst nodes and, with ``-v``, its whole node table and hints), each with the colour of its verdict.
+Reads the same per-profile records as the other views, so profiles measured in xdist workers show the same way.
+Colours are names the terminal writer applies only when the terminal supports them. Must not import torch or
+pytest.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from pytest_fxprof.records.disturbance import BUSY_LINE
 from pytest_fxprof.records.measurement import FORWARD, TUNED_ALLOCATOR
 from pytest_fxprof.records.units import fmt_ns
 from pytest_fxprof.records.verdicts import LONE_REASON, Status
+from pytest_fxprof.views.judged_json import NodeJSON
 from pytest_fxprof.views.render import WORST_SHOWN, grid
-from pytest_fxprof.views.report import NodeJSON, ProfileRecord, ProfileReportJSON, busy_line, item_tone, worst_nodes
+from pytest_fxprof.views.report import ProfileRecord, ProfileReportJSON, busy_line, item_tone, worst_nodes
 
 Line = tuple[str, str | None]
 """A line of text and the colour to write it in (None: the terminal's own)."""
@@ -147,3 +149,94 @@ def _table(nodes: Sequence[NodeJSON], compared: bool, header: bool = True, *, st
     colours += [node_colour(n) for n in nodes]
     texts = lines if header else lines[2:]
     return [(INDENT + text, colour) for text, colour in zip(texts, colours, strict=True)]
+
+
+WAIT_SHOWN_S = 0.5
+"""Less time waited for measuring turns than this is not worth a line in the summary (shown with ``-v``)."""
+
+
+@dataclass
+class Final:
+    """What the session's end wrote and found, for the terminal summary."""
+
+    written: list[Path] = field(default_factory=list)
+    unused: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    outputs: list[Path] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the run gathered that its summary tells, beside its profiles' records (``session.run.RunState``)."""
+
+    against: str
+    failed_calls: int
+    turns: int
+    waited_s: float
+    lock_path: Path | None
+    spent: str
+    """Where the time went (``Spent.line``)."""
+    processes: bool
+    """Whether fresh processes were started (then where the time went is always said)."""
+    notes: Sequence[str]
+    dropped: Mapping[str, Sequence[str]]
+    directory: Path
+    unused_fails: bool
+
+
+def run_lines(
+    records: Sequence[ProfileRecord], run: RunFacts, final: Final | None, *, verbose: bool, interrupted: bool
+) -> list[Line]:
+    """The run's section of the terminal summary: its profiles, where the time went, its notes, and what its end
+    wrote and found (``final``; None in a run that ended before)."""
+    out: list[Line] = []
+    if run.against:
+        out.append((f"against {run.against}: old and new code measured in pairs of fresh processes", None))
+    records = sorted(records, key=lambda r: (r["test_id"], r["key"]))
+    if not records and run.failed_calls:
+        out.append(
+            (
+                f"no profile was taken: {run.failed_calls} call(s) of the fxprof fixture failed (their tests say why)",
+                None,
+            )
+        )
+    elif not records and interrupted:
+        out.append(("interrupted before any profile was taken", WARNING_COLOUR))
+    elif not records:
+        out.append(("no test called the fxprof fixture", None))
+    out += allocator_lines(records)
+    for record in records:
+        out += profile_lines(record, verbose=verbose)
+    busy_count = busy_counts(records)
+    if busy_count:
+        out.append((busy_count, WARNING_COLOUR))
+    if run.turns and run.lock_path and (run.waited_s >= WAIT_SHOWN_S or verbose):
+        out.append(
+            (
+                f"measured one at a time on this machine: {run.turns} measuring turn(s), {run.waited_s:.1f} s spent "
+                f"waiting for other processes' turns (lock {run.lock_path})",
+                None,
+            )
+        )
+    if records and (run.processes or verbose):
+        out.append((f"where the time went: {run.spent}", None))
+    out += [(note, WARNING_COLOUR) for note in run.notes]
+    for test_id, keys in sorted(run.dropped.items()):
+        out.append((f"{test_id}: dropped baseline entries no longer called: {', '.join(keys)}", WARNING_COLOUR))
+    if final is None:
+        return out
+    if final.written:
+        out.append((f"wrote {len(final.written)} baseline file(s) to {run.directory}", "green"))
+    if final.unused:
+        verb = "failing" if run.unused_fails else "warning"
+        out.append(
+            (
+                f"{len(final.unused)} baseline(s) whose test no longer exists, or unreadable ({verb}; delete them, "
+                "or fix the unreadable ones):",
+                WARNING_COLOUR,
+            )
+        )
+        out += [(f"  {name}", None) for name in final.unused]
+    out += [(error, "red") for error in final.errors]
+    out += [(f"report: {path}", None) for path in final.outputs]
+    return out

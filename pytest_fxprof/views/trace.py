@@ -33,7 +33,8 @@ from pytest_fxprof.records.measurement import FORWARD
 from pytest_fxprof.records.profile import ROOT
 from pytest_fxprof.store.baseline import SUFFIX, file_name
 from pytest_fxprof.store.files import write_atomic
-from pytest_fxprof.views.report import AggregateJSON, NodeJSON, ProfileReportJSON, busy_line, item_tone
+from pytest_fxprof.views.judged_json import AggregateJSON, NodeJSON
+from pytest_fxprof.views.report import ProfileReportJSON, busy_line, item_tone
 
 TRACE_SUFFIX = ".trace.json"
 NS_PER_US = 1000

@@ -1,25 +1,35 @@
-"""``UpdateCalls``: a test's calls recorded as its baseline (``--fxprof-update``)."""
+"""``--fxprof-update``: ``UpdateMode`` (the run: refused where the baselines cannot be written; every test's fresh
+processes measured before the tests run) and ``UpdateCalls`` (a test's calls recorded as its baseline)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from contextlib import nullcontext
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_fxprof.judge.decision import weak_baseline
-from pytest_fxprof.measure.sampling import BUSY_RETRIES, sample
+import pytest
+
+from pytest_fxprof.against.recorded import working_revision
+from pytest_fxprof.judge.weak import weak_baseline
+from pytest_fxprof.measure.sampling import BUSY_RETRIES, busy, sample
+from pytest_fxprof.measure.serving import serve
+from pytest_fxprof.measure.turns import TurnError
+from pytest_fxprof.modes.base import CallPlan, Calls, relaunch_of
+from pytest_fxprof.modes.gate import Gate, ahead_of_tests, fixture_tests, say
 from pytest_fxprof.records.disturbance import BUSY_LINE, Disturbance
 from pytest_fxprof.records.measurement import BaselineEntry
 from pytest_fxprof.records.verdicts import Status
-from pytest_fxprof.session.calls import Calls
 from pytest_fxprof.session.reactions import Outcome
 from pytest_fxprof.settings import Mode, Settings
 from pytest_fxprof.store import history
 from pytest_fxprof.store.baseline import BaselineError, BaselineFile, NewerSchemaError
+from pytest_fxprof.store.files import unwritable
 
 if TYPE_CHECKING:
-    from pytest_fxprof.measure.sampling import Child
+    from pytest_fxprof.measure.sampling import Child, Relaunch
+    from pytest_fxprof.measure.turns import Turn
     from pytest_fxprof.session.run import RunState
     from pytest_fxprof.views.report import ProfileReportJSON
 
@@ -30,7 +40,6 @@ class UpdateCalls(Calls):
 
     mode = Mode.UPDATE
     takes_turns = True
-    fingerprinted = True
 
     def __init__(
         self, test_id: str, settings: Settings, *, ahead: Sequence[Sequence[Child]] = (), **kwargs: Any
@@ -41,6 +50,9 @@ class UpdateCalls(Calls):
         self.pending: dict[str, BaselineEntry] | None = None
         self.busy_recorded: dict[str, list[Disturbance]] = {}
         """Per call, the disturbance of each process that stayed busy (this one's first)."""
+
+    def plan(self, key: str) -> CallPlan:
+        return CallPlan(fingerprinted=True)
 
     def finish(self, run: RunState, passed: bool) -> Outcome:
         """Profile the extra processes and hold the entries until ``settle`` knows every phase passed."""
@@ -130,3 +142,78 @@ class UpdateCalls(Calls):
             if said:
                 run.notes.append(f"{self.label(key)}: {said}")
         return out
+
+
+class UpdateMode(Gate):
+    """Each test's calls recorded as its baseline. Refused before anything is measured
+    where the baselines' directory cannot be written. Before the tests run, fresh processes that serve every
+    selected test that uses the fixture measure them (each test's ``processes - 1``, the least disturbed of up to
+    ``BUSY_RETRIES`` more where one was busy); each test then runs here, is measured here too, and takes its
+    fresh processes' runs as it ends. An xdist worker, which does not know its tests ahead, starts each test's
+    fresh processes as the test ends."""
+
+    mode = Mode.UPDATE
+    calls_class = UpdateCalls
+
+    def __init__(self, config: pytest.Config, run: RunState) -> None:
+        super().__init__(config, run)
+        self.ahead: dict[str, list[list[Child]]] = {}
+        """Per test, per fresh process, its tries, measured before the tests ran."""
+        self.ahead_turns: list[Turn] = []
+        problem = None if self.worker else unwritable(run.store.directory)
+        if problem:
+            raise pytest.UsageError(
+                f"--fxprof-update cannot write baselines to {run.store.directory}: {problem}. Make it writable, or "
+                "record them elsewhere with --fxprof-baseline-dir (or the fxprof_baseline_dir ini key)"
+            )
+        run.revision, why = working_revision(config.rootpath, run.store.directory)
+        if why and not self.worker:
+            run.notes.append(
+                f"the baselines name no git revision ({why}): a check of code changed since then will measure it "
+                "against the commit that writes them; commit the baselines with the code they measured"
+            )
+
+    def write(self) -> tuple[list[Path], list[str]]:
+        return self.run.write_baselines()
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> Generator[None, object, object]:
+        if ahead_of_tests(session, self.worker):
+            try:
+                self.record_ahead(session.items)
+            except TurnError as exc:  # each test then starts its own processes, and fails on the lock with it
+                self.run.notes.append(f"fxprof: the fresh processes could not be started ahead of the tests: {exc}")
+        return (yield)
+
+    def record_ahead(self, items: Sequence[pytest.Item]) -> None:
+        """Measure every test of ``items`` that uses the fixture in fresh processes that serve them all, one after
+        the other: process ``i`` serves the tests that ask for more than ``i`` processes; a test measured on a
+        busy machine is measured again, up to ``BUSY_RETRIES`` times, in a process of its own round."""
+        tests = fixture_tests(self, items)
+        counts = {item.nodeid: s.processes - 1 for item, s in tests if s.processes > 1}
+        settings = {item.nodeid: s.to_json() for item, s in tests}
+        if not counts:
+            return
+        relaunch = relaunch_of(self.config)
+        say(self.config, f"recording {len(counts)} test(s) in fresh processes that serve them all")
+        with self.run.measuring_turns().turn("fresh processes", self.ahead_turns):
+            for i in range(1, max(counts.values()) + 1):
+                pending = [t for t, n in counts.items() if n >= i]
+                for _ in range(BUSY_RETRIES + 1):
+                    if not pending:
+                        break
+                    got = serve(
+                        relaunch, [(t, {"settings": settings[t]}) for t in pending], extra={}, spent=self.run.spent
+                    )
+                    for t in pending:
+                        tries = self.ahead.setdefault(t, [])
+                        if len(tries) < i:
+                            tries.append([])
+                        failed = got.failed.get(t)
+                        tries[i - 1].append(failed[1] if failed is not None else got.measured[t]["fresh"])
+                    pending = [t for t in pending if t not in got.failed and busy(self.ahead[t][i - 1][-1])]
+                say(self.config, f"fresh process {i}: {len([t for t, n in counts.items() if n >= i])} test(s)")
+        self.run.spent.waiting_s += sum(t.waited_s for t in self.ahead_turns)
+
+    def call_options(self, item: pytest.Item, relaunch: Relaunch) -> dict[str, Any]:
+        return {**super().call_options(item, relaunch), "ahead": self.ahead.get(item.nodeid, [])}

@@ -1,4 +1,6 @@
-"""``CheckCalls``: a test's calls checked against their stored baselines (``--fxprof``)."""
+"""``--fxprof``: ``CheckMode`` (the run: the old sides at the revisions its baselines were recorded at) and
+``CheckCalls`` (a test's calls checked against their stored baselines, and where a model's code changed since its
+baseline was recorded, against that revision too)."""
 
 from __future__ import annotations
 
@@ -8,22 +10,28 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_fxprof.against.recorded import RecordedSides, baseline_revision
 from pytest_fxprof.against.rounds import AgainstError, StopReason
-from pytest_fxprof.judge.decision import capture_changed, compare, refuse_lone, weak_baseline
+from pytest_fxprof.judge.decision import capture_changed, compare, refuse_lone
+from pytest_fxprof.judge.weak import weak_baseline
 from pytest_fxprof.measure.sampling import BUSY_RETRIES, SamplingError, sample
 from pytest_fxprof.measure.turns import TurnError
+from pytest_fxprof.modes.base import CallPlan, Calls
+from pytest_fxprof.modes.gate import Gate
+from pytest_fxprof.options import against_forks
 from pytest_fxprof.records.disturbance import Disturbance
 from pytest_fxprof.records.fingerprint import changes_text
 from pytest_fxprof.records.measurement import BaselineEntry, Run
 from pytest_fxprof.records.profile import Profile
 from pytest_fxprof.records.verdicts import Comparison, Status, operations_changed
 from pytest_fxprof.result import ProfileResult
-from pytest_fxprof.session.calls import Calls
 from pytest_fxprof.session.ending import ending
-from pytest_fxprof.session.reactions import Confirm, OnCodeChange, OnUnchanged, Outcome
+from pytest_fxprof.session.reactions import Confirm, OnCodeChange, OnUnchanged, OnUnused, Outcome
 from pytest_fxprof.settings import Mode, Settings
 from pytest_fxprof.store.baseline import BaselineError, BaselineFile
 
 if TYPE_CHECKING:
+    import pytest
+
+    from pytest_fxprof.measure.sampling import Relaunch
     from pytest_fxprof.records.fingerprint import Fingerprint
     from pytest_fxprof.session.run import RunState
     from pytest_fxprof.views.report import ProfileReportJSON
@@ -91,23 +99,21 @@ class CheckCalls(Calls):
             self._loaded = True
         return self._baseline
 
-    def before(self, key: str) -> None:
-        self.baseline()
-
-    def proof(self, key: str) -> Callable[[Fingerprint], bool] | None:
-        """The call is unchanged where its fingerprint is the one its baseline recorded (unless
-        ``--fxprof-on-unchanged measure``); what differs is kept in ``changes``."""
+    def plan(self, key: str) -> CallPlan:
+        """The test's baseline loaded first (to fail early where unusable); the call unchanged, not measured, where
+        its fingerprint is the one its baseline recorded (unless ``--fxprof-on-unchanged measure``); what differs is
+        kept in ``changes``."""
         baseline = self.baseline()
         entry = baseline.entries.get(key) if baseline is not None else None
         if self.reactions.unchanged is OnUnchanged.MEASURE or entry is None or entry.fingerprint is None:
-            return None
+            return CallPlan()
         recorded = entry.fingerprint
 
         def same(seen: Fingerprint) -> bool:
             self.changes[key] = [] if seen.same_as(recorded) else seen.differences(recorded)
             return not self.changes[key]
 
-        return same
+        return CallPlan(proof=same)
 
     def judged(self, key: str, result: ProfileResult, measure: Callable[[], ProfileResult]) -> ProfileResult:
         baseline = self.baseline()
@@ -172,7 +178,7 @@ class CheckCalls(Calls):
             self._against_revision(changed, outcome)
         for key, result in self.results.items():
             checked = self.revision_checks.get(key)
-            shown, paired = _stricter(result, checked)
+            shown, paired = stricter(result, checked)
             measured = checked if paired and checked is not None else RevisionCheck("")
             end = ending(
                 self.label(key),
@@ -284,7 +290,28 @@ class CheckCalls(Calls):
         return weak_baseline(self.label(key), baseline.entries[key], self.settings.policy())
 
 
-def _stricter(result: ProfileResult, checked: RevisionCheck | None) -> tuple[ProfileResult, bool]:
+class CheckMode(Gate):
+    """Each test's calls checked against their stored baselines; where a model's code changed since its baseline
+    was recorded, against the revision it was recorded at too, whose tree is checked out once per run when first
+    needed and removed when the run ends."""
+
+    mode = Mode.CHECK
+    calls_class = CheckCalls
+
+    def __init__(self, config: pytest.Config, run: RunState) -> None:
+        super().__init__(config, run)
+        roots = tuple(str(r) for r in config.getini("fxprof_against_roots"))
+        self.recorded = RecordedSides(config.rootpath, roots, fork=against_forks(config))
+        config.add_cleanup(self.recorded.close)
+
+    def call_options(self, item: pytest.Item, relaunch: Relaunch) -> dict[str, Any]:
+        return {**super().call_options(item, relaunch), "recorded": self.recorded}
+
+    def unused_fails(self) -> bool:
+        return self.run.reactions.unused is OnUnused.FAIL
+
+
+def stricter(result: ProfileResult, checked: RevisionCheck | None) -> tuple[ProfileResult, bool]:
     """What a call shows: its pairs' comparison against the baseline's revision (then True), unless the comparison
     with the baseline is the stricter verdict: the pairs measured the change itself, where the baseline's speed
     factors had to guess the machine's drift since the recording, so their figures are the change's (BENCHMARKS.md,
