@@ -124,12 +124,8 @@ the pairs would have to agree within 0.03 %."""
 
 MIN_PASSING_PAIRS = next(n for n in range(MIN_PAIRS, 100) if can_decide(n, confidence=RESOLVE_CONFIDENCE))
 """The fewest pairs a test passes on, and where a check starts (``--fxprof-pairs``): the fewest that resolve the
-total of a check whose pairs spread as usual at ``RESOLVE_CONFIDENCE`` (3: with 2, t is 32). A total so resolved
-whose estimate is within its band is within it, as is any other item within its band; failing still takes
-``MIN_DECIDING_PAIRS``, so a test with an item that looks slower takes more pairs. Replayed over the recorded pairs
-of unchanged suites (``bench/item_replay.py --start 3``), a test took about a tenth fewer pairs (4.16 against 4.59 on
-five models, 4.56 against 4.98 on twenty) and +10 % on a node was named in 0.4 points fewer replays, +5 % on the
-total caught in 0.1-0.4 fewer (BENCHMARKS.md, "Each pair in its own order" and "a start at 3 pairs")."""
+total of a check whose pairs spread as usual at ``RESOLVE_CONFIDENCE``. A total so resolved whose estimate is within
+its band is within it; failing still takes ``MIN_DECIDING_PAIRS`` (BENCHMARKS.md, "A start at 3 pairs")."""
 
 
 @dataclass(frozen=True)
