@@ -26,6 +26,7 @@ RUN_FIGURES: dict[str, re.Pattern[str]] = {
     ),
     "a measured range of ratios": re.compile(r"\bx\d+\.\d+\s*-\s*x?\d+\.\d+\b|\b\d\.\d{3}\s*-\s*\d\.\d{3}\b"),
     "a measured share of checks": re.compile(r"\b\d+(?:\.\d+)?\s*%\s+of\s+(?:the\s+)?(?:checks|runs|pairs|tests)\b"),
+    "measured figures set side by side": re.compile(r"\b\d+\.\d+\s+against\s+\d+\.\d+\b"),
 }
 """What a run's figures look like in prose, by kind."""
 
@@ -59,7 +60,7 @@ def run_figures(text: str) -> list[str]:
 def test_each_kind_of_run_figure_is_found_and_code_spans_are_not() -> None:
     quoted = (
         "Measured on a 2-core machine on 2026-11-24: over 59 such checks, 3 of 4 checks failed, "
-        "items spread x0.84-x1.23, caught in 97.2 % of checks."
+        "items spread x0.84-x1.23, caught in 97.2 % of checks, 4.16 against 4.59 pairs."
     )
     found = run_figures(quoted)
     assert [f.split(":")[0] for f in found] == [
@@ -69,6 +70,7 @@ def test_each_kind_of_run_figure_is_found_and_code_spans_are_not() -> None:
         "a count of runs",
         "a measured range of ratios",
         "a measured share of checks",
+        "measured figures set side by side",
     ]
     assert run_figures("A date: ``2026-11-24T22:30:05Z``; its line: ``total x1.02-x1.10``.") == []
     assert run_figures('The band: +15 % (BENCHMARKS.md, "Gate quality"); 4 pairs at least.') == []
