@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -282,7 +283,9 @@ def test_a_change_that_does_not_matter_passes(pytester: pytest.Pytester, base: s
     result = against(pytester, "HEAD~1", "--fxprof-schedule", "alternate")
     assert result.ret == 0, result.stdout.str()
     assert "test_net.py::test_net [call0]: pass, total x1.00" in result.stdout.str()
-    assert f"against HEAD~1 ({base[:7]}), 5 pairs" in result.stdout.str()  # the marker's pairs
+    # the marker's pairs; a loaded machine may leave an item undecided, and more pairs are measured then
+    (pairs,) = re.findall(rf"against HEAD~1 \({base[:7]}\), (\d+) pairs", result.stdout.str())
+    assert int(pairs) >= 5
     assert [f.name for f in baselines.iterdir()] == ["stray.json"]
     assert "stray.json" not in result.stdout.str()
 
