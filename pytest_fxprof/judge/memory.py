@@ -243,10 +243,10 @@ def held_to_memory(
     """Every node, module, pattern or class slower or too noisy to decide whose own code did not change and whose nodes
     took ``STATE_FAULTS`` or more page faults a call more in the graphs than on the old side, held within its band,
     where some module's code changed or, where none did, the call as the user makes it (``total``) was found not
-    slower (then operator types too, which hold no changed code): memory the changed code holds or frees, or the
-    allocator's state in a process, makes the allocator fault in whichever node allocates next, and that node's code
-    is not what changed (BENCHMARKS.md, "The allocator: the program users run"). Said in its reason, with the
-    faults."""
+    slower and the item's own extra time would have shown in it (``shows_in_call``; then operator types too, which
+    hold no changed code): memory the changed code holds or frees, or the allocator's state in a process, makes the
+    allocator fault in whichever node allocates next, and that node's code is not what changed (BENCHMARKS.md, "The
+    allocator: the program users run"). Said in its reason, with the faults."""
     changed = [a for a in aggregates if a.changed]
     before, after = node_faults(old), node_faults(new)
     user_call_kept = total is not None and total.verdict in (Verdict.OK, Verdict.FASTER)
@@ -274,14 +274,25 @@ def held_to_memory(
     for v in nodes:
         gained = extra([v.node.key])
         hold = v.verdict in HELD and not inside_any(v.node.module, places) and gained >= STATE_FAULTS
+        hold = hold and (bool(changed) or shows_in_call(v.judgement, v.baseline_ns, total))
         out_nodes.append(replace(v, judgement=held(v.judgement, gained)) if hold else v)
     out_aggregates = []
     for a in aggregates:
         gained = extra(m.key for m in a.members)
         hold = a.verdict in HELD and not a.changed and (a.kind is not Kind.OP or not changed) and gained >= STATE_FAULTS
         hold = hold and not (a.kind is Kind.MODULE and inside_any(a.where, places))
+        hold = hold and (bool(changed) or shows_in_call(a.judgement, a.baseline_ns, total))
         out_aggregates.append(replace(a, judgement=held(a.judgement, gained)) if hold else a)
     return out_nodes, out_aggregates
+
+
+def shows_in_call(j: Judgement, baseline_ns: float, total: TotalVerdict | None) -> bool:
+    """Whether an item's extra time (``j``'s ratio over its ``baseline_ns``) is more than the call's band
+    (``total``) can hide: only then does the call as the user makes it, found not slower, say that the item's code
+    is not slower. A small node's extra falls inside the call's band whether it is the code's or the allocator's."""
+    if total is None or not total.baseline_ns:
+        return False
+    return (j.ratio - 1.0) * baseline_ns > total.judgement.band * total.baseline_ns
 
 
 def _named(changed: Sequence[AggregateVerdict]) -> str:
