@@ -31,7 +31,7 @@ from pytest_fxprof.records.disturbance import (
     disturbance_to_json,
     least_disturbed,
 )
-from pytest_fxprof.records.measurement import Recording, Run
+from pytest_fxprof.records.measurement import NodeInfo, Recording, Run, node_key
 from pytest_fxprof.records.verdicts import Status
 from pytest_fxprof.views.report import busy_line
 from pytest_fxprof.views.terminal import busy_counts
@@ -414,3 +414,29 @@ def test_a_check_whose_thread_is_preempted_in_every_pass_is_too_noisy_to_decide(
     assert figures["kept_disturbed"] == 3  # too few clean passes: the least disturbed were kept all the same
     assert figures["remeasured"] == 3  # the budget: as many passes again
     assert "measured 3 times, every time busy" in profile["noisy"]
+
+
+def test_a_busy_verdict_keeps_the_graph_changes_the_comparison_saw() -> None:
+    """Busy numbers decide nothing, but the nodes a changed graph added and the graph breaks it made are facts of the
+    code: the undecided verdict keeps them, and its summary line says so; a mismatch's comparison lends none."""
+    from pytest_fxprof.judge.decision import compare
+    from pytest_fxprof.views.render import summary_line
+
+    baseline = make_entry([make_run(list(BASE_NS.values()))])
+    extra = NodeInfo(
+        node_key("call_function", "layer1", "torch.relu", 9), "relu_9", "call_function", "torch.relu", "layer1"
+    )
+    seen = replace(compare(baseline, baseline, Policy()), added=(extra,), graphs=(1, 3))
+    busy = noisy(baseline, "busy: 40 % off the CPU", seen)
+    assert busy.status is Status.UNDECIDED
+    assert busy.nodes == ()
+    assert busy.total is None
+    assert busy.added == (extra,)
+    assert busy.graphs == (1, 3)
+    assert summary_line("t", busy) == (
+        "t: undecided, too noisy to decide (busy: 40 % off the CPU); graph changed (+1/-0, graphs 1 -> 3)"
+    )
+    mismatched = noisy(baseline, "busy", replace(seen, status=Status.MISMATCH))
+    assert mismatched.added == ()
+    assert mismatched.graphs == (1, 1)
+    assert summary_line("t", noisy(baseline, "busy")) == "t: undecided, too noisy to decide (busy)"

@@ -37,9 +37,14 @@ if TYPE_CHECKING:
     from pytest_fxprof.views.report import ProfileReportJSON
 
 
-def noisy(baseline: BaselineEntry, why: str) -> Comparison:
-    """The verdict of a profile measured on a busy machine: undecided, nothing judged, ``why``."""
-    return Comparison(Status.UNDECIDED, (), 1.0, len(baseline.runs), (), None, (), (), noisy_reason=why)
+def noisy(baseline: BaselineEntry, why: str, seen: Comparison | None = None) -> Comparison:
+    """The verdict of a profile measured on a busy machine: undecided, nothing judged, ``why``. The nodes added and
+    removed and the graphs that ``seen`` (the same profile compared) found are kept: they are facts of the code, not
+    of the times."""
+    c = Comparison(Status.UNDECIDED, (), 1.0, len(baseline.runs), (), None, (), (), noisy_reason=why)
+    if seen is None or seen.status is Status.MISMATCH:
+        return c
+    return replace(c, added=seen.added, removed=seen.removed, graphs=seen.graphs)
 
 
 def code_changed(c: Comparison | None) -> bool:
@@ -123,11 +128,11 @@ class CheckCalls(Calls):
         if self.changes.get(key) == []:  # its fingerprint is the baseline's: nothing was measured, nothing to judge
             cold = "not measured: its computation is the one its baseline recorded, whose times stand"
             return replace(result, comparison=Comparison.unchanged(len(entry.runs)), cold=cold)
-        if result.busy:  # nothing judged on disturbed numbers
-            why = f"{result.disturbance.line}; measured {1 + BUSY_RETRIES} times, every time busy"
-            return replace(result, comparison=noisy(entry, why))
         policy, tolerances = self.settings.policy(), self.settings.tolerances()
         comparison = refuse_lone(compare(entry, result.entry(tolerances), policy))  # one process's baseline: undecided
+        if result.busy:  # nothing judged on disturbed numbers
+            why = f"{result.disturbance.line}; measured {1 + BUSY_RETRIES} times, every time busy"
+            return replace(result, comparison=noisy(entry, why, comparison))
         if comparison.status is Status.REGRESSION and self.reactions.confirm is not Confirm.OFF:
             # a regression stands only if a second measurement shows it too
             with self.turns.turn("confirmation", self.taken.setdefault(key, [])):
@@ -135,7 +140,7 @@ class CheckCalls(Calls):
             result = replace(result, confirmations=(confirmation,))
             comparison = compare(entry, result.entry(tolerances, result.confirmations), policy)
             if self._confirmed_busy.line:  # a confirmation on disturbed numbers confirms nothing, either way
-                comparison = noisy(entry, f"the confirmation was {self._confirmed_busy.line}")
+                comparison = noisy(entry, f"the confirmation was {self._confirmed_busy.line}", comparison)
         return replace(result, comparison=comparison)
 
     def _confirmation(self, key: str, result: ProfileResult, measure: Callable[[], ProfileResult]) -> Run:

@@ -390,8 +390,10 @@ def summary_line(label: str, c: Comparison | None) -> str:
         return f"{label}: mismatch ({'; '.join(c.mismatches)})"
     if c.status is Status.UNCHANGED:
         return f"{label}: unchanged since {c.reference}, its computation's fingerprint the same; not measured"
+    graphs = f", graphs {c.graphs[0]} -> {c.graphs[1]}" if c.graphs_changed else ""
+    changed = f"; graph changed (+{len(c.added)}/-{len(c.removed)}{graphs})" if c.graph_changed else ""
     if c.status is Status.UNDECIDED and c.noisy_reason:
-        return f"{label}: undecided, too noisy to decide ({c.noisy_reason})"
+        return f"{label}: undecided, too noisy to decide ({c.noisy_reason}){changed}"
     total = f"total x{round(c.total.ratio, 4):.2f}" if c.total else ""
     where = ""
     if c.blame is not None and c.blame.lead is not None:
@@ -401,7 +403,5 @@ def summary_line(label: str, c: Comparison | None) -> str:
     elif c.blame is not None and c.blame.node is not None:
         v = c.blame.node
         where = f"; where: {v.node.name} in {v.node.where} x{round(v.ratio, 4):.2f}"
-    graphs = f", graphs {c.graphs[0]} -> {c.graphs[1]}" if c.graphs_changed else ""
-    changed = f"; graph changed (+{len(c.added)}/-{len(c.removed)}{graphs})" if c.graph_changed else ""
     against = f"; against {c.against}, {c.pairs} pairs" if c.against else ""
     return f"{label}: {c.status.value}, {total}{where}; worst: {worst_text(c)}{changed}{against}"
