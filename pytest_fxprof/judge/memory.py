@@ -42,6 +42,11 @@ STATE_FAULTS = FAULTS_SHOWN
 """... and at least this many faults a call apart (``records.verdicts.FAULTS_SHOWN``, 1 MiB of 4 KiB pages): fewer are
 the allocator's own bookkeeping, not a state."""
 
+FAULT_NS = 2_000
+"""The most time one page fault costs a call, with the mapping, the zeroing and the cold cache it brings: what extra
+faults can explain of an item's extra time (``faults_pay``; BENCHMARKS.md, "The allocator: the program users
+run")."""
+
 SUBSTANTIAL_SHARE = 1 / 3
 """A change that puts this share of the new side's processes more than the old side's into the slow state, and makes
 them slower beyond the band, fails the total, though the pairs' mean may lie within it: a third of the processes
@@ -243,10 +248,11 @@ def held_to_memory(
     """Every node, module, pattern or class slower or too noisy to decide whose own code did not change and whose nodes
     took ``STATE_FAULTS`` or more page faults a call more in the graphs than on the old side, held within its band,
     where some module's code changed or, where none did, the call as the user makes it (``total``) was found not
-    slower and the item's own extra time would have shown in it (``shows_in_call``; then operator types too, which
-    hold no changed code): memory the changed code holds or frees, or the allocator's state in a process, makes the
-    allocator fault in whichever node allocates next, and that node's code is not what changed (BENCHMARKS.md, "The
-    allocator: the program users run"). Said in its reason, with the faults."""
+    slower and either the item's own extra time would have shown in it (``shows_in_call``) or the faults it gained
+    can pay for that time (``faults_pay``; then operator types too, which hold no changed code): memory the changed
+    code holds or frees, or the allocator's state in a process, makes the allocator fault in whichever node
+    allocates next, and that node's code is not what changed (BENCHMARKS.md, "The allocator: the program users
+    run"). Said in its reason, with the faults."""
     changed = [a for a in aggregates if a.changed]
     before, after = node_faults(old), node_faults(new)
     user_call_kept = total is not None and total.verdict in (Verdict.OK, Verdict.FASTER)
@@ -270,29 +276,39 @@ def held_to_memory(
         why = f"; but its nodes took {faults:+,.0f} page faults a call in the graphs, {where}, not this code's"
         return replace(j, verdict=Verdict.OK, reason=j.reason + why)
 
+    def kept_by_call(j: Judgement, baseline_ns: float, gained: float) -> bool:
+        return shows_in_call(j, baseline_ns, total) or faults_pay(j, baseline_ns, gained)
+
     out_nodes = []
     for v in nodes:
         gained = extra([v.node.key])
         hold = v.verdict in HELD and not inside_any(v.node.module, places) and gained >= STATE_FAULTS
-        hold = hold and (bool(changed) or shows_in_call(v.judgement, v.baseline_ns, total))
+        hold = hold and (bool(changed) or kept_by_call(v.judgement, v.baseline_ns, gained))
         out_nodes.append(replace(v, judgement=held(v.judgement, gained)) if hold else v)
     out_aggregates = []
     for a in aggregates:
         gained = extra(m.key for m in a.members)
         hold = a.verdict in HELD and not a.changed and (a.kind is not Kind.OP or not changed) and gained >= STATE_FAULTS
         hold = hold and not (a.kind is Kind.MODULE and inside_any(a.where, places))
-        hold = hold and (bool(changed) or shows_in_call(a.judgement, a.baseline_ns, total))
+        hold = hold and (bool(changed) or kept_by_call(a.judgement, a.baseline_ns, gained))
         out_aggregates.append(replace(a, judgement=held(a.judgement, gained)) if hold else a)
     return out_nodes, out_aggregates
 
 
 def shows_in_call(j: Judgement, baseline_ns: float, total: TotalVerdict | None) -> bool:
     """Whether an item's extra time (``j``'s ratio over its ``baseline_ns``) is more than the call's band
-    (``total``) can hide: only then does the call as the user makes it, found not slower, say that the item's code
-    is not slower. A small node's extra falls inside the call's band whether it is the code's or the allocator's."""
+    (``total``) can hide: only then does the call as the user makes it, found not slower, say by itself that the
+    item's code is not slower. A small node's extra falls inside the call's band whether it is the code's or the
+    allocator's."""
     if total is None or not total.baseline_ns:
         return False
     return (j.ratio - 1.0) * baseline_ns > total.judgement.band * total.baseline_ns
+
+
+def faults_pay(j: Judgement, baseline_ns: float, gained: float) -> bool:
+    """Whether ``gained`` more page faults a call, at ``FAULT_NS`` each, can pay for an item's extra time (``j``'s
+    ratio over its ``baseline_ns``): a slowdown they cannot pay for is more than the allocator's."""
+    return (j.ratio - 1.0) * baseline_ns <= gained * FAULT_NS
 
 
 def _named(changed: Sequence[AggregateVerdict]) -> str:
