@@ -248,11 +248,11 @@ def held_to_memory(
     """Every node, module, pattern or class slower or too noisy to decide whose own code did not change and whose nodes
     took ``STATE_FAULTS`` or more page faults a call more in the graphs than on the old side, held within its band,
     where some module's code changed or, where none did, the call as the user makes it (``total``) was found not
-    slower and either the item's own extra time would have shown in it (``shows_in_call``) or the faults it gained
-    can pay for that time (``faults_pay``; then operator types too, which hold no changed code): memory the changed
-    code holds or frees, or the allocator's state in a process, makes the allocator fault in whichever node
-    allocates next, and that node's code is not what changed (BENCHMARKS.md, "The allocator: the program users
-    run"). Said in its reason, with the faults."""
+    slower (then operator types too, which hold no changed code) and, for an item found slower, either its own extra
+    time would have shown in that call (``shows_in_call``) or the faults it gained can pay for that time
+    (``faults_pay``): memory the changed code holds or frees, or the allocator's state in a process, makes the
+    allocator fault in whichever node allocates next, and that node's code is not what changed (BENCHMARKS.md, "The
+    allocator: the program users run"). Said in its reason, with the faults."""
     changed = [a for a in aggregates if a.changed]
     before, after = node_faults(old), node_faults(new)
     user_call_kept = total is not None and total.verdict in (Verdict.OK, Verdict.FASTER)
@@ -277,7 +277,8 @@ def held_to_memory(
         return replace(j, verdict=Verdict.OK, reason=j.reason + why)
 
     def kept_by_call(j: Judgement, baseline_ns: float, gained: float) -> bool:
-        return shows_in_call(j, baseline_ns, total) or faults_pay(j, baseline_ns, gained)
+        slower = j.verdict is Verdict.SLOWER
+        return not slower or shows_in_call(j, baseline_ns, total) or faults_pay(j, baseline_ns, gained)
 
     out_nodes = []
     for v in nodes:
