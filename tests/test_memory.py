@@ -305,9 +305,10 @@ def test_where_no_code_changed_a_node_slower_by_its_page_faults_is_held_while_th
     in the graphs and x1.6 the time: where the plain call is as fast as before that is the processes' allocator
     state, not relu's code; where the plain call is slower too, or relu took no more faults, the node stands."""
     old = entry([with_node_faults(r, (0, 0, 0, 0)) for r in runs([3_000_000] * 6, [300] * 6)])
+    slow_relu = (*BASE[:2], 640_000, BASE[3])
 
-    def new(total_ns: int, relu_faults: int, relu_ns: int = 640_000) -> BaselineEntry:
-        kept = runs([total_ns] * 6, [300] * 6, node_ns=(*BASE[:2], relu_ns, BASE[3]))
+    def new(total_ns: int, relu_faults: int) -> BaselineEntry:
+        kept = runs([total_ns] * 6, [300] * 6, node_ns=slow_relu)
         return entry([with_node_faults(r, (0, 0, relu_faults, 0)) for r in kept])
 
     c = compare_pairs(old, new(3_000_000, 3_000), PairedPolicy(), against="main")
@@ -320,8 +321,7 @@ def test_where_no_code_changed_a_node_slower_by_its_page_faults_is_held_while_th
     assert c.status is Status.PASS
     # the stored gate holds it too, and fails it without the faults
     for faults, verdict in ((3_000, Verdict.OK), (0, Verdict.SLOWER)):
-        one = new(3_000_000, faults)
-        stored = compare(old, replace(one, runs=one.runs[:1]), Policy())
+        stored = compare(old, replace(new(3_000_000, faults), runs=new(3_000_000, faults).runs[:1]), Policy())
         assert next(v for v in stored.nodes if v.node.name == "relu").verdict is verdict
     # too noisy to decide (x1.0 in some pairs, x2.5 in others), with the faults: held as well, not left undecided
     spiky = [
